@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# One-time set-up on a fresh Debian machine with Python 3.11 (idempotent, safe to re-run):
+# the Debian package Open3D needs, a virtual environment at .venv, the pinned requirements, and
+# the CPU kernel library (compiled with g++; the CUDA one too where a GPU and nvcc exist).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+if ! ldconfig -p 2>/dev/null | grep -q libusb-1.0.so.0; then
+  SUDO=$([ "$(id -u)" = 0 ] && echo "" || echo sudo)
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq libusb-1.0-0 g++ >/dev/null
+fi
+if [ ! -x .venv/bin/python ]; then
+  python3 -m venv .venv
+fi
+.venv/bin/pip install -q --disable-pip-version-check -r requirements.txt
+.venv/bin/python -m kernels.build >/dev/null

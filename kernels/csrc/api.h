@@ -1,0 +1,91 @@
+// The C entry points of the kernel libraries, one schema per op. The CPU twin (liblidarseg_cpu.so,
+// *_cpu.cpp) and the CUDA twin (liblidarseg_cuda.so, cuda/*.cu) export the same names with the
+// suffix _cpu / _cuda; CUDA variants take the stream as a trailing `void* stream` and device
+// pointers everywhere. Python binds them with ctypes (kernels/backend.py) so neither build needs
+// the PyTorch C++ headers. Every function returns a status code from common.h (0 = ok); errors
+// found inside kernels are reported through `err`, an int64[2] buffer {status, row} that the
+// caller fills with {0, -1} (device memory for CUDA).
+#pragma once
+#include <stdint.h>
+
+#include "common.h"
+
+#define LS_API extern "C" __attribute__((visibility("default")))
+
+// Inserts coords [n, 4] (batch, x, y, z) with value = row index into an empty table (all -1).
+// err: kStatusOutOfRange / kStatusDuplicate / kStatusProbeLimit with an offending row.
+LS_API int ls_hash_build_cpu(const int32_t* coords, int64_t n, lidarseg::Slot* table,
+                             int64_t capacity, int64_t* err);
+
+// Inserts each row's coarse key (floor(x / stride), batch kept) and keeps, per key, the smallest
+// row index as the value (the table's values must start at INT32_MAX). slot_of_row[n] receives
+// the slot of each row's key.
+LS_API int ls_hash_insert_min_cpu(const int32_t* coords, int64_t n, int32_t stride,
+                                  lidarseg::Slot* table, int64_t capacity, int64_t* slot_of_row,
+                                  int64_t* err);
+
+// nbr[k * n_out + q] = value of (b, x * stride + off[k].x, ...) for output q, or -1.
+// counts[k] = number of hits of offset k. offsets is [K, 3].
+LS_API int ls_kmap_lookup_cpu(const lidarseg::Slot* table, int64_t capacity,
+                              const int32_t* out_coords, int64_t n_out, int32_t stride,
+                              const int32_t* offsets, int64_t num_offsets, int32_t* nbr,
+                              int64_t* counts);
+
+// Compacts nbr [K, n_out] into (in, out) pairs, offset-major then output-ascending; starts[k] is
+// the first entry of offset k (an exclusive prefix sum of counts).
+LS_API int ls_kmap_compact_cpu(const int32_t* nbr, int64_t num_offsets, int64_t n_out,
+                               const int64_t* starts, int32_t* in_idx, int32_t* out_idx);
+
+// Stable counting sort of keys [m] (entries < 0 are skipped): ptr[num_keys + 1], rows[#kept].
+LS_API int ls_csr_by_key_cpu(const int32_t* keys, int64_t m, int64_t num_keys, int64_t* ptr,
+                             int32_t* rows);
+
+// dst[i] = src[idx[i]] (a zero row where idx[i] < 0); src [n, c], dst [m, c].
+LS_API int ls_gather_rows_f32_cpu(const float* src, int64_t n, int64_t c, const int32_t* idx,
+                                  int64_t m, float* dst);
+LS_API int ls_gather_rows_f64_cpu(const double* src, int64_t n, int64_t c, const int32_t* idx,
+                                  int64_t m, double* dst);
+
+// dst[o] += sum of src[rows[j]] for j in [ptr[o], ptr[o + 1]), in that order (deterministic).
+LS_API int ls_scatter_add_csr_f32_cpu(const float* src, int64_t c, const int64_t* ptr,
+                                      const int32_t* rows, int64_t n_out, float* dst);
+LS_API int ls_scatter_add_csr_f64_cpu(const double* src, int64_t c, const int64_t* ptr,
+                                      const int32_t* rows, int64_t n_out, double* dst);
+
+// ---- CUDA twins (cuda/*.cu, liblidarseg_cuda.so): the same arguments as device pointers, plus
+// the stream. Compaction and CSR construction on CUDA use torch ops (nonzero, stable sort) that
+// produce the same order as the CPU functions above, so no _cuda twin exists for them.
+LS_API int ls_hash_build_cuda(const int32_t* coords, int64_t n, lidarseg::Slot* table,
+                              int64_t capacity, int64_t* err, void* stream);
+LS_API int ls_hash_insert_min_cuda(const int32_t* coords, int64_t n, int32_t stride,
+                                   lidarseg::Slot* table, int64_t capacity, int64_t* slot_of_row,
+                                   int64_t* err, void* stream);
+LS_API int ls_kmap_lookup_cuda(const lidarseg::Slot* table, int64_t capacity,
+                               const int32_t* out_coords, int64_t n_out, int32_t stride,
+                               const int32_t* offsets, int64_t num_offsets, int32_t* nbr,
+                               int64_t* counts, void* stream);
+// f16 is passed as uint16_t (IEEE half bits) so the header needs no cuda_fp16.h.
+LS_API int ls_gather_rows_f32_cuda(const float* src, int64_t n, int64_t c, const int32_t* idx,
+                                   int64_t m, float* dst, void* stream);
+LS_API int ls_gather_rows_f64_cuda(const double* src, int64_t n, int64_t c, const int32_t* idx,
+                                   int64_t m, double* dst, void* stream);
+LS_API int ls_gather_rows_f16_cuda(const uint16_t* src, int64_t n, int64_t c, const int32_t* idx,
+                                   int64_t m, uint16_t* dst, void* stream);
+// Deterministic scatter: one thread group per output row, sums in row order, fp32 accumulation.
+LS_API int ls_scatter_add_csr_f32_cuda(const float* src, int64_t c, const int64_t* ptr,
+                                       const int32_t* rows, int64_t n_out, float* dst,
+                                       void* stream);
+LS_API int ls_scatter_add_csr_f64_cuda(const double* src, int64_t c, const int64_t* ptr,
+                                       const int32_t* rows, int64_t n_out, double* dst,
+                                       void* stream);
+LS_API int ls_scatter_add_csr_f16_cuda(const uint16_t* src, int64_t c, const int64_t* ptr,
+                                       const int32_t* rows, int64_t n_out, uint16_t* dst,
+                                       void* stream);
+// Fast scatter with float atomics (order varies run to run): dst[idx[i]] += src[i], idx < 0
+// skipped. The f16 variant accumulates into an fp32 buffer.
+LS_API int ls_scatter_add_atomic_f32_cuda(const float* src, int64_t m, int64_t c,
+                                          const int32_t* idx, float* dst, void* stream);
+LS_API int ls_scatter_add_atomic_f64_cuda(const double* src, int64_t m, int64_t c,
+                                          const int32_t* idx, double* dst, void* stream);
+LS_API int ls_scatter_add_atomic_f16_cuda(const uint16_t* src, int64_t m, int64_t c,
+                                          const int32_t* idx, float* dst, void* stream);

@@ -1,0 +1,61 @@
+// CPU twin of cuda/engine_cuda.cu: the gather and scatter halves of gather-matmul-scatter. The
+// matmuls themselves run in torch (MKL / oneDNN). No atomics: the scatter walks each output row's
+// contributions in a fixed order, so results are bitwise reproducible for any thread count.
+#include <omp.h>
+
+#include <cstring>
+
+#include "api.h"
+
+namespace {
+
+template <typename T>
+int gather_rows(const T* src, int64_t n, int64_t c, const int32_t* idx, int64_t m, T* dst) {
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < m; ++i) {
+    const int32_t j = idx[i];
+    T* out = dst + i * c;
+    if (j >= 0 && j < n) {
+      std::memcpy(out, src + (int64_t)j * c, sizeof(T) * c);
+    } else {
+      std::memset(out, 0, sizeof(T) * c);
+    }
+  }
+  return lidarseg::kStatusOk;
+}
+
+template <typename T>
+int scatter_add_csr(const T* src, int64_t c, const int64_t* ptr, const int32_t* rows,
+                    int64_t n_out, T* dst) {
+#pragma omp parallel for schedule(static)
+  for (int64_t o = 0; o < n_out; ++o) {
+    const int64_t begin = ptr[o], end = ptr[o + 1];
+    if (begin == end) continue;
+    T* out = dst + o * c;
+    for (int64_t j = begin; j < end; ++j) {
+      const T* in = src + (int64_t)rows[j] * c;
+#pragma omp simd
+      for (int64_t x = 0; x < c; ++x) out[x] += in[x];
+    }
+  }
+  return lidarseg::kStatusOk;
+}
+
+}  // namespace
+
+LS_API int ls_gather_rows_f32_cpu(const float* src, int64_t n, int64_t c, const int32_t* idx,
+                                  int64_t m, float* dst) {
+  return gather_rows(src, n, c, idx, m, dst);
+}
+LS_API int ls_gather_rows_f64_cpu(const double* src, int64_t n, int64_t c, const int32_t* idx,
+                                  int64_t m, double* dst) {
+  return gather_rows(src, n, c, idx, m, dst);
+}
+LS_API int ls_scatter_add_csr_f32_cpu(const float* src, int64_t c, const int64_t* ptr,
+                                      const int32_t* rows, int64_t n_out, float* dst) {
+  return scatter_add_csr(src, c, ptr, rows, n_out, dst);
+}
+LS_API int ls_scatter_add_csr_f64_cpu(const double* src, int64_t c, const int64_t* ptr,
+                                      const int32_t* rows, int64_t n_out, double* dst) {
+  return scatter_add_csr(src, c, ptr, rows, n_out, dst);
+}

@@ -1,0 +1,134 @@
+"""Adaptive grouping of a kernel map's offsets into matmul launches (TorchSparse, MLSys 2022).
+
+- The identity offset (stride-1 centre) is one plain mm over all rows: no gather, no scatter.
+- Symmetric offset pairs (k, K^3-1-k) have equal counts and always share one bmm, unpadded.
+- The remaining units (pairs, or single offsets of a strided map), taken largest first, form
+  groups: a group grows while its redundant-computation ratio 1 - sum(rows) / (n * max(rows))
+  stays within `epsilon`. A group whose largest map is below `S` runs as one padded bmm;
+  otherwise each of its units runs on its own.
+  S = 0 is separate computation; epsilon = 1 with S = inf is dense (one padded bmm).
+
+A plan fixes the buffer layout: launch after launch, each offset's rows padded to the launch
+height. gather_idx / scatter_idx name the input / output row of every buffer row (-1 = padding).
+"""
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+
+import torch
+
+from . import backend
+from .kmap import KernelMap
+
+
+@dataclass(frozen=True)
+class Launch:
+    kernel_indices: tuple[int, ...]  # offsets stacked in this launch (one -> mm, several -> bmm)
+    height: int                      # rows per offset (the largest map of the launch)
+    start: int                       # first buffer row
+
+    @property
+    def rows(self) -> int:
+        return len(self.kernel_indices) * self.height
+
+
+def redundancy(rows: list[int]) -> float:
+    """Share of padded rows when every map is padded to the largest."""
+    return 1.0 - sum(rows) / (len(rows) * max(rows))
+
+
+def plan_launches(kmap: KernelMap, epsilon: float, threshold: float) -> list[Launch]:
+    counts = kmap.counts
+    volume = kmap.kernel_volume
+    if kmap.symmetric:
+        units = [(k, volume - 1 - k) for k in range(volume // 2) if counts[k] > 0]
+    else:
+        units = [(k,) for k in range(volume) if k != kmap.identity and counts[k] > 0]
+    units.sort(key=lambda u: -counts[u[0]])  # stable: ties stay in kernel order
+    groups: list[list[tuple[int, ...]]] = []
+    for unit in units:
+        if groups:
+            rows = [counts[k] for u in groups[-1] + [unit] for k in u]
+            if redundancy(rows) <= epsilon:
+                groups[-1].append(unit)
+                continue
+        groups.append([unit])
+    launches: list[Launch] = []
+    start = 0
+    for group in groups:
+        height = max(counts[u[0]] for u in group)
+        parts = [tuple(k for u in group for k in u)] if len(group) > 1 and height < threshold \
+            else list(group)
+        for ks in parts:
+            h = max(counts[k] for k in ks)
+            launches.append(Launch(ks, h, start))
+            start += len(ks) * h
+    return launches
+
+
+@dataclass(frozen=True, eq=False)
+class ExecutionPlan:
+    launches: tuple[Launch, ...]
+    gather_idx: torch.Tensor   # int32 [R]: input row of each buffer row, -1 for padding
+    scatter_idx: torch.Tensor  # int32 [R]: output row of each buffer row, -1 for padding
+    num_in: int
+    num_out: int
+    identity: int | None
+
+    @property
+    def rows(self) -> int:
+        return self.gather_idx.numel()
+
+    @functools.cached_property
+    def scatter_csr(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Buffer rows grouped by output row, in buffer order: (ptr [num_out + 1], rows)."""
+        return csr_by_key(self.scatter_idx, self.num_out)
+
+    @functools.cached_property
+    def gather_csr(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Buffer rows grouped by input row (the backward pass scatters there)."""
+        return csr_by_key(self.gather_idx, self.num_in)
+
+
+def build_plan(kmap: KernelMap, epsilon: float, threshold: float) -> ExecutionPlan:
+    """The plan for (epsilon, S), cached on the map so every layer at this level reuses it."""
+    key = (float(epsilon), float(threshold))
+    if key in kmap.plans:
+        return kmap.plans[key]
+    launches = plan_launches(kmap, epsilon, threshold)
+    total = sum(launch.rows for launch in launches)
+    gather_idx = torch.full((total,), -1, dtype=torch.int32, device=kmap.device)
+    scatter_idx = torch.full((total,), -1, dtype=torch.int32, device=kmap.device)
+    for launch in launches:
+        for j, k in enumerate(launch.kernel_indices):
+            ins, outs = kmap.entries(k)
+            lo = launch.start + j * launch.height
+            gather_idx[lo:lo + len(ins)] = ins
+            scatter_idx[lo:lo + len(outs)] = outs
+    plan = ExecutionPlan(tuple(launches), gather_idx, scatter_idx, kmap.num_in, kmap.num_out,
+                         kmap.identity)
+    kmap.plans[key] = plan
+    return plan
+
+
+def csr_by_key(keys: torch.Tensor, num_keys: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Stable grouping of row positions by key (keys < 0 skipped): (ptr int64, rows int32)."""
+    if keys.device.type == "cpu":
+        ptr = torch.empty(num_keys + 1, dtype=torch.int64)
+        rows = torch.empty(int((keys >= 0).sum()), dtype=torch.int32)
+        backend.call("csr_by_key", keys.device, backend.ptr(keys), backend.i64(keys.numel()),
+                     backend.i64(num_keys), backend.ptr(ptr), backend.ptr(rows))
+        return ptr, rows
+    valid = keys >= 0
+    sort_keys = torch.where(valid, keys.long(), num_keys)
+    order = torch.sort(sort_keys, stable=True).indices
+    kept = int(valid.sum())
+    counts = torch.bincount(keys[valid].long(), minlength=num_keys)
+    ptr = torch.zeros(num_keys + 1, dtype=torch.int64, device=keys.device)
+    ptr[1:] = counts.cumsum(0)
+    return ptr, order[:kept].to(torch.int32)
+
+
+INF = math.inf

@@ -1,0 +1,139 @@
+"""Coordinate hash table: open addressing over packed 64-bit keys, bounded linear probing.
+
+Capacity and load factor: a table for n keys has capacity = the next power of two >= 2 n (at least
+16), so the load factor is at most 0.5. Each slot is two int64 words (key, value); a table filled
+with -1 is empty. An insert may probe at most MAX_PROBES slots; needing more is an error
+(HashProbeError), never an endless loop, and a lookup stops there too. A miss is -1.
+
+Keys pack (batch, x, y, z) as 10 + 18 + 18 + 18 bits (csrc/common.h): batch in [0, 1022], each
+coordinate in [-131072, 131071] (about +-6.5 km at 5 cm voxels). Coordinates outside that range
+raise CoordinateRangeError at insert time and are a plain miss at lookup time.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from . import backend
+
+BATCH_MAX = 1022
+COORD_MIN = -(1 << 17)
+COORD_MAX = (1 << 17) - 1
+MAX_PROBES = 512
+INT32_MAX = 2**31 - 1
+
+
+class CoordinateError(ValueError):
+    """Invalid input coordinates (the message names the row and its value)."""
+
+
+class CoordinateRangeError(CoordinateError):
+    pass
+
+
+class DuplicateCoordinateError(CoordinateError):
+    pass
+
+
+class HashProbeError(RuntimeError):
+    pass
+
+
+def capacity_for(num_keys: int) -> int:
+    """Smallest power of two >= 2 * num_keys (load factor <= 0.5), at least 16."""
+    cap = 16
+    while cap < 2 * num_keys:
+        cap *= 2
+    return cap
+
+
+def check_coords(coords: torch.Tensor) -> None:
+    if coords.dtype != torch.int32 or coords.dim() != 2 or coords.shape[1] != 4:
+        raise CoordinateError(
+            f"coords must be int32 [N, 4] (batch, x, y, z), got {coords.dtype} {tuple(coords.shape)}"
+        )
+
+
+def new_error_buffer(device: torch.device) -> torch.Tensor:
+    return torch.tensor([0, -1], dtype=torch.int64, device=device)
+
+
+def raise_for_status(err: torch.Tensor, coords: torch.Tensor, what: str = "coordinate") -> None:
+    status, row = err.tolist()
+    if status == 0:
+        return
+    value = coords[row].tolist() if row >= 0 else None
+    if status == 1:
+        raise CoordinateRangeError(
+            f"{what} {value} at row {row} is outside the supported range: batch in [0, {BATCH_MAX}],"
+            f" x, y, z in [{COORD_MIN}, {COORD_MAX}]"
+        )
+    if status == 2:
+        same = (coords == coords[row]).all(dim=1).nonzero().flatten().tolist()
+        raise DuplicateCoordinateError(
+            f"duplicate coordinate {value} (batch, x, y, z) at rows {same}: voxelize first so each"
+            " voxel appears once"
+        )
+    if status == 3:
+        raise HashProbeError(
+            f"hash insert of {value} (row {row}) needed more than {MAX_PROBES} probes"
+        )
+    raise backend.KernelError(f"hash kernel failed with status {status}")
+
+
+@dataclass(frozen=True, eq=False)
+class CoordHashTable:
+    """Maps (batch, x, y, z) -> row index. Build with `CoordHashTable.build(coords)`."""
+
+    slots: torch.Tensor  # int64 [capacity, 2]: packed key, value (low 32 bits)
+    num_keys: int
+
+    @property
+    def capacity(self) -> int:
+        return self.slots.shape[0]
+
+    @property
+    def device(self) -> torch.device:
+        return self.slots.device
+
+    @property
+    def values(self) -> torch.Tensor:
+        """int32 view [capacity] of the stored values (writable)."""
+        return self.slots.view(torch.int32)[:, 2]
+
+    @classmethod
+    def empty(cls, num_keys: int, device: torch.device, fill_value: int = -1) -> "CoordHashTable":
+        slots = torch.full((capacity_for(num_keys), 2), -1, dtype=torch.int64, device=device)
+        if fill_value != -1:
+            slots[:, 1] = fill_value  # high word 0, low word = fill value
+        return cls(slots, num_keys)
+
+    @classmethod
+    def build(cls, coords: torch.Tensor) -> "CoordHashTable":
+        """Inserts every row; duplicates and out-of-range coordinates raise CoordinateError."""
+        check_coords(coords)
+        coords = coords.contiguous()
+        table = cls.empty(coords.shape[0], coords.device)
+        err = new_error_buffer(coords.device)
+        backend.call("hash_build", coords.device, backend.ptr(coords), backend.i64(len(coords)),
+                     backend.ptr(table.slots), backend.i64(table.capacity), backend.ptr(err))
+        raise_for_status(err, coords)
+        return table
+
+    def lookup(self, query: torch.Tensor, stride: int = 1, offsets: torch.Tensor | None = None):
+        """Rows of (b, x*stride + d) for every offset d in offsets [K, 3] (default: d = 0).
+
+        Returns (nbr int32 [K, M] with -1 for a miss, counts int64 [K] of hits)."""
+        check_coords(query)
+        if offsets is None:
+            offsets = torch.zeros(1, 3, dtype=torch.int32)
+        offsets = offsets.to(device=self.device, dtype=torch.int32).contiguous()
+        query = query.contiguous()
+        nbr = torch.empty(len(offsets), len(query), dtype=torch.int32, device=self.device)
+        counts = torch.empty(len(offsets), dtype=torch.int64, device=self.device)
+        backend.call("kmap_lookup", self.device, backend.ptr(self.slots), backend.i64(self.capacity),
+                     backend.ptr(query), backend.i64(len(query)), backend.i32(stride),
+                     backend.ptr(offsets), backend.i64(len(offsets)), backend.ptr(nbr),
+                     backend.ptr(counts))
+        return nbr, counts

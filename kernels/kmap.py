@@ -1,0 +1,154 @@
+"""Kernel maps (In, Out, Wgt): which input row feeds which output row through which weight.
+
+Conventions (fixed for the whole project):
+- Kernel index k = a*K*K + b*K + c for the kernel position (a, b, c) in [0, K)^3.
+- The input feeding output q through position (a, b, c) sits at q*stride + ((a, b, c) - padding)
+  * dilation on (x, y, z), in the same batch. For submanifold maps padding = K // 2, so the offset
+  is d = (a, b, c) - K // 2 and P = Q + d.
+- Entries are stored offset-major (kernel index ascending), then by output row ascending for the
+  offsets that are looked up; the same input gives the same map, on CPU and CUDA alike.
+- Submanifold maps: the centre offset is the identity and is not materialised; only the offsets
+  before the centre are looked up, and the map of -d (index K^3 - 1 - k) is the map of d with in
+  and out swapped, so count(d) == count(-d) by construction.
+"""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field, replace
+from itertools import product
+
+import torch
+
+from . import backend
+from .hashtable import (INT32_MAX, CoordHashTable, check_coords, new_error_buffer,
+                        raise_for_status)
+
+
+def kernel_offsets(kernel_size: int, padding: int, dilation: int = 1) -> torch.Tensor:
+    """int32 [K^3, 3]: ((a, b, c) - padding) * dilation in kernel-index order (c fastest)."""
+    rng = range(kernel_size)
+    pos = torch.tensor(list(product(rng, rng, rng)), dtype=torch.int32)
+    return (pos - padding) * dilation
+
+
+@dataclass(frozen=True, eq=False)
+class KernelMap:
+    """Per kernel index k, the rows in_idx/out_idx[bounds[k]:bounds[k+1]] (int32)."""
+
+    in_idx: torch.Tensor
+    out_idx: torch.Tensor
+    bounds: tuple[int, ...]  # K^3 + 1 prefix sums of the per-offset counts
+    kernel_size: int
+    num_in: int
+    num_out: int
+    identity: int | None = None  # kernel index whose map is the identity (not materialised)
+    symmetric: bool = False      # entries of K^3-1-k are those of k with in and out swapped
+    plans: dict = field(default_factory=dict, repr=False)  # execution plans, filled by the engine
+
+    @property
+    def kernel_volume(self) -> int:
+        return self.kernel_size**3
+
+    @property
+    def counts(self) -> list[int]:
+        """Entries per kernel index; the identity offset counts num_in."""
+        c = [self.bounds[k + 1] - self.bounds[k] for k in range(self.kernel_volume)]
+        if self.identity is not None:
+            c[self.identity] = self.num_in
+        return c
+
+    @property
+    def device(self) -> torch.device:
+        return self.in_idx.device
+
+    def entries(self, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(in rows, out rows) of kernel index k; the identity offset gives arange(num_in) twice."""
+        if k == self.identity:
+            rows = torch.arange(self.num_in, dtype=torch.int32, device=self.device)
+            return rows, rows
+        lo, hi = self.bounds[k], self.bounds[k + 1]
+        return self.in_idx[lo:hi], self.out_idx[lo:hi]
+
+    @functools.cached_property
+    def transposed(self) -> "KernelMap":
+        """The same entries with in and out swapped (the inverse convolution's map)."""
+        return replace(self, in_idx=self.out_idx, out_idx=self.in_idx, num_in=self.num_out,
+                       num_out=self.num_in, plans={})
+
+
+def _compact(nbr: torch.Tensor, counts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, list]:
+    """nbr [K, n_out] -> (in, out) entries offset-major, output-ascending; and per-k counts."""
+    count_list = counts.tolist()
+    total = sum(count_list)
+    if nbr.device.type == "cpu":
+        starts = torch.tensor([0] + count_list[:-1], dtype=torch.int64).cumsum(0)
+        in_idx = torch.empty(total, dtype=torch.int32)
+        out_idx = torch.empty(total, dtype=torch.int32)
+        backend.call("kmap_compact", nbr.device, backend.ptr(nbr), backend.i64(nbr.shape[0]),
+                     backend.i64(nbr.shape[1]), backend.ptr(starts), backend.ptr(in_idx),
+                     backend.ptr(out_idx))
+    else:  # nonzero is row-major, which is the same order as the CPU compaction
+        k, q = (nbr >= 0).nonzero(as_tuple=True)
+        in_idx = nbr[k, q].to(torch.int32)
+        out_idx = q.to(torch.int32)
+    return in_idx, out_idx, count_list
+
+
+def _prefix(counts: list[int]) -> tuple[int, ...]:
+    bounds = [0]
+    for c in counts:
+        bounds.append(bounds[-1] + c)
+    return tuple(bounds)
+
+
+def submanifold_map(coords: torch.Tensor, table: CoordHashTable, kernel_size: int = 3,
+                    dilation: int = 1) -> KernelMap:
+    """Stride-1 map of an odd kernel on one coordinate set (outputs = inputs)."""
+    if kernel_size % 2 != 1:
+        raise ValueError(f"submanifold kernels must be odd, got kernel_size={kernel_size}")
+    check_coords(coords)
+    centre = kernel_size**3 // 2
+    offsets = kernel_offsets(kernel_size, kernel_size // 2, dilation)[:centre]
+    nbr, counts = table.lookup(coords, 1, offsets)
+    in_half, out_half, half_counts = _compact(nbr, counts)
+    half_bounds = _prefix(half_counts)
+    # Mirror offsets K^3-1-k for k = centre-1 .. 0: the same pairs, in and out swapped.
+    mirror_in = [out_half[half_bounds[k]:half_bounds[k + 1]] for k in reversed(range(centre))]
+    mirror_out = [in_half[half_bounds[k]:half_bounds[k + 1]] for k in reversed(range(centre))]
+    counts_all = half_counts + [0] + half_counts[::-1]
+    n = coords.shape[0]
+    return KernelMap(
+        in_idx=torch.cat([in_half, *mirror_in]) if centre else in_half,
+        out_idx=torch.cat([out_half, *mirror_out]) if centre else out_half,
+        bounds=_prefix(counts_all), kernel_size=kernel_size, num_in=n, num_out=n,
+        identity=centre, symmetric=True,
+    )
+
+
+def downsample(coords: torch.Tensor, table: CoordHashTable, kernel_size: int = 2,
+               stride: int = 2, padding: int = 0):
+    """Strided map. Outputs are the unique floor(coords / stride), ordered by first occurrence in
+    the input rows. Returns (out_coords int32 [M, 4], out_table over them, KernelMap in -> out)."""
+    check_coords(coords)
+    coords = coords.contiguous()
+    n, device = coords.shape[0], coords.device
+    coarse = CoordHashTable.empty(n, device, fill_value=INT32_MAX)
+    slot_of_row = torch.empty(n, dtype=torch.int64, device=device)
+    err = new_error_buffer(device)
+    backend.call("hash_insert_min", device, backend.ptr(coords), backend.i64(n),
+                 backend.i32(stride), backend.ptr(coarse.slots), backend.i64(coarse.capacity),
+                 backend.ptr(slot_of_row), backend.ptr(err))
+    raise_for_status(err, coords)
+    values = coarse.values
+    first = values[slot_of_row] == torch.arange(n, dtype=torch.int32, device=device)
+    first_rows = first.nonzero().flatten()
+    out_coords = coords[first_rows].clone()
+    out_coords[:, 1:] = torch.div(out_coords[:, 1:], stride, rounding_mode="floor")
+    values[slot_of_row[first_rows]] = torch.arange(len(first_rows), dtype=torch.int32,
+                                                   device=device)
+    out_table = CoordHashTable(coarse.slots, len(first_rows))
+    nbr, counts = table.lookup(out_coords, stride, kernel_offsets(kernel_size, padding))
+    in_idx, out_idx, count_list = _compact(nbr, counts)
+    kmap = KernelMap(in_idx=in_idx, out_idx=out_idx, bounds=_prefix(count_list),
+                     kernel_size=kernel_size, num_in=n, num_out=len(first_rows))
+    return out_coords, out_table, kmap

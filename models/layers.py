@@ -1,0 +1,99 @@
+"""Sparse layers. Every conv holds `weight` [K^3, Cin, Cout].
+
+Kernel index k = a*K*K + b*K + c for kernel position (a, b, c) in [0, K)^3 (c fastest). The input
+feeding output q through that position sits at q*stride + (a, b, c) - padding on (x, y, z);
+padding = K // 2 for SubMConv3d and 0 for SparseConv3d, and SparseInverseConv3d uses the same
+positions in reverse. spconv's weight [Cout, K, K, K, Cin] converts with
+`weight_from_spconv` (models/spconv_compat.py).
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from kernels.engine import sparse_conv
+
+from .sparse_tensor import SparseTensor
+
+
+class _SparseConv(nn.Module):
+    def __init__(self, cin: int, cout: int, kernel_size: int, bias: bool):
+        super().__init__()
+        self.in_channels, self.out_channels, self.kernel_size = cin, cout, kernel_size
+        self.weight = nn.Parameter(torch.empty(kernel_size**3, cin, cout))
+        self.bias = nn.Parameter(torch.zeros(cout)) if bias else None
+        bound = 1.0 / math.sqrt(cin * kernel_size**3)
+        nn.init.uniform_(self.weight, -bound, bound)
+
+    def _conv(self, x: SparseTensor, kmap) -> torch.Tensor:
+        out = sparse_conv(x.feats, self.weight, kmap, x.engine)
+        return out + self.bias if self.bias is not None else out
+
+    def extra_repr(self) -> str:
+        return (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
+                f"bias={self.bias is not None}")
+
+
+class SubMConv3d(_SparseConv):
+    """Submanifold convolution: outputs on the input's coordinates, rows in input order."""
+
+    def __init__(self, cin: int, cout: int, kernel_size: int = 3, bias: bool = False,
+                 dilation: int = 1):
+        if kernel_size % 2 != 1:
+            raise ValueError(f"SubMConv3d needs an odd kernel_size, got {kernel_size}")
+        super().__init__(cin, cout, kernel_size, bias)
+        self.dilation = dilation
+
+    def forward(self, x: SparseTensor) -> SparseTensor:
+        kmap = x.manager.submanifold_map(x.stride, self.kernel_size, self.dilation)
+        return x.replace_feats(self._conv(x, kmap))
+
+
+class SparseConv3d(_SparseConv):
+    """Strided convolution; outputs are the unique floor(coords / stride)."""
+
+    def __init__(self, cin: int, cout: int, kernel_size: int = 2, stride: int = 2,
+                 bias: bool = False):
+        super().__init__(cin, cout, kernel_size, bias)
+        self.stride = stride
+
+    def forward(self, x: SparseTensor) -> SparseTensor:
+        made = x.manager.downsample(x.stride, self.kernel_size, self.stride)
+        coarse = x.stride * self.stride
+        return SparseTensor(self._conv(x, made.kmap), x.manager.coords(coarse), coarse, x.manager)
+
+    def extra_repr(self) -> str:
+        return super().extra_repr() + f", stride={self.stride}"
+
+
+class SparseInverseConv3d(_SparseConv):
+    """The exact inverse of the SparseConv3d that produced the input's level: outputs are the
+    finer level's coordinates, in its row order."""
+
+    def forward(self, x: SparseTensor) -> SparseTensor:
+        made = x.manager.upsample(x.stride, self.kernel_size)
+        fine = made.fine_stride
+        return SparseTensor(self._conv(x, made.kmap.transposed), x.manager.coords(fine), fine,
+                            x.manager)
+
+
+class BatchNorm(nn.BatchNorm1d):
+    """BatchNorm over the feature rows of a SparseTensor."""
+
+    def forward(self, x: SparseTensor) -> SparseTensor:  # type: ignore[override]
+        return x.replace_feats(super().forward(x.feats))
+
+
+class ReLU(nn.ReLU):
+    def forward(self, x: SparseTensor) -> SparseTensor:  # type: ignore[override]
+        return x.replace_feats(super().forward(x.feats))
+
+
+def cat(a: SparseTensor, b: SparseTensor) -> SparseTensor:
+    """Channel concatenation of two tensors on the same coordinates (same rows)."""
+    if a.manager is not b.manager or a.stride != b.stride:
+        if a.coords.shape != b.coords.shape or not torch.equal(a.coords, b.coords):
+            raise ValueError("cat needs two tensors on the same coordinates, row for row")
+    return a.replace_feats(torch.cat([a.feats, b.feats], dim=1))

@@ -1,0 +1,120 @@
+"""SparseTensor: features on integer voxel coordinates, with the kernel maps of its levels cached.
+
+Coordinates are int32 [N, 4] as (batch, x, y, z) in the tensor's own grid: after a stride-2
+downsample the grid is twice as coarse and coordinates are floor(c / 2). Coordinates may be
+negative and no spatial shape is needed, so no voxel is ever dropped at a grid edge.
+
+Every tensor derived from one input (by convolutions, norms, activations, concatenation) shares
+one CoordinateManager. It caches per level (tensor stride) the coordinates and their hash table,
+the submanifold maps per (kernel size, dilation), and the downsampling maps, so every layer at a
+level reuses them without user-managed keys, and an inverse convolution finds the map to invert.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from kernels import CoordHashTable, KernelMap, downsample, submanifold_map
+from kernels.engine import EngineConfig
+
+
+@dataclass(frozen=True)
+class Downsampling:
+    fine_stride: int
+    kernel_size: int
+    stride: int
+    kmap: KernelMap  # fine rows -> coarse rows
+
+
+class CoordinateManager:
+    """The coordinate levels of one input and their cached maps."""
+
+    def __init__(self, engine: EngineConfig | None = None):
+        self.engine = engine or EngineConfig()
+        self._coords: dict[int, torch.Tensor] = {}
+        self._tables: dict[int, CoordHashTable] = {}
+        self._submanifold: dict[tuple[int, int, int], KernelMap] = {}
+        self._downsampling: dict[tuple[int, int, int], Downsampling] = {}
+        self._parent: dict[int, Downsampling] = {}  # coarse stride -> how it was made
+
+    def add_level(self, stride: int, coords: torch.Tensor) -> None:
+        if stride in self._coords and self._coords[stride] is not coords:
+            raise ValueError(f"tensor stride {stride} already has other coordinates")
+        self._coords[stride] = coords
+
+    def coords(self, stride: int) -> torch.Tensor:
+        return self._coords[stride]
+
+    def table(self, stride: int) -> CoordHashTable:
+        if stride not in self._tables:
+            self._tables[stride] = CoordHashTable.build(self._coords[stride])
+        return self._tables[stride]
+
+    def submanifold_map(self, stride: int, kernel_size: int, dilation: int = 1) -> KernelMap:
+        key = (stride, kernel_size, dilation)
+        if key not in self._submanifold:
+            self._submanifold[key] = submanifold_map(self._coords[stride], self.table(stride),
+                                                     kernel_size, dilation)
+        return self._submanifold[key]
+
+    def downsample(self, stride: int, kernel_size: int, step: int) -> Downsampling:
+        """Map from level `stride` to level `stride * step` (built once, then reused)."""
+        key = (stride, kernel_size, step)
+        if key not in self._downsampling:
+            coarse_stride = stride * step
+            out_coords, out_table, kmap = downsample(self._coords[stride], self.table(stride),
+                                                     kernel_size, step)
+            if coarse_stride in self._coords:
+                raise ValueError(
+                    f"level {coarse_stride} already exists; a second downsampling to it with "
+                    f"kernel {kernel_size} would give it other coordinates")
+            self._coords[coarse_stride] = out_coords
+            self._tables[coarse_stride] = out_table
+            made = Downsampling(stride, kernel_size, step, kmap)
+            self._downsampling[key] = made
+            self._parent[coarse_stride] = made
+        return self._downsampling[key]
+
+    def upsample(self, stride: int, kernel_size: int) -> Downsampling:
+        """The downsampling that produced level `stride`, to be inverted."""
+        made = self._parent.get(stride)
+        if made is None:
+            raise ValueError(f"no downsampling produced tensor stride {stride}: nothing to invert")
+        if made.kernel_size != kernel_size:
+            raise ValueError(f"level {stride} was made with kernel {made.kernel_size}, "
+                             f"the inverse convolution has kernel {kernel_size}")
+        return made
+
+
+class SparseTensor:
+    """feats float [N, C] on coords int32 [N, 4] (batch, x, y, z)."""
+
+    def __init__(self, feats: torch.Tensor, coords: torch.Tensor, stride: int = 1,
+                 manager: CoordinateManager | None = None, engine: EngineConfig | None = None):
+        if coords.dtype != torch.int32 or coords.dim() != 2 or coords.shape[1] != 4:
+            raise ValueError(f"coords must be int32 [N, 4], got {coords.dtype} {tuple(coords.shape)}")
+        if feats.dim() != 2 or feats.shape[0] != coords.shape[0]:
+            raise ValueError(f"feats must be [{coords.shape[0]}, C], got {tuple(feats.shape)}")
+        if feats.device != coords.device:
+            raise ValueError(f"feats on {feats.device} but coords on {coords.device}")
+        self.feats = feats
+        self.coords = coords
+        self.stride = stride
+        self.manager = manager or CoordinateManager(engine)
+        self.manager.add_level(stride, coords)
+
+    @property
+    def engine(self) -> EngineConfig:
+        return self.manager.engine
+
+    def replace_feats(self, feats: torch.Tensor) -> "SparseTensor":
+        """Same coordinates and maps, new features (row for row)."""
+        return SparseTensor(feats, self.coords, self.stride, self.manager)
+
+    def __len__(self) -> int:
+        return self.coords.shape[0]
+
+    def __repr__(self) -> str:
+        return (f"SparseTensor(n={len(self)}, channels={self.feats.shape[1]}, "
+                f"stride={self.stride}, device={self.feats.device})")
