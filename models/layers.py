@@ -72,6 +72,9 @@ class SparseInverseConv3d(_SparseConv):
     """The exact inverse of the SparseConv3d that produced the input's level: outputs are the
     finer level's coordinates, in its row order."""
 
+    def __init__(self, cin: int, cout: int, kernel_size: int = 2, bias: bool = False):
+        super().__init__(cin, cout, kernel_size, bias)
+
     def forward(self, x: SparseTensor) -> SparseTensor:
         made = x.manager.upsample(x.stride, self.kernel_size)
         fine = made.fine_stride

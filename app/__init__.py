@@ -1,0 +1,1 @@
+"""lidarseg application layer (the HTTP service lands here; for now a command-line demo)."""

@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# Runs HERE (a machine with network access to PyPI), not on the GPU machine.
+#
+# Downloads the CUDA 12.6 build of spconv and everything `import spconv.pytorch` needs that a
+# torch image lacks, for CPython 3.12 on x86_64 Linux, unpacks the wheels into one site folder
+# and packs it with xz into .gpu_carry/ (gitignored; the device tool's carry limit is 64 MiB for
+# everything that travels, so this aims at < 60 MB):
+#   .gpu_carry/site-py312.tar.xz    spconv-cu126, cumm-cu126, pccm, ccimport, pybind11, fire,
+#                                   termcolor, lark, portalocker, ninja
+#   .gpu_carry/numpy-py312.tar.xz   numpy (only unpacked on the GPU machine when its Python
+#                                   has none; the torch image normally brings numpy)
+#   .gpu_carry/MANIFEST.txt         wheel names, sizes, sha256
+# torch is NOT carried: the GPU machine brings its own (torch 2.11 + CUDA 13).
+#
+# Usage (from anywhere):  bash deploy/gpu_check/prepare.sh [PIP]
+#   PIP defaults to .venv/bin/pip (any pip >= 21 works; `pip download` with --python-version
+#   does not need Python 3.12 here).
+set -uo pipefail
+ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
+PIP="${1:-$ROOT/.venv/bin/pip}"
+CARRY="$ROOT/.gpu_carry"
+WORK="$(mktemp -d)"
+trap 'rm -rf "$WORK"' EXIT
+mkdir -p "$CARRY" "$WORK/wheels" "$WORK/site" "$WORK/numpy"
+
+PY=3.12
+# spconv/cumm cu126 wheels are tagged manylinux 2014 (= 2_17) and/or 2_28 depending on release;
+# pip accepts several --platform flags and takes whichever the index has.
+PLATFORMS=(--platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64
+           --platform manylinux2014_x86_64)
+COMMON=(download --no-deps --disable-pip-version-check --python-version "$PY"
+        --implementation cp --only-binary=:all: "${PLATFORMS[@]}" -d "$WORK/wheels")
+
+fail=0
+get() {  # get SPEC...: download wheels, report the exact error on failure
+  if ! "$PIP" "${COMMON[@]}" "$@" >"$WORK/pip.log" 2>&1; then
+    echo "ERROR: pip download $* failed:" >&2
+    cat "$WORK/pip.log" >&2
+    fail=1
+  fi
+}
+
+# Pins: the versions this repo's CPU venv runs (requirements.txt: spconv 2.3.8, cumm 0.7.11).
+get "spconv-cu126==2.3.8"
+get "cumm-cu126==0.7.11"
+# Runtime imports of `import spconv.pytorch` (checked with sys.modules on the CPU build):
+# ccimport, cumm, lark, ninja, pccm, pybind11, spconv; plus fire/termcolor/portalocker declared
+# in the metadata (Requires-Dist of spconv, cumm, pccm, ccimport, fire).
+get "pccm>=0.4.16" "ccimport>=0.4.4" "pybind11>=2.6.0" fire termcolor "lark>=1.0.0" \
+    "portalocker>=2.3.2" ninja
+mkdir -p "$WORK/npwheel"
+if ! "$PIP" download --no-deps --disable-pip-version-check --python-version "$PY" \
+      --implementation cp --only-binary=:all: "${PLATFORMS[@]}" -d "$WORK/npwheel" \
+      "numpy>=1.26,<2.5" >"$WORK/pip.log" 2>&1; then
+  echo "WARNING: numpy download failed (only needed if the GPU image lacks numpy):" >&2
+  cat "$WORK/pip.log" >&2
+fi
+[ "$fail" = 0 ] || { echo "prepare.sh: some downloads failed, nothing packed" >&2; exit 1; }
+
+{
+  echo "# prepared $(date -u +%Y-%m-%dT%H:%M:%SZ) for CPython $PY x86_64"
+  for w in "$WORK"/wheels/*.whl "$WORK"/npwheel/*.whl; do
+    [ -e "$w" ] || continue
+    printf '%s %s %s\n' "$(basename "$w")" "$(stat -c %s "$w")" "$(sha256sum "$w" | cut -d' ' -f1)"
+  done
+} >"$CARRY/MANIFEST.txt"
+
+# A wheel is a zip of its site-packages tree: unzipping is installing (no scripts needed).
+PYTHON="${PYTHON:-python3}"
+unzip_to() { "$PYTHON" - "$@" <<'PYEOF'
+import sys, zipfile
+dest = sys.argv[1]
+for w in sys.argv[2:]:
+    zipfile.ZipFile(w).extractall(dest)
+PYEOF
+}
+unzip_to "$WORK/site" "$WORK"/wheels/*.whl
+ls "$WORK"/npwheel/*.whl >/dev/null 2>&1 && unzip_to "$WORK/numpy" "$WORK"/npwheel/*.whl
+# Byte code is rebuilt on first import; test folders and headers are dead weight here.
+find "$WORK/site" "$WORK/numpy" -name '__pycache__' -type d -prune -exec rm -rf {} +
+
+rm -f "$CARRY"/*.tar.xz
+XZ_OPT=-9e tar -C "$WORK/site" -cJf "$CARRY/site-py312.tar.xz" .
+if [ -n "$(ls -A "$WORK/numpy")" ]; then
+  XZ_OPT=-9e tar -C "$WORK/numpy" -cJf "$CARRY/numpy-py312.tar.xz" .
+fi
+echo "== wheels"; cat "$CARRY/MANIFEST.txt"
+echo "== unpacked site: $(du -sh "$WORK/site" | cut -f1)"
+echo "== carry"; ls -l "$CARRY"; du -cb "$CARRY"/* | tail -1
+total=$(du -cb "$CARRY"/* | tail -1 | cut -f1)
+if [ "$total" -gt $((60 * 1000 * 1000)) ]; then
+  echo "WARNING: .gpu_carry is $total bytes, over the 60 MB target (64 MiB carry limit)" >&2
+fi

@@ -1,0 +1,133 @@
+"""The grouped gather-matmul-scatter engine against the one-entry-at-a-time oracle."""
+import math
+
+import pytest
+import torch
+
+from kernels import CoordHashTable, downsample, submanifold_map
+from kernels.engine import EngineConfig, gather_rows, scatter_add_rows, sparse_conv
+from kernels.grouping import build_plan, csr_by_key
+from kernels.reference import conv_from_entries, map_entries
+from kernels import reference
+from kernels.tuning import GroupingTable
+
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="no CUDA device"))]
+SEPARATE = GroupingTable(defaults={"cpu": (0.0, 0.0), "cuda": (0.0, 0.0)})
+DENSE = GroupingTable(defaults={"cpu": (1.0, math.inf), "cuda": (1.0, math.inf)})
+ADAPTIVE = GroupingTable(defaults={"cpu": (0.3, 1e9), "cuda": (0.3, 1e9)})
+
+
+def random_cloud(n, span, seed, batches=2):
+    gen = torch.Generator().manual_seed(seed)
+    pts = torch.randint(-span, span, (n, 4), generator=gen, dtype=torch.int32)
+    pts[:, 0] = pts[:, 0].abs() % batches
+    pts = torch.unique(pts, dim=0)
+    return pts[torch.randperm(len(pts), generator=gen)].contiguous()
+
+
+def maps_for(coords):
+    table = CoordHashTable.build(coords)
+    sub = submanifold_map(coords, table, 3)
+    _, _, down = downsample(coords, table, 2, 2)
+    return {"subm": sub, "down": down, "up": down.transposed}
+
+
+@pytest.mark.parametrize("kind", ["subm", "down", "up"])
+def test_engine_matches_oracle(kind):
+    coords = random_cloud(300, 6, seed=1)
+    kmap = maps_for(coords)[kind]
+    gen = torch.Generator().manual_seed(2)
+    feats = torch.randn(kmap.num_in, 5, generator=gen, dtype=torch.float64)
+    weight = torch.randn(kmap.kernel_volume, 5, 7, generator=gen, dtype=torch.float64)
+    expected = conv_from_entries(feats, weight, map_entries(kmap), kmap.num_out)
+    for grouping in (SEPARATE, DENSE, ADAPTIVE):
+        out = sparse_conv(feats, weight, kmap, EngineConfig(grouping=grouping))
+        torch.testing.assert_close(out, expected, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("kind", ["subm", "down", "up"])
+@pytest.mark.parametrize("grouping", [SEPARATE, DENSE], ids=["separate", "dense"])
+def test_gradcheck(kind, grouping):
+    coords = random_cloud(60, 3, seed=3)
+    kmap = maps_for(coords)[kind]
+    gen = torch.Generator().manual_seed(4)
+    feats = torch.randn(kmap.num_in, 3, generator=gen, dtype=torch.float64, requires_grad=True)
+    weight = torch.randn(kmap.kernel_volume, 3, 2, generator=gen, dtype=torch.float64,
+                         requires_grad=True)
+    config = EngineConfig(grouping=grouping)
+    assert torch.autograd.gradcheck(lambda f, w: sparse_conv(f, w, kmap, config), (feats, weight))
+
+
+def test_plan_shapes():
+    coords = random_cloud(2000, 10, seed=5, batches=1)
+    kmap = maps_for(coords)["subm"]
+    counts = kmap.counts
+    separate = build_plan(kmap, 0.0, 0.0)
+    # Separate: every symmetric pair is one unpadded bmm of two offsets.
+    for launch in separate.launches:
+        a, b = launch.kernel_indices
+        assert a + b == 26 and counts[a] == counts[b] == launch.height
+    assert separate.rows == sum(counts) - counts[13]
+    dense = build_plan(kmap, 1.0, math.inf)
+    assert len(dense.launches) == 1 and len(dense.launches[0].kernel_indices) == 26
+    assert dense.rows == 26 * max(c for k, c in enumerate(counts) if k != 13)
+    # Padding rows are marked -1 on both sides.
+    assert int((dense.gather_idx < 0).sum()) == int((dense.scatter_idx < 0).sum())
+    assert kmap.plans[(0.0, 0.0)] is separate  # cached on the map
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_deterministic_mode_is_bitwise_repeatable(device):
+    coords = random_cloud(20000, 40, seed=6).to(device)
+    kmap = maps_for(coords)["subm"]
+    feats = torch.randn(kmap.num_in, 32, device=device)
+    weight = torch.randn(27, 32, 32, device=device)
+    config = EngineConfig(deterministic=True)
+    first = sparse_conv(feats, weight, kmap, config)
+    for _ in range(3):
+        assert torch.equal(sparse_conv(feats, weight, kmap, config), first)
+
+
+def test_result_does_not_depend_on_thread_count():
+    coords = random_cloud(20000, 40, seed=7)
+    kmap = maps_for(coords)["subm"]
+    feats = torch.randn(kmap.num_in, 16)
+    weight = torch.randn(27, 16, 16)
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = sparse_conv(feats, weight, kmap, EngineConfig())
+        torch.set_num_threads(2)
+        two = sparse_conv(feats, weight, kmap, EngineConfig())
+    finally:
+        torch.set_num_threads(before)
+    torch.testing.assert_close(one, two, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_gather_and_scatter_kernels(device, dtype):
+    gen = torch.Generator().manual_seed(8)
+    src = torch.randn(50, 9, generator=gen, dtype=dtype).to(device)
+    idx = torch.randint(-1, 50, (200,), generator=gen, dtype=torch.int32).to(device)
+    torch.testing.assert_close(gather_rows(src, idx), reference.gather_rows(src, idx))
+    rows = torch.randn(200, 9, generator=gen, dtype=dtype).to(device)
+    dst = torch.randn(50, 9, generator=gen, dtype=dtype).to(device)
+    expected = reference.scatter_add_rows(rows, dst.clone(), idx)
+    got = scatter_add_rows(rows, dst.clone(), idx, csr_by_key(idx, 50))
+    torch.testing.assert_close(got, expected)
+    if device == "cuda":
+        torch.testing.assert_close(scatter_add_rows(rows, dst.clone(), idx, None), expected)
+
+
+def test_bad_arguments_are_clear():
+    coords = random_cloud(100, 5, seed=9)
+    kmap = maps_for(coords)["subm"]
+    with pytest.raises(ValueError, match="weight must be"):
+        sparse_conv(torch.randn(kmap.num_in, 4), torch.randn(9, 4, 4), kmap, EngineConfig())
+    with pytest.raises(ValueError, match="feats must be"):
+        sparse_conv(torch.randn(3, 4), torch.randn(27, 4, 4), kmap, EngineConfig())
+    with pytest.raises(ValueError, match="unsupported dtype"):
+        sparse_conv(torch.randn(kmap.num_in, 4).half(), torch.randn(27, 4, 4).half(), kmap,
+                    EngineConfig())

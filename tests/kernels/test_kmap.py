@@ -1,0 +1,135 @@
+"""Map building against a brute-force oracle, the seeds' worked example, and error cases."""
+import pytest
+import torch
+from hypothesis import given, settings, strategies as st
+
+from kernels import (CoordHashTable, CoordinateRangeError, DuplicateCoordinateError, downsample,
+                     submanifold_map)
+from kernels.reference import brute_force_map, map_entries, unique_floor
+
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="no CUDA device"))]
+
+
+def coords_tensor(rows, device="cpu"):
+    return torch.tensor(rows, dtype=torch.int32, device=device).reshape(-1, 4)
+
+
+def sub_map(coords, k=3):
+    return submanifold_map(coords, CoordHashTable.build(coords), k)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_seed_five_point_example(device):
+    # The notes' 5 x 5 grid: P0 (1,1), P1 (2,2), P2 (2,4), P3 (3,2), P4 (4,3) on a z = 0 slice.
+    points = [(1, 1), (2, 2), (2, 4), (3, 2), (4, 3)]
+    coords = coords_tensor([(0, r, c, 0) for r, c in points], device)
+    kmap = sub_map(coords)
+    counts = kmap.counts
+    assert sum(counts) == 11
+    assert [c for c in counts if c] == [2, 1, 5, 1, 2]
+    # W(-1,-1): (P0 -> Q1) and (P3 -> Q4), since P = Q + d.
+    ins, outs = kmap.entries(0 * 9 + 0 * 3 + 1)   # d = (-1, -1, 0) -> position (0, 0, 1)
+    assert sorted(zip(ins.tolist(), outs.tolist())) == [(0, 1), (3, 4)]
+    assert kmap.identity == 13 and kmap.bounds[13] == kmap.bounds[14]  # not materialised
+
+
+@st.composite
+def clouds(draw, max_points=40, span=4):
+    n = draw(st.integers(0, max_points))
+    pts = draw(st.lists(st.tuples(st.integers(0, 2), st.integers(-span, span),
+                                  st.integers(-span, span), st.integers(-span, span)),
+                        min_size=n, max_size=n, unique=True))
+    return coords_tensor(pts) if pts else torch.zeros(0, 4, dtype=torch.int32)
+
+
+@settings(max_examples=60, deadline=None)
+@given(cloud=clouds(), kernel=st.sampled_from([1, 3, 5]))
+def test_submanifold_map_matches_oracle(cloud, kernel):
+    kmap = sub_map(cloud, kernel)
+    assert map_entries(kmap) == brute_force_map(cloud, cloud, kernel)
+    counts = kmap.counts
+    assert all(counts[k] == counts[kernel**3 - 1 - k] for k in range(kernel**3))
+
+
+@settings(max_examples=60, deadline=None)
+@given(cloud=clouds(), case=st.sampled_from([(2, 2, 0), (3, 2, 1), (2, 3, 0)]))
+def test_downsample_matches_oracle(cloud, case):
+    kernel, stride, padding = case
+    out_coords, out_table, kmap = downsample(cloud, CoordHashTable.build(cloud), kernel, stride,
+                                             padding)
+    assert torch.equal(out_coords, unique_floor(cloud, stride))
+    assert map_entries(kmap) == brute_force_map(cloud, out_coords, kernel, stride, padding)
+    # The coarse table maps every output coordinate to its row.
+    nbr, _ = out_table.lookup(out_coords)
+    assert torch.equal(nbr[0], torch.arange(len(out_coords), dtype=torch.int32))
+    # Inverse map: the transposed entries, outputs on the finer level.
+    inverse = kmap.transposed
+    assert inverse.num_out == len(cloud) and inverse.num_in == len(out_coords)
+    assert map_entries(inverse) == {(q, p, k) for p, q, k in map_entries(kmap)}
+
+
+def test_k2_downsample_covers_every_input_once():
+    cloud = torch.unique(torch.randint(-50, 50, (3000, 4), dtype=torch.int32), dim=0)
+    cloud[:, 0] = cloud[:, 0].abs() % 3
+    cloud = torch.unique(cloud, dim=0)
+    _, _, kmap = downsample(cloud, CoordHashTable.build(cloud), 2, 2)
+    assert sorted(kmap.in_idx.tolist()) == list(range(len(cloud)))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_maps_are_deterministic(device):
+    gen = torch.Generator().manual_seed(0)
+    cloud = torch.unique(torch.randint(-30, 30, (5000, 4), generator=gen, dtype=torch.int32), dim=0)
+    cloud[:, 0] = 0
+    cloud = torch.unique(cloud, dim=0)[torch.randperm(len(torch.unique(cloud, dim=0)), generator=gen)]
+    cloud = cloud.to(device)
+    a, b = sub_map(cloud), sub_map(cloud)
+    assert torch.equal(a.in_idx, b.in_idx) and torch.equal(a.out_idx, b.out_idx)
+    da, db = downsample(cloud, CoordHashTable.build(cloud)), downsample(cloud, CoordHashTable.build(cloud))
+    assert torch.equal(da[0], db[0]) and torch.equal(da[2].in_idx, db[2].in_idx)
+
+
+def test_duplicates_are_rejected_with_rows():
+    cloud = coords_tensor([(0, 1, 2, 3), (0, 4, 5, 6), (0, 1, 2, 3)])
+    with pytest.raises(DuplicateCoordinateError, match=r"\[0, 1, 2, 3\].*rows \[0, 2\]"):
+        CoordHashTable.build(cloud)
+
+
+@pytest.mark.parametrize("bad", [(0, 131072, 0, 0), (0, 0, -131073, 0), (1023, 0, 0, 0), (-1, 0, 0, 0)])
+def test_out_of_range_is_an_error_not_a_wrap(bad):
+    with pytest.raises(CoordinateRangeError, match="outside the supported range"):
+        CoordHashTable.build(coords_tensor([(0, 0, 0, 0), bad]))
+
+
+def test_lookup_outside_range_misses_instead_of_aliasing():
+    table = CoordHashTable.build(coords_tensor([(0, -131072, 0, 0), (0, 131071, 5, 5)]))
+    nbr, counts = table.lookup(coords_tensor([(0, 131072, 0, 0), (0, -131072, 0, 0),
+                                              (0, 131071, 5, 5), (0, 3, 3, 3)]))
+    assert nbr[0].tolist() == [-1, 0, 1, -1] and counts.tolist() == [2]
+    # Offsets that step past the edge miss too.
+    nbr, _ = table.lookup(coords_tensor([(0, 131071, 5, 5)]), 1,
+                          torch.tensor([[1, 0, 0]], dtype=torch.int32))
+    assert nbr.tolist() == [[-1]]
+
+
+def test_empty_cloud():
+    empty = torch.zeros(0, 4, dtype=torch.int32)
+    kmap = sub_map(empty)
+    assert kmap.num_in == 0 and kmap.in_idx.numel() == 0 and sum(kmap.counts) == 0
+    out_coords, _, dmap = downsample(empty, CoordHashTable.build(empty))
+    assert out_coords.shape == (0, 4) and dmap.in_idx.numel() == 0
+
+
+def test_capacity_and_load_factor():
+    from kernels.hashtable import capacity_for
+    assert capacity_for(0) == 16 and capacity_for(8) == 16 and capacity_for(9) == 32
+    for n in (100, 91767, 1 << 20):
+        cap = capacity_for(n)
+        assert cap & (cap - 1) == 0 and n / cap <= 0.5 < 2 * n / cap
+
+
+def test_bad_coords_dtype():
+    from kernels import CoordinateError
+    with pytest.raises(CoordinateError, match="int32"):
+        CoordHashTable.build(torch.zeros(3, 4, dtype=torch.int64))
