@@ -2,10 +2,13 @@
 
 Weight-stationary: the identity offset is one mm over all rows; every other launch of the plan
 (kernels/grouping.py) gathers its input rows into a buffer, runs one mm or bmm, and the partial
-sums are scatter-added into the output. On the CPU the scatter always walks each output row's
-contributions in buffer order (no atomics), so results are bitwise reproducible. On CUDA the
-default scatter uses float atomics; EngineConfig(deterministic=True) switches to the ordered
-scatter. fp16 on CUDA accumulates scatters in fp32.
+sums are scatter-added into the output.
+- CPU: launch by launch with cache-sized buffers; within one offset the output rows are
+  distinct, so each offset's scatter runs in parallel without atomics and every output row adds
+  its offsets in plan order: bitwise reproducible, for any thread count.
+- CUDA: one gather, the matmuls, one scatter. The default scatter uses float atomics;
+  EngineConfig(deterministic=True) switches to a scatter ordered by output row (CSR) with no
+  float atomics. fp16 accumulates scatters in fp32.
 """
 from __future__ import annotations
 
@@ -15,7 +18,7 @@ from dataclasses import dataclass, field
 import torch
 
 from . import backend
-from .grouping import ExecutionPlan, build_plan
+from .grouping import ExecutionPlan, Launch, build_plan
 from .kmap import KernelMap
 from .tuning import GroupingTable
 
@@ -85,37 +88,80 @@ def scatter_add_rows(src: torch.Tensor, dst: torch.Tensor, idx: torch.Tensor,
     return dst
 
 
-def _run_launches(buffer: torch.Tensor, weight: torch.Tensor, plan: ExecutionPlan,
-                  out: torch.Tensor | None = None) -> torch.Tensor:
-    """Every launch's rows of `buffer` [R, Cin] times its offsets' weights -> [R, Cout]."""
-    if out is None:
-        out = torch.empty(buffer.shape[0], weight.shape[2], dtype=buffer.dtype,
-                          device=buffer.device)
+def scatter_add_unique(src: torch.Tensor, dst: torch.Tensor, idx: torch.Tensor) -> None:
+    """dst[idx[i]] += src[i] where the non-negative idx are distinct (one kernel offset's rows):
+    no atomics, no ordering needed (CPU)."""
+    backend.call(f"scatter_add_unique_{backend.DTYPE_SUFFIX[src.dtype]}", src.device,
+                 backend.ptr(src), backend.i64(src.shape[0]), backend.i64(src.shape[1]),
+                 backend.ptr(idx), backend.ptr(dst))
+
+
+def _matmul(buffer: torch.Tensor, weight: torch.Tensor, launch: Launch, out: torch.Tensor) -> None:
+    """One launch: [n*h, Cin] rows times the weights of its n offsets -> out [n*h, Cout]."""
+    n, h = len(launch.kernel_indices), launch.height
+    if n == 1:
+        torch.mm(buffer, weight[launch.kernel_indices[0]], out=out)
+    else:
+        w = weight[list(launch.kernel_indices)]                         # [n, Cin, Cout]
+        torch.bmm(buffer.view(n, h, -1), w, out=out.view(n, h, -1))
+
+
+def _stream_launches(src, weight, plan: ExecutionPlan, dst, src_idx, dst_idx,
+                     workspace: Workspace | None) -> None:
+    """CPU path: launch by launch, gather -> mm/bmm -> scatter each offset's rows (distinct
+    outputs, so no atomics). Buffers hold one launch, small enough to stay in cache; every output
+    row receives its offsets in plan order, for any thread count."""
+    biggest = max((launch.rows for launch in plan.launches), default=0)
+    cin, cout = weight.shape[1], weight.shape[2]
+    ws = workspace or Workspace()
+    gathered_all = ws.get(0, biggest, cin, src.dtype, src.device)
+    partial_all = ws.get(1, biggest, cout, src.dtype, src.device)
     for launch in plan.launches:
-        n, h = len(launch.kernel_indices), launch.height
-        rows = slice(launch.start, launch.start + n * h)
-        if n == 1:
-            torch.mm(buffer[rows], weight[launch.kernel_indices[0]], out=out[rows])
-        else:
-            w = weight[list(launch.kernel_indices)]                     # [n, Cin, Cout]
-            torch.bmm(buffer[rows].view(n, h, -1), w, out=out[rows].view(n, h, -1))
-    return out
+        lo, hi = launch.start, launch.start + launch.rows
+        gathered = gather_rows(src, src_idx[lo:hi], gathered_all[: launch.rows])
+        partial = partial_all[: launch.rows]
+        _matmul(gathered, weight, launch, partial)
+        for j in range(len(launch.kernel_indices)):
+            rows = slice(j * launch.height, (j + 1) * launch.height)
+            scatter_add_unique(partial[rows], dst, dst_idx[lo:hi][rows])
 
 
-def _weight_grads(buffer: torch.Tensor, grad_buffer: torch.Tensor, weight: torch.Tensor,
-                  plan: ExecutionPlan) -> torch.Tensor:
-    """dW[k] = gathered inputs of k (transposed) @ gathered output grads of k."""
+def _buffered_launches(src, weight, plan: ExecutionPlan, dst, src_idx, dst_idx, csr) -> None:
+    """CUDA path: one gather of every launch's rows, the matmuls, one scatter (ordered by `csr`
+    in deterministic mode, float atomics otherwise)."""
+    gathered = gather_rows(src, src_idx)                                # [R, Cin]
+    partial = torch.empty(plan.rows, weight.shape[2], dtype=src.dtype, device=src.device)
+    for launch in plan.launches:
+        rows = slice(launch.start, launch.start + launch.rows)
+        _matmul(gathered[rows], weight, launch, partial[rows])
+    scatter_add_rows(partial, dst, dst_idx, csr)
+
+
+def _weight_grads(feats, grad_out, weight, plan: ExecutionPlan) -> torch.Tensor:
+    """dW[k] = (gathered inputs of k)^T @ (gathered output grads of k); padding rows are zero."""
     grad_w = torch.zeros_like(weight)
     for launch in plan.launches:
         n, h = len(launch.kernel_indices), launch.height
-        rows = slice(launch.start, launch.start + n * h)
-        a = buffer[rows].view(n, h, -1).transpose(1, 2)                 # [n, Cin, h]
-        grad_w[list(launch.kernel_indices)] = torch.bmm(a, grad_buffer[rows].view(n, h, -1))
+        lo, hi = launch.start, launch.start + launch.rows
+        a = gather_rows(feats, plan.gather_idx[lo:hi]).view(n, h, -1)    # [n, h, Cin]
+        g = gather_rows(grad_out, plan.scatter_idx[lo:hi]).view(n, h, -1)  # [n, h, Cout]
+        grad_w[list(launch.kernel_indices)] = torch.bmm(a.transpose(1, 2), g)
+    if plan.identity is not None:
+        grad_w[plan.identity] += feats.t() @ grad_out
     return grad_w
 
 
-def _use_csr(device: torch.device, deterministic: bool) -> bool:
-    return device.type == "cpu" or deterministic
+def _apply(src, weight, plan, dst, transposed: bool, deterministic: bool, workspace) -> None:
+    """dst += the non-identity part of the conv (transposed: grads flow out -> in)."""
+    if not plan.rows:
+        return
+    src_idx, dst_idx = (plan.scatter_idx, plan.gather_idx) if transposed else \
+        (plan.gather_idx, plan.scatter_idx)
+    if src.device.type == "cpu":
+        _stream_launches(src, weight, plan, dst, src_idx, dst_idx, workspace)
+    else:
+        csr = (plan.gather_csr if transposed else plan.scatter_csr) if deterministic else None
+        _buffered_launches(src, weight, plan, dst, src_idx, dst_idx, csr)
 
 
 class _SparseConvFunction(torch.autograd.Function):
@@ -127,24 +173,16 @@ class _SparseConvFunction(torch.autograd.Function):
             out = torch.mm(feats, weight[plan.identity])                # [N, Cout]
         else:
             out = feats.new_zeros(plan.num_out, weight.shape[2])
-        rows, cin, cout = plan.rows, weight.shape[1], weight.shape[2]
-        scratch = (workspace.get(0, rows, cin, feats.dtype, feats.device) if workspace else None,
-                   workspace.get(1, rows, cout, feats.dtype, feats.device) if workspace else None)
-        buffer = gather_rows(feats, plan.gather_idx, scratch[0])        # [R, Cin]
-        if plan.rows:
-            partial = _run_launches(buffer, weight, plan, scratch[1])   # [R, Cout]
-            csr = plan.scatter_csr if _use_csr(feats.device, deterministic) else None
-            scatter_add_rows(partial, out, plan.scatter_idx, csr)
-        ctx.save_for_backward(feats, weight, buffer)
+        _apply(feats, weight, plan, out, False, deterministic, workspace)
+        ctx.save_for_backward(feats, weight)
         ctx.plan, ctx.deterministic = plan, deterministic
         return out
 
     @staticmethod
     def backward(ctx, grad_out):
-        feats, weight, buffer = ctx.saved_tensors
+        feats, weight = ctx.saved_tensors
         plan: ExecutionPlan = ctx.plan
         grad_out = grad_out.contiguous()
-        grad_buffer = gather_rows(grad_out, plan.scatter_idx)           # [R, Cout]
         grad_feats = grad_weight = None
         if ctx.needs_input_grad[0]:
             w_t = weight.transpose(1, 2).contiguous()                   # [K, Cout, Cin]
@@ -152,14 +190,9 @@ class _SparseConvFunction(torch.autograd.Function):
                 grad_feats = torch.mm(grad_out, w_t[plan.identity])
             else:
                 grad_feats = grad_out.new_zeros(plan.num_in, weight.shape[1])
-            if plan.rows:
-                partial = _run_launches(grad_buffer, w_t, plan)         # [R, Cin]
-                csr = plan.gather_csr if _use_csr(grad_out.device, ctx.deterministic) else None
-                scatter_add_rows(partial, grad_feats, plan.gather_idx, csr)
+            _apply(grad_out, w_t, plan, grad_feats, True, ctx.deterministic, None)
         if ctx.needs_input_grad[1]:
-            grad_weight = _weight_grads(buffer, grad_buffer, weight, plan)
-            if plan.identity is not None:
-                grad_weight[plan.identity] += feats.t() @ grad_out
+            grad_weight = _weight_grads(feats, grad_out, weight, plan)
         return grad_feats, grad_weight, None, None, None
 
 

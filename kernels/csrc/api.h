@@ -52,6 +52,14 @@ LS_API int ls_scatter_add_csr_f32_cpu(const float* src, int64_t c, const int64_t
 LS_API int ls_scatter_add_csr_f64_cpu(const double* src, int64_t c, const int64_t* ptr,
                                       const int32_t* rows, int64_t n_out, double* dst);
 
+// dst[idx[i]] += src[i] for i in [0, m), idx < 0 skipped. The caller guarantees that the
+// non-negative idx are distinct (true for the rows of one kernel offset), so rows update in
+// parallel without atomics and every output row sees its offsets in call order.
+LS_API int ls_scatter_add_unique_f32_cpu(const float* src, int64_t m, int64_t c,
+                                         const int32_t* idx, float* dst);
+LS_API int ls_scatter_add_unique_f64_cpu(const double* src, int64_t m, int64_t c,
+                                         const int32_t* idx, double* dst);
+
 // ---- CUDA twins (cuda/*.cu, liblidarseg_cuda.so): the same arguments as device pointers, plus
 // the stream. Compaction and CSR construction on CUDA use torch ops (nonzero, stable sort) that
 // produce the same order as the CPU functions above, so no _cuda twin exists for them.

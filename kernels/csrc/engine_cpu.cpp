@@ -41,6 +41,20 @@ int scatter_add_csr(const T* src, int64_t c, const int64_t* ptr, const int32_t* 
   return lidarseg::kStatusOk;
 }
 
+template <typename T>
+int scatter_add_unique(const T* src, int64_t m, int64_t c, const int32_t* idx, T* dst) {
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < m; ++i) {
+    const int32_t o = idx[i];
+    if (o < 0) continue;
+    T* out = dst + (int64_t)o * c;
+    const T* in = src + i * c;
+#pragma omp simd
+    for (int64_t x = 0; x < c; ++x) out[x] += in[x];
+  }
+  return lidarseg::kStatusOk;
+}
+
 }  // namespace
 
 LS_API int ls_gather_rows_f32_cpu(const float* src, int64_t n, int64_t c, const int32_t* idx,
@@ -58,4 +72,12 @@ LS_API int ls_scatter_add_csr_f32_cpu(const float* src, int64_t c, const int64_t
 LS_API int ls_scatter_add_csr_f64_cpu(const double* src, int64_t c, const int64_t* ptr,
                                       const int32_t* rows, int64_t n_out, double* dst) {
   return scatter_add_csr(src, c, ptr, rows, n_out, dst);
+}
+LS_API int ls_scatter_add_unique_f32_cpu(const float* src, int64_t m, int64_t c,
+                                         const int32_t* idx, float* dst) {
+  return scatter_add_unique(src, m, c, idx, dst);
+}
+LS_API int ls_scatter_add_unique_f64_cpu(const double* src, int64_t m, int64_t c,
+                                         const int32_t* idx, double* dst) {
+  return scatter_add_unique(src, m, c, idx, dst);
 }
