@@ -153,12 +153,9 @@ def spconv_available(device: str) -> tuple[bool, str]:
     except Exception as exc:  # missing wheel, or a wheel built for another CUDA
         return False, f"spconv not importable: {exc}"
     if device == "cuda":
-        from spconv.pytorch.cppcore import is_cpu_only_build  # type: ignore
-        try:
-            if is_cpu_only_build():
-                return False, "this spconv wheel is a CPU-only build"
-        except Exception:
-            pass
+        from spconv.cppconstants import CPU_ONLY_BUILD
+        if CPU_ONLY_BUILD:
+            return False, "this spconv wheel is a CPU-only build (install spconv-cu126)"
     return True, ""
 
 

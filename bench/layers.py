@@ -237,7 +237,8 @@ class Bench:
             self.out(f"\n== {frame.name}: {len(frame.points)} points -> {len(coords)} voxels"
                      f" at {args.voxel} m")
             for threads in thread_list:
-                common.set_threads(threads)
+                if not self.cuda:
+                    common.set_threads(threads)
                 label = f"threads={threads}" if not self.cuda else "cuda"
                 wrong = not self.cuda and threads > 1
                 self.out(f" -- {label}" + (" (spconv: incorrect results, timing only)"

@@ -9,6 +9,8 @@
 #                                   termcolor, lark, portalocker, ninja
 #   .gpu_carry/numpy-py312.tar.xz   numpy (only unpacked on the GPU machine when its Python
 #                                   has none; the torch image normally brings numpy)
+#   .gpu_carry/testdeps-py3.tar.xz  pytest 9.2.0, hypothesis 6.170.17 and their pure-Python deps
+#                                   (only put on the path there when the image lacks them)
 #   .gpu_carry/MANIFEST.txt         wheel names, sizes, sha256
 # torch is NOT carried: the GPU machine brings its own (torch 2.11 + CUDA 13).
 #
@@ -55,11 +57,20 @@ if ! "$PIP" download --no-deps --disable-pip-version-check --python-version "$PY
   echo "WARNING: numpy download failed (only needed if the GPU image lacks numpy):" >&2
   cat "$WORK/pip.log" >&2
 fi
+# Test runner (pure Python; only put on the path there when the image has no pytest/hypothesis).
+mkdir -p "$WORK/testwheels"
+if ! "$PIP" download --no-deps --disable-pip-version-check --python-version "$PY" \
+      --implementation cp --only-binary=:all: "${PLATFORMS[@]}" -d "$WORK/testwheels" \
+      "pytest==9.2.0" "hypothesis==6.170.17" "pluggy>=1.6,<2" "iniconfig>=2" "packaging>=24" \
+      "pygments>=2.15" "sortedcontainers>=2.1,<3" >"$WORK/pip.log" 2>&1; then
+  echo "WARNING: test-runner download failed (only needed if the GPU image lacks pytest):" >&2
+  cat "$WORK/pip.log" >&2
+fi
 [ "$fail" = 0 ] || { echo "prepare.sh: some downloads failed, nothing packed" >&2; exit 1; }
 
 {
   echo "# prepared $(date -u +%Y-%m-%dT%H:%M:%SZ) for CPython $PY x86_64"
-  for w in "$WORK"/wheels/*.whl "$WORK"/npwheel/*.whl; do
+  for w in "$WORK"/wheels/*.whl "$WORK"/npwheel/*.whl "$WORK"/testwheels/*.whl; do
     [ -e "$w" ] || continue
     printf '%s %s %s\n' "$(basename "$w")" "$(stat -c %s "$w")" "$(sha256sum "$w" | cut -d' ' -f1)"
   done
@@ -76,13 +87,35 @@ PYEOF
 }
 unzip_to "$WORK/site" "$WORK"/wheels/*.whl
 ls "$WORK"/npwheel/*.whl >/dev/null 2>&1 && unzip_to "$WORK/numpy" "$WORK"/npwheel/*.whl
-# Byte code is rebuilt on first import; test folders and headers are dead weight here.
-find "$WORK/site" "$WORK/numpy" -name '__pycache__' -type d -prune -exec rm -rf {} +
+mkdir -p "$WORK/testdeps"
+ls "$WORK"/testwheels/*.whl >/dev/null 2>&1 && unzip_to "$WORK/testdeps" "$WORK"/testwheels/*.whl
+# Byte code is rebuilt on first import.
+find "$WORK/site" "$WORK/numpy" "$WORK/testdeps" -name '__pycache__' -type d -prune \
+  -exec rm -rf {} +
 
 rm -f "$CARRY"/*.tar.xz
 XZ_OPT=-9e tar -C "$WORK/site" -cJf "$CARRY/site-py312.tar.xz" .
 if [ -n "$(ls -A "$WORK/numpy")" ]; then
   XZ_OPT=-9e tar -C "$WORK/numpy" -cJf "$CARRY/numpy-py312.tar.xz" .
+fi
+if [ -n "$(ls -A "$WORK/testdeps")" ]; then
+  XZ_OPT=-9e tar -C "$WORK/testdeps" -cJf "$CARRY/testdeps-py3.tar.xz" .
+fi
+# The real frames the tests, bench.layers and the tuner read (repo_root.parent/shared/data/real here; the GPU
+# machine gets only the repo). They go into the gitignored carry folder, never into tracked
+# files; run.sh unpacks them outside the repo. NO_FRAMES=1 skips this (then the GPU bench has no
+# data and its step fails).
+DATA="${DATA:-$ROOT/../shared/data/real}"
+# The frames tests/conftest.py lists (the bench and tuner use a subset of them).
+FRAMES=(semantickitti/seq00_000000.bin semantickitti/spvnas_000000.bin
+        semantickitti/seq00_000000_subset50.bin
+        "nuscenes/n015-2018-07-24-11-22-45+0800__LIDAR_TOP__1532402927647951.pcd.bin"
+        ouster/os1-128_lb_n3_scan0_xyzr.bin)
+if [ "${NO_FRAMES:-0}" != 1 ]; then
+  if ! XZ_OPT=-9 tar -C "$DATA" -cJf "$CARRY/frames-real.tar.xz" "${FRAMES[@]}"; then
+    echo "WARNING: could not pack the real frames from $DATA" >&2
+    rm -f "$CARRY/frames-real.tar.xz"
+  fi
 fi
 echo "== wheels"; cat "$CARRY/MANIFEST.txt"
 echo "== unpacked site: $(du -sh "$WORK/site" | cut -f1)"
