@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import os
+import platform
 import shutil
 import subprocess
 import sys
@@ -26,6 +27,9 @@ CPU_SOURCES = sorted(CSRC.glob("*_cpu.cpp"))
 CUDA_SOURCES = sorted((CSRC / "cuda").glob("*.cu"))
 HEADERS = sorted(CSRC.glob("*.h")) + sorted((CSRC / "cuda").glob("*.h"))
 CXX_FLAGS = ["-O3", "-std=c++17", "-fPIC", "-shared", "-fopenmp", "-Wall", "-Wextra"]
+# The library is compiled on the machine that runs it (first use, or deploy/setup.sh), so it may
+# use that CPU's vector units; LIDARSEG_CPU_ARCH overrides (e.g. "armv8.2-a" or "x86-64-v3").
+CPU_ARCH = os.environ.get("LIDARSEG_CPU_ARCH", "native")
 DEFAULT_CUDA_ARCHS = ("87", "90")  # Jetson Orin, H100 / H200
 
 
@@ -69,7 +73,9 @@ def _build(name: str, sources: list[Path], cmd_for, flags: list[str]) -> Path:
 def build_cpu() -> Path:
     """Compiles liblidarseg_cpu.so (g++ and OpenMP) and returns its path."""
     cxx = os.environ.get("CXX", "g++")
-    flags = list(CXX_FLAGS)
+    flags = [*CXX_FLAGS, f"-march={CPU_ARCH}" if CPU_ARCH != "native" else "-march=native"]
+    if platform.machine() == "aarch64" and CPU_ARCH == "native":
+        flags[-1] = "-mcpu=native"  # gcc on ARM spells it -mcpu
     return _build(
         "liblidarseg_cpu",
         CPU_SOURCES,

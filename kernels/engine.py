@@ -53,8 +53,9 @@ class EngineConfig:
     workspace: Workspace = field(default_factory=Workspace, compare=False, repr=False)
 
     def plan(self, kmap: KernelMap, cin: int, cout: int, device: torch.device) -> ExecutionPlan:
-        epsilon, threshold = self.grouping.choose(device.type, kmap.kernel_volume, cin, cout)
-        return build_plan(kmap, epsilon, threshold)
+        epsilon, threshold, dataflow = self.grouping.choose(device.type, kmap.kernel_volume,
+                                                            cin, cout)
+        return build_plan(kmap, epsilon, threshold, fused=dataflow == "fused")
 
 
 def gather_rows(src: torch.Tensor, idx: torch.Tensor, dst: torch.Tensor | None = None):
@@ -151,6 +152,22 @@ def _weight_grads(feats, grad_out, weight, plan: ExecutionPlan) -> torch.Tensor:
     return grad_w
 
 
+def _fused(src, weight, plan: ExecutionPlan, dst, transposed: bool) -> bool:
+    """CPU fused gather-GEMM-scatter (csrc/fused_cpu.cpp), offsets in plan order. Returns False
+    where it does not apply (not fp32, or channels not a multiple of the vector width)."""
+    lib = backend.library("cpu")
+    if src.dtype != torch.float32 or weight.shape[2] % lib.ls_fused_lanes_cpu() != 0:
+        return False
+    kmap = plan.kmap
+    in_idx, out_idx = (kmap.out_idx, kmap.in_idx) if transposed else (kmap.in_idx, kmap.out_idx)
+    order = plan.kernel_order
+    backend.call("fused_conv_f32", src.device, backend.ptr(src), backend.i64(src.shape[1]),
+                 backend.ptr(weight), backend.i64(weight.shape[2]), backend.ptr(in_idx),
+                 backend.ptr(out_idx), backend.ptr(plan.bounds), backend.ptr(order),
+                 backend.i64(order.numel()), backend.ptr(dst))
+    return True
+
+
 def _apply(src, weight, plan, dst, transposed: bool, deterministic: bool, workspace) -> None:
     """dst += the non-identity part of the conv (transposed: grads flow out -> in)."""
     if not plan.rows:
@@ -158,6 +175,8 @@ def _apply(src, weight, plan, dst, transposed: bool, deterministic: bool, worksp
     src_idx, dst_idx = (plan.scatter_idx, plan.gather_idx) if transposed else \
         (plan.gather_idx, plan.scatter_idx)
     if src.device.type == "cpu":
+        if plan.fused and _fused(src, weight, plan, dst, transposed):
+            return
         _stream_launches(src, weight, plan, dst, src_idx, dst_idx, workspace)
     else:
         csr = (plan.gather_csr if transposed else plan.scatter_csr) if deterministic else None

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -76,10 +76,22 @@ class ExecutionPlan:
     num_in: int
     num_out: int
     identity: int | None
+    kmap: KernelMap = field(repr=False)
+    fused: bool = False  # CPU: run fused gather-GEMM-scatter over the map instead of launches
 
     @property
     def rows(self) -> int:
         return self.gather_idx.numel()
+
+    @functools.cached_property
+    def kernel_order(self) -> torch.Tensor:
+        """int32 offsets in launch order (what the fused CPU path walks)."""
+        order = [k for launch in self.launches for k in launch.kernel_indices]
+        return torch.tensor(order, dtype=torch.int32)
+
+    @functools.cached_property
+    def bounds(self) -> torch.Tensor:
+        return torch.tensor(self.kmap.bounds, dtype=torch.int64)
 
     @functools.cached_property
     def scatter_csr(self) -> tuple[torch.Tensor, torch.Tensor]:
@@ -92,9 +104,10 @@ class ExecutionPlan:
         return csr_by_key(self.gather_idx, self.num_in)
 
 
-def build_plan(kmap: KernelMap, epsilon: float, threshold: float) -> ExecutionPlan:
+def build_plan(kmap: KernelMap, epsilon: float, threshold: float,
+               fused: bool = False) -> ExecutionPlan:
     """The plan for (epsilon, S), cached on the map so every layer at this level reuses it."""
-    key = (float(epsilon), float(threshold))
+    key = (float(epsilon), float(threshold), fused)
     if key in kmap.plans:
         return kmap.plans[key]
     launches = plan_launches(kmap, epsilon, threshold)
@@ -108,7 +121,7 @@ def build_plan(kmap: KernelMap, epsilon: float, threshold: float) -> ExecutionPl
             gather_idx[lo:lo + len(ins)] = ins
             scatter_idx[lo:lo + len(outs)] = outs
     plan = ExecutionPlan(tuple(launches), gather_idx, scatter_idx, kmap.num_in, kmap.num_out,
-                         kmap.identity)
+                         kmap.identity, kmap, fused)
     kmap.plans[key] = plan
     return plan
 

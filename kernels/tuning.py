@@ -2,9 +2,12 @@
 
 File format (JSON):
     {"version": 1,
-     "defaults": {"cpu": {"epsilon": 0.0, "S": 0}, "cuda": {"epsilon": 0.3, "S": 65536}},
+     "defaults": {"cpu": {"epsilon": 0.0, "S": 0, "dataflow": "fused"},
+                  "cuda": {"epsilon": 0.3, "S": 65536}},
      "entries": {"cpu/k27/64x64": {"epsilon": 0.0, "S": 0, "ms": {...measurements...}}, ...}}
-S may be the string "inf". A shape missing from `entries` takes the entry of the same device and
+S may be the string "inf". "dataflow" is "grouped" (gather, grouped mm/bmm, scatter: the default)
+or "fused" (CPU only: fetch-on-demand gather-GEMM-scatter in one kernel, offsets in the order the
+grouping gives). A shape missing from `entries` takes the entry of the same device and
 kernel volume with the nearest Cin * Cout, then the device default.
 """
 from __future__ import annotations
@@ -18,7 +21,7 @@ from types import MappingProxyType
 from typing import Mapping
 
 DEFAULT_PATH = Path(__file__).resolve().parent / "tuned" / "grouping.json"
-BUILTIN_DEFAULTS = {"cpu": (0.0, 0.0), "cuda": (0.3, 65536.0)}
+BUILTIN_DEFAULTS = {"cpu": (0.0, 0.0, "fused"), "cuda": (0.3, 65536.0, "grouped")}
 
 
 def shape_key(device_type: str, kernel_volume: int, cin: int, cout: int) -> str:
@@ -29,6 +32,13 @@ def _threshold(value) -> float:
     return math.inf if value in ("inf", None) else float(value)
 
 
+def _setting(v: dict, fallback: str = "grouped") -> tuple[float, float, str]:
+    dataflow = v.get("dataflow", fallback)
+    if dataflow not in ("grouped", "fused"):
+        raise ValueError(f"unknown dataflow {dataflow!r} (grouped or fused)")
+    return float(v["epsilon"]), _threshold(v["S"]), dataflow
+
+
 @dataclass(frozen=True)
 class GroupingTable:
     entries: Mapping[str, tuple[float, float]] = field(default_factory=dict)
@@ -36,26 +46,26 @@ class GroupingTable:
         default_factory=lambda: MappingProxyType(dict(BUILTIN_DEFAULTS)))
 
     def choose(self, device_type: str, kernel_volume: int, cin: int, cout: int):
-        """(epsilon, S) for one layer shape on one device type."""
-        exact = self.entries.get(shape_key(device_type, kernel_volume, cin, cout))
-        if exact is not None:
-            return exact
-        prefix = f"{device_type}/k{kernel_volume}/"
-        near = [(abs(math.log(int(a) * int(b) / (cin * cout))), v)
-                for key, v in self.entries.items() if key.startswith(prefix)
-                for a, b in [key[len(prefix):].split("x")]]
-        if near:
-            return min(near, key=lambda t: t[0])[1]
-        return self.defaults.get(device_type, BUILTIN_DEFAULTS["cpu"])
+        """(epsilon, S, dataflow) for one layer shape on one device type."""
+        found = self.entries.get(shape_key(device_type, kernel_volume, cin, cout))
+        if found is None:
+            prefix = f"{device_type}/k{kernel_volume}/"
+            near = [(abs(math.log(int(a) * int(b) / (cin * cout))), v)
+                    for key, v in self.entries.items() if key.startswith(prefix)
+                    for a, b in [key[len(prefix):].split("x")]]
+            found = min(near, key=lambda t: t[0])[1] if near else \
+                self.defaults.get(device_type, BUILTIN_DEFAULTS["cpu"])
+        return (*found, "grouped") if len(found) == 2 else tuple(found)
 
     @classmethod
     def from_json(cls, data: dict) -> "GroupingTable":
         if data.get("version") != 1:
             raise ValueError(f"unsupported grouping file version {data.get('version')!r}")
-        entries = {k: (float(v["epsilon"]), _threshold(v["S"])) for k, v in data["entries"].items()}
         defaults = dict(BUILTIN_DEFAULTS)
-        defaults.update({k: (float(v["epsilon"]), _threshold(v["S"]))
+        defaults.update({k: _setting(v, BUILTIN_DEFAULTS.get(k, ("", "", "grouped"))[2])
                          for k, v in data.get("defaults", {}).items()})
+        entries = {k: _setting(v, defaults.get(k.split("/")[0], ("", "", "grouped"))[2])
+                   for k, v in data["entries"].items()}
         return cls(MappingProxyType(entries), MappingProxyType(defaults))
 
     @classmethod

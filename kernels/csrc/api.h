@@ -60,6 +60,16 @@ LS_API int ls_scatter_add_unique_f32_cpu(const float* src, int64_t m, int64_t c,
 LS_API int ls_scatter_add_unique_f64_cpu(const double* src, int64_t m, int64_t c,
                                          const int32_t* idx, double* dst);
 
+// Fused gather-GEMM-scatter over the map (fused_cpu.cpp): for each kernel index k in
+// kernel_order, out[out_idx[e]] += x[in_idx[e]] @ w[k] for e in [bounds[k], bounds[k + 1]).
+// x [n_in, cin], w [K, cin, cout], out [n_out, cout]; cout must be a multiple of
+// ls_fused_lanes_cpu() (the vector width this build was compiled for).
+LS_API int ls_fused_lanes_cpu(void);
+LS_API int ls_fused_conv_f32_cpu(const float* x, int64_t cin, const float* w, int64_t cout,
+                                 const int32_t* in_idx, const int32_t* out_idx,
+                                 const int64_t* bounds, const int32_t* kernel_order,
+                                 int64_t num_kernels, float* out);
+
 // ---- CUDA twins (cuda/*.cu, liblidarseg_cuda.so): the same arguments as device pointers, plus
 // the stream. Compaction and CSR construction on CUDA use torch ops (nonzero, stable sort) that
 // produce the same order as the CPU functions above, so no _cuda twin exists for them.

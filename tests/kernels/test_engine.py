@@ -16,6 +16,7 @@ DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
 SEPARATE = GroupingTable(defaults={"cpu": (0.0, 0.0), "cuda": (0.0, 0.0)})
 DENSE = GroupingTable(defaults={"cpu": (1.0, math.inf), "cuda": (1.0, math.inf)})
 ADAPTIVE = GroupingTable(defaults={"cpu": (0.3, 1e9), "cuda": (0.3, 1e9)})
+FUSED = GroupingTable(defaults={"cpu": (0.0, 0.0, "fused"), "cuda": (0.0, 0.0, "grouped")})
 
 
 def random_cloud(n, span, seed, batches=2):
@@ -47,6 +48,29 @@ def test_engine_matches_oracle(kind):
 
 
 @pytest.mark.parametrize("kind", ["subm", "down", "up"])
+@pytest.mark.parametrize("cin, cout", [(4, 16), (16, 32), (64, 64), (32, 80), (96, 48), (8, 7)])
+def test_fused_cpu_dataflow_matches_oracle(kind, cin, cout):
+    # fp32 fused gather-GEMM-scatter (any channel count; falls back where it cannot run).
+    coords = random_cloud(400, 6, seed=11)
+    kmap = maps_for(coords)[kind]
+    gen = torch.Generator().manual_seed(12)
+    feats = torch.randn(kmap.num_in, cin, generator=gen, dtype=torch.float64)
+    weight = torch.randn(kmap.kernel_volume, cin, cout, generator=gen, dtype=torch.float64)
+    expected = conv_from_entries(feats, weight, map_entries(kmap), kmap.num_out)
+    feats32 = feats.float().requires_grad_()
+    weight32 = weight.float().requires_grad_()
+    out = sparse_conv(feats32, weight32, kmap, EngineConfig(grouping=FUSED))
+    torch.testing.assert_close(out.double(), expected, rtol=1e-5, atol=1e-5)
+    # Backward through the fused path (transposed map) against float64 autograd of the oracle.
+    grad = torch.randn(out.shape, generator=gen, dtype=torch.float64)
+    out.backward(grad.float())
+    f64, w64 = feats.clone().requires_grad_(), weight.clone().requires_grad_()
+    conv_from_entries(f64, w64, map_entries(kmap), kmap.num_out).backward(grad)
+    torch.testing.assert_close(feats32.grad.double(), f64.grad, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(weight32.grad.double(), w64.grad, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("kind", ["subm", "down", "up"])
 @pytest.mark.parametrize("grouping", [SEPARATE, DENSE], ids=["separate", "dense"])
 def test_gradcheck(kind, grouping):
     coords = random_cloud(60, 3, seed=3)
@@ -74,7 +98,7 @@ def test_plan_shapes():
     assert dense.rows == 26 * max(c for k, c in enumerate(counts) if k != 13)
     # Padding rows are marked -1 on both sides.
     assert int((dense.gather_idx < 0).sum()) == int((dense.scatter_idx < 0).sum())
-    assert kmap.plans[(0.0, 0.0)] is separate  # cached on the map
+    assert kmap.plans[(0.0, 0.0, False)] is separate  # cached on the map
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -95,14 +119,16 @@ def test_result_does_not_depend_on_thread_count():
     feats = torch.randn(kmap.num_in, 16)
     weight = torch.randn(27, 16, 16)
     before = torch.get_num_threads()
-    try:
-        torch.set_num_threads(1)
-        one = sparse_conv(feats, weight, kmap, EngineConfig())
-        torch.set_num_threads(2)
-        two = sparse_conv(feats, weight, kmap, EngineConfig())
-    finally:
-        torch.set_num_threads(before)
-    torch.testing.assert_close(one, two, rtol=1e-5, atol=1e-5)
+    for grouping in (SEPARATE, FUSED):
+        try:
+            torch.set_num_threads(1)
+            one = sparse_conv(feats, weight, kmap, EngineConfig(grouping=grouping))
+            torch.set_num_threads(2)
+            two = sparse_conv(feats, weight, kmap, EngineConfig(grouping=grouping))
+        finally:
+            torch.set_num_threads(before)
+        # Each output row adds its offsets in plan order whatever the thread count.
+        assert torch.equal(one, two)
 
 
 @pytest.mark.parametrize("device", DEVICES)
