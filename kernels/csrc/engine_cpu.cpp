@@ -9,9 +9,11 @@
 
 namespace {
 
+constexpr int64_t kParallelWork = 1 << 16;  // floats moved below which one thread is faster
+
 template <typename T>
 int gather_rows(const T* src, int64_t n, int64_t c, const int32_t* idx, int64_t m, T* dst) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (m * c >= kParallelWork)
   for (int64_t i = 0; i < m; ++i) {
     const int32_t j = idx[i];
     T* out = dst + i * c;
@@ -27,7 +29,7 @@ int gather_rows(const T* src, int64_t n, int64_t c, const int32_t* idx, int64_t 
 template <typename T>
 int scatter_add_csr(const T* src, int64_t c, const int64_t* ptr, const int32_t* rows,
                     int64_t n_out, T* dst) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n_out * c >= kParallelWork)
   for (int64_t o = 0; o < n_out; ++o) {
     const int64_t begin = ptr[o], end = ptr[o + 1];
     if (begin == end) continue;
@@ -43,7 +45,7 @@ int scatter_add_csr(const T* src, int64_t c, const int64_t* ptr, const int32_t* 
 
 template <typename T>
 int scatter_add_unique(const T* src, int64_t m, int64_t c, const int32_t* idx, T* dst) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (m * c >= kParallelWork)
   for (int64_t i = 0; i < m; ++i) {
     const int32_t o = idx[i];
     if (o < 0) continue;

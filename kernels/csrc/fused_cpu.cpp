@@ -25,6 +25,7 @@ constexpr int kLanes = 4;
 constexpr int kRows = 4;
 #endif
 constexpr int kVecs = 4;  // up to 4 vectors of output channels per tile
+constexpr int64_t kParallelWork = 1 << 18;  // multiply-adds below which one thread is faster
 
 typedef float vfloat __attribute__((vector_size(kLanes * sizeof(float))));
 
@@ -61,7 +62,8 @@ void tile(const float* x, int64_t cin, const float* w, int64_t cout, int64_t col
 void entries_times_weight(const float* x, int64_t cin, const float* w, int64_t cout,
                           const int32_t* in, const int32_t* out_rows, int64_t m, float* out) {
   const int64_t tiles = (m + kRows - 1) / kRows;
-#pragma omp parallel for schedule(static)
+  // Small maps (deep levels) run on one thread: a parallel region costs more than they do.
+#pragma omp parallel for schedule(static) if (m * cin * cout >= kParallelWork)
   for (int64_t t = 0; t < tiles; ++t) {
     const int64_t first = t * kRows;
     const int rows = (int)((m - first) < kRows ? (m - first) : kRows);

@@ -1,0 +1,41 @@
+"""Reading frames from files for the command line (the service has its own wire codecs)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+# format -> (float32 fields per point, sensor used for intensity normalisation)
+BIN_FORMATS = {"kitti": (4, "kitti"), "nuscenes": (5, "nuscenes"), "ouster": (4, "ouster"),
+               "xyz": (3, "kitti")}
+
+
+def infer_format(path: Path) -> str:
+    name = path.name.lower()
+    if name.endswith(".npy"):
+        return "npy"
+    if name.endswith(".pcd.bin") or "lidar_top" in name:
+        return "nuscenes"
+    if "os1" in name or "ouster" in name:
+        return "ouster"
+    return "kitti"
+
+
+def read_frame(path: str | Path, fmt: str | None = None) -> tuple[np.ndarray, str]:
+    """(points float32 [N, F], sensor name) from a .bin (KITTI / nuScenes / Ouster xyzr / xyz)
+    or .npy file."""
+    path = Path(path)
+    fmt = fmt or infer_format(path)
+    if fmt == "npy":
+        points = np.load(path).astype(np.float32)
+        if points.ndim != 2 or points.shape[1] < 3:
+            raise ValueError(f"{path}: expected an [N, 3+] array, got {points.shape}")
+        return points, "kitti"
+    if fmt not in BIN_FORMATS:
+        raise ValueError(f"unknown format {fmt!r}; known: {sorted(BIN_FORMATS) + ['npy']}")
+    fields, sensor = BIN_FORMATS[fmt]
+    raw = np.fromfile(path, dtype=np.float32)
+    if raw.size % fields:
+        raise ValueError(f"{path}: {raw.size * 4} bytes is not a whole number of {fmt} points "
+                         f"({fields} float32 each)")
+    return raw.reshape(-1, fields), sensor

@@ -1,0 +1,142 @@
+"""The in-process pipeline the service calls: points -> voxels -> maps -> MinkUNet -> labels.
+
+Each stage is timed (voxelize, maps, network, devoxelize), with CUDA synchronisation so GPU times
+are true; `layer_timing=True` adds a per-layer breakdown of the network time.
+"""
+from __future__ import annotations
+
+import contextlib
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from torch import nn
+
+from models import EngineConfig, SparseTensor
+from models.minkunet import MinkUNet
+
+from .voxelize import VoxelizeConfig, devoxelize, voxelize
+
+IGNORE_LABEL = 255
+
+
+@dataclass
+class FrameResult:
+    labels: np.ndarray                     # uint8 [N]: class id per input point, 255 = ignored
+    num_points: int
+    num_voxels: int
+    ignored: dict[str, int]
+    timing_ms: dict[str, float]
+    layer_ms: dict[str, float] | None = None
+    voxel_logits: torch.Tensor | None = field(default=None, repr=False)
+    point_to_voxel: torch.Tensor | None = field(default=None, repr=False)
+
+    @property
+    def ignored_points(self) -> int:
+        return sum(self.ignored.values())
+
+
+class StageClock:
+    """Wall-clock per stage; synchronises CUDA before each reading."""
+
+    def __init__(self, device: torch.device):
+        self.device, self.ms = device, {}
+
+    @contextlib.contextmanager
+    def stage(self, name: str):
+        self._sync()
+        start = time.perf_counter()
+        yield
+        self._sync()
+        self.ms[name] = self.ms.get(name, 0.0) + (time.perf_counter() - start) * 1e3
+
+    def _sync(self):
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+
+LEAF_TYPES = ("SubMConv3d", "SparseConv3d", "SparseInverseConv3d", "BatchNorm", "ReLU", "Linear")
+
+
+@contextlib.contextmanager
+def layer_clock(model: nn.Module, device: torch.device):
+    """Times every leaf layer (forward hooks); yields the dict it fills (name -> ms)."""
+    times: dict[str, float] = defaultdict(float)
+    starts: dict[str, float] = {}
+    sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
+    handles = []
+    for name, module in model.named_modules():
+        if type(module).__name__ in LEAF_TYPES:
+            def pre(_m, _inp, name=name):
+                sync()
+                starts[name] = time.perf_counter()
+
+            def post(_m, _inp, _out, name=name):
+                sync()
+                times[name] += (time.perf_counter() - starts[name]) * 1e3
+
+            handles += [module.register_forward_pre_hook(pre), module.register_forward_hook(post)]
+    try:
+        yield times
+    finally:
+        for h in handles:
+            h.remove()
+
+
+def build_unet_maps(x: SparseTensor, levels: int = 4) -> None:
+    """Builds every kernel map a MinkUNet needs, so the network stage is pure compute."""
+    manager = x.manager
+    for level in range(levels):
+        stride = 2**level
+        manager.submanifold_map(stride, 3)
+        manager.downsample(stride, 2, 2)
+    manager.submanifold_map(2**levels, 3)
+
+
+class SegmentationPipeline:
+    def __init__(self, model: MinkUNet, voxel_config: VoxelizeConfig | None = None,
+                 device: str | torch.device = "cpu", engine: EngineConfig | None = None):
+        self.device = torch.device(device)
+        self.model = model.to(self.device).eval()
+        self.voxel_config = voxel_config or VoxelizeConfig()
+        self.engine = engine or EngineConfig()
+
+    @torch.no_grad()
+    def run(self, frames: list[np.ndarray], sensor: str = "kitti", layer_timing: bool = False,
+            keep_logits: bool = False) -> list[FrameResult]:
+        """Segments several frames as one batch; one result per frame, N labels each."""
+        clock = StageClock(self.device)
+        with clock.stage("voxelize"):
+            batch = voxelize(frames, self.voxel_config, sensor, self.device)
+        x = SparseTensor(batch.feats, batch.coords, engine=self.engine)
+        with clock.stage("maps"):
+            if len(batch.coords):
+                build_unet_maps(x)
+        layer_ms = None
+        with clock.stage("network"):
+            if len(batch.coords):
+                if layer_timing:
+                    with layer_clock(self.model, self.device) as layer_ms:
+                        logits = self.model(x).feats
+                    layer_ms = dict(layer_ms)
+                else:
+                    logits = self.model(x).feats
+            else:
+                logits = batch.feats.new_zeros(0, self.model.config.num_classes)
+        results = []
+        with clock.stage("devoxelize"):
+            voxel_labels = logits.argmax(dim=1) if len(logits) else torch.zeros(0, dtype=torch.long)
+            for b, (points, mapping) in enumerate(zip(frames, batch.point_to_voxel)):
+                labels = devoxelize(voxel_labels, mapping, IGNORE_LABEL)
+                rows = int((batch.coords[:, 0] == b).sum()) if len(batch.coords) else 0
+                results.append(FrameResult(
+                    labels, len(points), rows, batch.ignored[b], {}, layer_ms,
+                    logits if keep_logits else None, mapping if keep_logits else None))
+        for result in results:  # stage times are shared by the frames of one batch
+            result.timing_ms = dict(clock.ms)
+        return results
+
+    def segment(self, points: np.ndarray, sensor: str = "kitti", **kwargs) -> FrameResult:
+        return self.run([points], sensor, **kwargs)[0]

@@ -1,0 +1,85 @@
+"""The in-process pipeline: Open3D voxelization, N labels out, batching, bad points."""
+import numpy as np
+import pytest
+import torch
+
+from app.frames import read_frame
+from app.pipeline import IGNORE_LABEL, SegmentationPipeline
+from app.voxelize import VoxelizeConfig, voxelize
+from models.minkunet import MinkUNet
+from tests.conftest import FRAMES, REAL_DATA, frame_id, require_real_data
+
+
+@pytest.fixture(scope="module")
+def pipeline():
+    torch.manual_seed(0)
+    return SegmentationPipeline(MinkUNet(cr=0.25))
+
+
+def kitti_frame():
+    path = REAL_DATA / "semantickitti" / "seq00_000000.bin"
+    if not path.exists():
+        pytest.skip(f"real frame missing: {path}")
+    return read_frame(path)[0]
+
+
+def test_voxelize_matches_numpy_oracle():
+    points = kitti_frame()[:20000]
+    batch = voxelize([points], VoxelizeConfig(voxel_size=0.1))
+    grid = np.floor(points[:, :3] / np.float32(0.1)).astype(np.int32)
+    uniq, first, inverse = np.unique(grid, axis=0, return_index=True, return_inverse=True)
+    assert len(batch.coords) == len(uniq)
+    # Voxels in order of their first point; features are the mean of their points.
+    order = np.argsort(first)
+    assert np.array_equal(batch.coords[:, 1:].numpy(), uniq[order])
+    mean = np.zeros((len(uniq), 4))
+    np.add.at(mean, inverse.ravel(), points[:, :4])
+    mean /= np.bincount(inverse.ravel())[:, None]
+    np.testing.assert_allclose(batch.feats.numpy(), mean[order], rtol=1e-5, atol=1e-5)
+    assert np.array_equal(batch.point_to_voxel[0].numpy(), np.argsort(order)[inverse.ravel()])
+
+
+@pytest.mark.parametrize("name", [name for name, _ in FRAMES], ids=frame_id)
+def test_every_point_gets_a_label_deterministically(pipeline, name):
+    points = read_frame(require_real_data() / name)[0]
+    first = pipeline.segment(points)
+    second = pipeline.segment(points)
+    assert first.labels.shape == (len(points),) and first.labels.dtype == np.uint8
+    assert np.array_equal(first.labels, second.labels)
+    assert set(first.timing_ms) == {"voxelize", "maps", "network", "devoxelize"}
+    assert (first.labels == IGNORE_LABEL).sum() == first.ignored_points
+
+
+def test_bad_points_are_ignored_and_counted(pipeline):
+    points = kitti_frame()[:5000].copy()
+    points[:7, 0] = np.nan
+    points[7:9, 2] = np.inf
+    points[9:14, 0] = 5000.0  # beyond the configured range
+    result = pipeline.segment(points)
+    assert result.ignored == {"non_finite": 9, "out_of_range": 5}
+    assert (result.labels[:14] == IGNORE_LABEL).all() and len(result.labels) == 5000
+    assert (result.labels[14:] < 19).all()
+
+
+def test_empty_and_all_invalid_frames(pipeline):
+    empty = pipeline.segment(np.zeros((0, 4), np.float32))
+    assert empty.labels.shape == (0,) and empty.num_voxels == 0
+    nan = pipeline.segment(np.full((3, 4), np.nan, np.float32))
+    assert nan.labels.tolist() == [IGNORE_LABEL] * 3 and nan.ignored["non_finite"] == 3
+
+
+def test_batch_equals_frames_one_by_one(pipeline):
+    points = kitti_frame()
+    a, b = points[:30000], points[60000:100000]
+    batched = pipeline.run([a, b], keep_logits=True)
+    for frame, result in zip((a, b), batched):
+        alone = pipeline.segment(frame, keep_logits=True)
+        assert np.array_equal(result.labels, alone.labels)
+        assert result.num_voxels == alone.num_voxels
+
+
+def test_layer_timing_covers_the_network(pipeline):
+    result = pipeline.segment(kitti_frame()[:10000], layer_timing=True)
+    assert any(name.startswith("encoder.3") for name in result.layer_ms)
+    assert "head" in result.layer_ms
+    assert sum(result.layer_ms.values()) <= result.timing_ms["network"] * 1.05 + 1.0
