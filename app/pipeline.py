@@ -110,7 +110,8 @@ class SegmentationPipeline:
         clock = StageClock(self.device)
         with clock.stage("voxelize"):
             batch = voxelize(frames, self.voxel_config, sensor, self.device)
-        x = SparseTensor(batch.feats, batch.coords, engine=self.engine)
+        dtype = next(self.model.parameters()).dtype  # fp16 models (CUDA) take fp16 features
+        x = SparseTensor(batch.feats.to(dtype), batch.coords, engine=self.engine)
         with clock.stage("maps"):
             if len(batch.coords):
                 build_unet_maps(x)
@@ -127,7 +128,8 @@ class SegmentationPipeline:
                 logits = batch.feats.new_zeros(0, self.model.config.num_classes)
         results = []
         with clock.stage("devoxelize"):
-            voxel_labels = logits.argmax(dim=1) if len(logits) else torch.zeros(0, dtype=torch.long)
+            voxel_labels = (logits.argmax(dim=1) if len(logits)
+                            else torch.zeros(0, dtype=torch.long))
             for b, (points, mapping) in enumerate(zip(frames, batch.point_to_voxel)):
                 labels = devoxelize(voxel_labels, mapping, IGNORE_LABEL)
                 rows = int((batch.coords[:, 0] == b).sum()) if len(batch.coords) else 0

@@ -7,22 +7,29 @@ Per frame (voxelized at --voxel, batch 0) and per thread count (CPU) it prints:
  (a) map building for a k3 submanifold conv.
      ours   = CoordHashTable.build + submanifold_map(k=3) (what CoordinateManager does once per
               level); the execution plan that the first forward builds from the map for the tuned
-              (epsilon, S) (build_plan + its scatter CSR) is shown separately as "+plan".
+              (epsilon, S, dataflow) of a 64x64 layer (build_plan; on CUDA also the scatter CSR
+              the deterministic mode uses; for the fused dataflow its offset order) is shown
+              separately as "+plan".
      spconv = the indice-pair generation a SubMConv3d(k=3) forward runs on a fresh
               SparseConvTensor, called directly with the layer's own algorithm: on CPU
               ops.get_indice_pairs (ConvAlgo.Native, the only CPU algorithm), on CUDA
               ops.get_indice_pairs_implicit_gemm (the default MaskImplicitGemm, is_train=False,
               as in inference). The conv itself is not included on either side.
  (b) SubMConv3d forward, maps reused, torch.no_grad(), Cin = Cout = C: ours (sparse_conv with the
-     default EngineConfig, i.e. the tuned grouping) vs spconv (SubMConv3d with an indice_key whose
+     default EngineConfig, i.e. the tuned dataflow and grouping, shown in brackets) vs spconv (SubMConv3d with an indice_key whose
      pairs are already in the tensor's indice_dict). "maxdiff" compares spconv with ours (same
      weights via weight_from_spconv).
  (c) achieved GFLOP/s of ours = 2 * (map entries incl. centre) * Cin * Cout / time, against one
      dense torch.mm [entries, Cin] @ [Cin, Cout] (same FLOPs: the practical limit), and the
      fraction of it we reach.
- (d) grouping: ours with the tuned (epsilon, S) vs separate (S=0) vs dense (epsilon=1, S=inf).
- (e) deterministic mode: EngineConfig(deterministic=True) vs default. On CPU both run the same
-     ordered (CSR) scatter, so there is nothing to measure; on CUDA the default uses atomics.
+ (d) dataflow and grouping: ours with the tuned (epsilon, S, dataflow) vs the grouped dataflow
+     (gather -> mm/bmm -> scatter) separate (S=0) and dense (epsilon=1, S=inf), and on CPU vs the
+     fused dataflow (one fetch-on-demand gather-GEMM-scatter kernel, csrc/fused_cpu.cpp;
+     fp32 and Cout a multiple of the vector width, grouped otherwise).
+ (e) deterministic mode: EngineConfig(deterministic=True) vs default. CPU: no float atomics in
+     either dataflow (fused kernel and per-offset scatter are race-free by construction), so
+     deterministic mode is the default path: zero cost, nothing to measure. On CUDA the default
+     scatter uses float atomics and deterministic mode an ordered (CSR) scatter: measured.
 On CUDA also fp16 for ours and spconv. spconv needs non-negative coordinates: its copy of the
 coordinates is shifted by a per-axis multiple of 8 (bench/common.py).
 
@@ -58,18 +65,30 @@ def ratio_text(ours: float, ref: float, ref_name: str = "spconv") -> str:
     return f"ours/{ref_name} = {r:.2f}x time ({verdict})"
 
 
-def grouping_configs(deterministic: bool = False) -> dict[str, EngineConfig]:
+def grouping_configs(deterministic: bool = False, fused: bool = True) -> dict[str, EngineConfig]:
+    """tuned (the shipped table), grouped separate and dense, and (fused=True, CPU) fused."""
     table = GroupingTable.load_default()
-    const = lambda e, s: GroupingTable(entries={}, defaults={"cpu": (e, s), "cuda": (e, s)})
-    return {
+    const = lambda e, s, d="grouped": GroupingTable(entries={}, defaults={"cpu": (e, s, d),
+                                                                          "cuda": (e, s, d)})
+    configs = {
         "tuned": EngineConfig(deterministic=deterministic, grouping=table),
         "separate": EngineConfig(deterministic=deterministic, grouping=const(0.0, 0.0)),
         "dense": EngineConfig(deterministic=deterministic, grouping=const(1.0, INF)),
     }
+    if fused:
+        configs["fused"] = EngineConfig(deterministic=deterministic,
+                                        grouping=const(0.0, 0.0, "fused"))
+    return configs
 
 
 def fmt_s(value) -> str:
     return "inf" if value == INF else f"{int(value)}"
+
+
+def setting_text(eps: float, thr: float, dataflow: str) -> str:
+    """How one (epsilon, S, dataflow) choice reads: the grouping only matters to the fused
+    dataflow through its offset order, which is the same for every (epsilon, S)."""
+    return "fused" if dataflow == "fused" else f"grouped eps={eps:g},S={fmt_s(thr)}"
 
 
 class Bench:
@@ -93,18 +112,22 @@ class Bench:
         ours = self.t(lambda: submanifold_map(coords, CoordHashTable.build(coords), 3))
         table = CoordHashTable.build(coords)
         kmap = submanifold_map(coords, table, 3)
-        eps, thr = EngineConfig().grouping.choose(self.device.type, 27, 64, 64)
+        eps, thr, dataflow = EngineConfig().grouping.choose(self.device.type, 27, 64, 64)
+        fused = dataflow == "fused"
 
         def plan_once():
-            p = build_plan(dataclasses.replace(kmap, plans={}), eps, thr)
-            if not self.cuda:
-                p.scatter_csr
+            p = build_plan(dataclasses.replace(kmap, plans={}), eps, thr, fused=fused)
+            if self.cuda:
+                p.scatter_csr       # the deterministic scatter's CSR
+            elif fused:
+                p.kernel_order, p.bounds  # what the fused kernel walks
             return p
 
         plan = self.t(plan_once)
         res.update(ours_ms=ours * 1e3, ours_plan_ms=plan * 1e3,
-                   plan_for={"epsilon": eps, "S": fmt_s(thr)})
-        line = f"  (a) map k3   ours {ours * 1e3:8.2f} ms (+plan {plan * 1e3:.2f} ms)"
+                   plan_for={"epsilon": eps, "S": fmt_s(thr), "dataflow": dataflow})
+        line = (f"  (a) map k3   ours {ours * 1e3:8.2f} ms (+plan {plan * 1e3:.2f} ms,"
+                f" {setting_text(eps, thr, dataflow)})")
         if self.sp_ok:
             sp = self.t(self._spconv_pairs_fn(sp_coords, spatial))
             res["spconv_ms"] = sp * 1e3
@@ -135,8 +158,8 @@ class Bench:
         from models.spconv_compat import weight_from_spconv
         entries = sum(kmap.counts)
         dtypes = [torch.float32] + ([torch.float16] if self.cuda else [])
-        configs = grouping_configs()
-        det_configs = grouping_configs(deterministic=True)
+        configs = grouping_configs(fused=not self.cuda)  # fused: a CPU-only dataflow
+        det_configs = grouping_configs(deterministic=True, fused=False)
         rows = []
         for dtype in dtypes:
             dname = {torch.float32: "fp32", torch.float16: "fp16"}[dtype]
@@ -150,9 +173,12 @@ class Bench:
                     ours = self.t(lambda: sparse_conv(feats, weight, kmap, configs["tuned"]))
                     out_ours = sparse_conv(feats, weight, kmap, configs["tuned"])
                     row["ours_ms"] = ours * 1e3
-                    eps, thr = configs["tuned"].grouping.choose(self.device.type, 27, c, c)
-                    row["tuned"] = {"epsilon": eps, "S": fmt_s(thr)}
-                    line = f"  (b) C={c:<3d} {dname} fwd  ours {ours * 1e3:8.2f} ms"
+                    eps, thr, dataflow = configs["tuned"].grouping.choose(self.device.type, 27,
+                                                                          c, c)
+                    tuned_text = setting_text(eps, thr, dataflow)
+                    row["tuned"] = {"epsilon": eps, "S": fmt_s(thr), "dataflow": dataflow}
+                    line = (f"  (b) C={c:<3d} {dname} fwd  ours {ours * 1e3:8.2f} ms"
+                            f" [{tuned_text}]")
                     if import_sp:
                         conv = spconv.SubMConv3d(c, c, 3, bias=False, indice_key="subm1")
                         conv.weight.data.copy_(sp_w)
@@ -184,16 +210,19 @@ class Bench:
                              f" | dense mm [{entries}x{c}]@[{c}x{c}] {flops / mm / 1e9:7.1f}"
                              f" GFLOP/s ({mm * 1e3:.2f} ms) | ours reach {mm / ours:.0%} of it")
 
-                    # (d) grouping
+                    # (d) dataflow and grouping
                     g = {"tuned": ours}
-                    for name in ("separate", "dense"):
+                    others = [n for n in ("separate", "dense", "fused") if n in configs]
+                    for name in others:
                         g[name] = self.t(lambda: sparse_conv(feats, weight, kmap, configs[name]))
                     row["grouping_ms"] = {k: v * 1e3 for k, v in g.items()}
-                    self.out(f"  (d) C={c:<3d} {dname} grouping tuned(eps={eps:g},S={fmt_s(thr)})"
-                             f" {g['tuned'] * 1e3:.2f} ms | separate {g['separate'] * 1e3:.2f} ms"
-                             f" | dense {g['dense'] * 1e3:.2f} ms | tuned/separate ="
-                             f" {g['tuned'] / g['separate']:.2f}x, tuned/dense ="
-                             f" {g['tuned'] / g['dense']:.2f}x")
+                    times = " | ".join(f"{n} {g[n] * 1e3:.2f} ms" for n in others)
+                    ratios = [("tuned", "separate"), ("tuned", "dense")]
+                    if "fused" in g:
+                        ratios += [("fused", "separate"), ("fused", "dense")]
+                    ratio_txt = ", ".join(f"{a}/{b} = {g[a] / g[b]:.2f}x" for a, b in ratios)
+                    self.out(f"  (d) C={c:<3d} {dname} tuned[{tuned_text}]"
+                             f" {g['tuned'] * 1e3:.2f} ms | {times} | {ratio_txt}")
 
                     # (e) deterministic
                     if self.cuda:
@@ -208,8 +237,9 @@ class Bench:
                                  f" bitwise repeatable: {same}")
                 rows.append(row)
         if not self.cuda:
-            self.out("  (e) deterministic: on CPU EngineConfig(deterministic=True) and the default"
-                     " run the same ordered CSR scatter (no atomics): zero cost, not measured")
+            self.out("  (e) deterministic: CPU: no float atomics in either dataflow (fused kernel"
+                     " and per-offset scatter are race-free by construction), so deterministic"
+                     " mode is the default path: zero cost")
         return rows
 
     def run(self) -> dict:

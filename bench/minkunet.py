@@ -1,0 +1,118 @@
+"""End-to-end MinkUNet forward, ours vs the spconv twin, on the real frames, side by side.
+
+    python -m bench.minkunet [--frames kitti00 nuscenes ouster128] [--cr 1.0 0.5]
+                             [--threads 1 2] [--device cpu|cuda] [--runs 5] [--json OUT]
+
+Both networks get the same voxels (our Open3D voxelizer) and the same weights. Ours is timed
+per stage (voxelize, maps, network, devoxelize); spconv builds its maps inside its forward, so
+its figure is maps + network. spconv's CPU wheel is only correct single-threaded (spconv#679):
+on the CPU it always runs with 1 thread, and ours is printed at every thread count asked for.
+On CUDA both run in fp32 and fp16.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+
+import torch
+
+from app.pipeline import SegmentationPipeline
+from app.voxelize import VoxelizeConfig, voxelize
+from bench import common
+from models.minkunet import MinkUNet
+
+
+def median_ms(fn, device, runs: int) -> tuple[float, object]:
+    result = fn()  # warm-up
+    times = []
+    for _ in range(runs):
+        common.sync(device)
+        t0 = time.perf_counter()
+        result = fn()
+        common.sync(device)
+        times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times), result
+
+
+def bench_ours(pipeline, points, sensor, runs) -> dict:
+    stages = []
+    for _ in range(runs + 1):
+        result = pipeline.segment(points, sensor)
+        stages.append(result.timing_ms)
+    stages = stages[1:]
+    out = {k: statistics.median(s[k] for s in stages) for k in stages[0]}
+    out["total"] = statistics.median(sum(s.values()) for s in stages)
+    out["num_voxels"] = result.num_voxels
+    return out
+
+
+def bench_spconv(model, points, sensor, voxel, device, dtype, runs) -> dict:
+    from app.crosscheck import spconv_twin_of
+    from models.spconv_twin import run_spconv
+
+    twin = spconv_twin_of(model).to(dtype)
+    batch = voxelize([points], VoxelizeConfig(voxel_size=voxel), sensor, device)
+    feats = batch.feats.to(dtype)
+    with torch.no_grad():
+        ms, _ = median_ms(lambda: run_spconv(twin, feats, batch.coords), device, runs)
+    return {"maps+network": ms}
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--frames", nargs="+", default=list(common.DEFAULT_FRAMES))
+    p.add_argument("--cr", type=float, nargs="+", default=[1.0, 0.5])
+    p.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--voxel", type=float, default=0.05)
+    p.add_argument("--runs", type=int, default=3)
+    p.add_argument("--json", default=None)
+    args = p.parse_args(argv)
+    device = torch.device(args.device)
+    dtypes = [torch.float32, torch.float16] if device.type == "cuda" else [torch.float32]
+    sp_ok, why = common.spconv_available(args.device)
+    print(f"# bench.minkunet device={device} torch={torch.__version__} runs={args.runs} "
+          f"voxel={args.voxel}" + ("" if sp_ok else f"  (no spconv: {why})"))
+    rows = []
+    for name in args.frames:
+        frame = common.load_frame(name)
+        sensor = "nuscenes" if "nuscenes" in name else ("ouster" if "ouster" in name else "kitti")
+        for cr in args.cr:
+            torch.manual_seed(0)
+            model = MinkUNet(cr=cr).eval().to(device)
+            for dtype in dtypes:
+                dname = "fp32" if dtype == torch.float32 else "fp16"
+                sp = None
+                if sp_ok:
+                    common.set_threads(1)
+                    sp = bench_spconv(model, frame.points, sensor, args.voxel, device, dtype,
+                                      args.runs)
+                for threads in (args.threads if device.type == "cpu" else [1]):
+                    common.set_threads(threads)
+                    pipeline = SegmentationPipeline(model.to(dtype), VoxelizeConfig(args.voxel),
+                                                    device)
+                    ours = bench_ours(pipeline, frame.points, sensor, args.runs)
+                    row = {"frame": name, "cr": cr, "dtype": dname, "threads": threads,
+                           "ours_ms": ours, "spconv_ms": sp}
+                    rows.append(row)
+                    stages = " ".join(f"{k} {v:.1f}" for k, v in ours.items()
+                                      if k not in ("total", "num_voxels"))
+                    line = (f"{name:<10} cr={cr:<4} {dname} ours[{threads} thr] "
+                            f"{ours['total']:8.1f} ms ({stages})")
+                    if sp is not None:
+                        net = ours["maps"] + ours["network"]
+                        line += (f" | spconv[1 thr] maps+network {sp['maps+network']:8.1f} ms |"
+                                 f" ours maps+network {net:.1f} ms = "
+                                 f"{sp['maps+network'] / net:.2f}x faster")
+                    print(line, flush=True)
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump({"env": common.env_summary(args.device), "rows": rows}, fh, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,46 @@
+"""The command line, run as users run it (a subprocess), on a real frame."""
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import REPO_ROOT, require_real_data
+
+NUSCENES = "nuscenes/n015-2018-07-24-11-22-45+0800__LIDAR_TOP__1532402927647951.pcd.bin"
+
+
+def run_app(*args: str) -> str:
+    proc = subprocess.run([sys.executable, "-m", "app", *args], cwd=REPO_ROOT,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+def test_segment_prints_counts_and_timing():
+    frame = require_real_data() / NUSCENES
+    out = run_app("segment", str(frame), "--cr", "0.25")
+    assert "34688 points" in out
+    timing = json.loads(out.split("timing_ms ", 1)[1].splitlines()[0])
+    assert set(timing) == {"voxelize", "maps", "network", "devoxelize"}
+    counts = [int(line.split()[-1]) for line in out.splitlines() if line.startswith("  ")]
+    assert sum(counts) == 34688
+
+
+def test_crosscheck_prints_one_json_line():
+    pytest.importorskip("spconv.pytorch")
+    frame = require_real_data() / NUSCENES
+    lines = run_app("crosscheck", str(frame), "--cr", "0.25").strip().splitlines()
+    report = json.loads(lines[-1])
+    assert report["num_points"] == 34688 and report["num_voxels"] > 20000
+    assert report["label_agreement"] >= 0.9999
+    assert report["max_rel_logit_error"] < 1e-3
+    assert {"ours", "spconv"} <= set(report["timing_ms"])
+
+
+def test_bad_frame_is_a_clear_error(tmp_path):
+    bad = tmp_path / "broken.bin"
+    bad.write_bytes(b"\x00" * 10)
+    proc = subprocess.run([sys.executable, "-m", "app", "segment", str(bad)], cwd=REPO_ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode != 0 and "not a whole number of kitti points" in proc.stderr
