@@ -158,13 +158,12 @@ def _fused(src, weight, plan: ExecutionPlan, dst, transposed: bool) -> bool:
     lib = backend.library("cpu")
     if src.dtype != torch.float32 or weight.shape[2] % lib.ls_fused_lanes_cpu() != 0:
         return False
-    kmap = plan.kmap
-    in_idx, out_idx = (kmap.out_idx, kmap.in_idx) if transposed else (kmap.in_idx, kmap.out_idx)
+    kmap = plan.kmap.transposed if transposed else plan.kmap    # entries sorted by output
     order = plan.kernel_order
     backend.call("fused_conv_f32", src.device, backend.ptr(src), backend.i64(src.shape[1]),
-                 backend.ptr(weight), backend.i64(weight.shape[2]), backend.ptr(in_idx),
-                 backend.ptr(out_idx), backend.ptr(plan.bounds), backend.ptr(order),
-                 backend.i64(order.numel()), backend.ptr(dst))
+                 backend.ptr(weight), backend.i64(weight.shape[2]), backend.ptr(kmap.in_idx),
+                 backend.ptr(kmap.out_idx), backend.ptr(plan.bounds), backend.ptr(order),
+                 backend.i64(order.numel()), backend.i64(dst.shape[0]), backend.ptr(dst))
     return True
 
 

@@ -5,8 +5,9 @@ Conventions (fixed for the whole project):
 - The input feeding output q through position (a, b, c) sits at q*stride + ((a, b, c) - padding)
   * dilation on (x, y, z), in the same batch. For submanifold maps padding = K // 2, so the offset
   is d = (a, b, c) - K // 2 and P = Q + d.
-- Entries are stored offset-major (kernel index ascending), then by output row ascending for the
-  offsets that are looked up; the same input gives the same map, on CPU and CUDA alike.
+- Entries are stored offset-major (kernel index ascending), then by output row ascending (the
+  fused CPU engine partitions work by output rows); the same input gives the same map, on CPU and
+  CUDA alike.
 - Submanifold maps: the centre offset is the identity and is not materialised; only the offsets
   before the centre are looked up, and the map of -d (index K^3 - 1 - k) is the map of d with in
   and out swapped, so count(d) == count(-d) by construction.
@@ -71,9 +72,29 @@ class KernelMap:
 
     @functools.cached_property
     def transposed(self) -> "KernelMap":
-        """The same entries with in and out swapped (the inverse convolution's map)."""
-        return replace(self, in_idx=self.out_idx, out_idx=self.in_idx, num_in=self.num_out,
+        """The same entries with in and out swapped (the inverse convolution's map), each
+        offset's entries re-sorted by their new output row."""
+        in_idx, out_idx = sort_by_out(self.out_idx, self.in_idx, self.bounds, self.num_in)
+        return replace(self, in_idx=in_idx, out_idx=out_idx, num_in=self.num_out,
                        num_out=self.num_in, plans={})
+
+
+def sort_by_out(in_idx: torch.Tensor, out_idx: torch.Tensor, bounds: tuple[int, ...],
+                num_out: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Reorders each offset's entries by output row (same result on CPU and CUDA)."""
+    if in_idx.numel() == 0:
+        return in_idx, out_idx
+    if in_idx.device.type == "cpu":
+        in_sorted, out_sorted = torch.empty_like(in_idx), torch.empty_like(out_idx)
+        bounds_t = torch.tensor(bounds, dtype=torch.int64)
+        backend.call("sort_entries_by_out", in_idx.device, backend.ptr(in_idx),
+                     backend.ptr(out_idx), backend.ptr(bounds_t), backend.i64(len(bounds) - 1),
+                     backend.i64(num_out), backend.ptr(in_sorted), backend.ptr(out_sorted))
+        return in_sorted, out_sorted
+    counts = torch.tensor([b - a for a, b in zip(bounds[:-1], bounds[1:])], device=in_idx.device)
+    segment = torch.repeat_interleave(torch.arange(len(counts), device=in_idx.device), counts)
+    order = torch.sort(segment * max(num_out, 1) + out_idx.long(), stable=True).indices
+    return in_idx[order], out_idx[order]
 
 
 def _compact(nbr: torch.Tensor, counts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, list]:
@@ -101,6 +122,22 @@ def _prefix(counts: list[int]) -> tuple[int, ...]:
     return tuple(bounds)
 
 
+def _submanifold_nbr_cpu(coords: torch.Tensor, offsets: torch.Tensor):
+    """The same (nbr, counts) as table.lookup(coords, 1, offsets) for offsets in {-1, 0, 1}^3,
+    built from 4x4x4 voxel blocks instead of one voxel-table probe per (voxel, offset)."""
+    coords = coords.contiguous()
+    offsets = offsets.contiguous()
+    n = coords.shape[0]
+    nbr = torch.empty(len(offsets), n, dtype=torch.int32)
+    counts = torch.empty(len(offsets), dtype=torch.int64)
+    err = new_error_buffer(coords.device)
+    backend.call("submanifold_nbr", coords.device, backend.ptr(coords), backend.i64(n),
+                 backend.ptr(offsets), backend.i64(len(offsets)), backend.ptr(nbr),
+                 backend.ptr(counts), backend.ptr(err))
+    raise_for_status(err, coords)
+    return nbr, counts
+
+
 def submanifold_map(coords: torch.Tensor, table: CoordHashTable, kernel_size: int = 3,
                     dilation: int = 1) -> KernelMap:
     """Stride-1 map of an odd kernel on one coordinate set (outputs = inputs)."""
@@ -109,17 +146,25 @@ def submanifold_map(coords: torch.Tensor, table: CoordHashTable, kernel_size: in
     check_coords(coords)
     centre = kernel_size**3 // 2
     offsets = kernel_offsets(kernel_size, kernel_size // 2, dilation)[:centre]
-    nbr, counts = table.lookup(coords, 1, offsets)
+    if coords.device.type == "cpu" and kernel_size == 3 and dilation == 1:
+        nbr, counts = _submanifold_nbr_cpu(coords, offsets)
+    else:
+        nbr, counts = table.lookup(coords, 1, offsets)
     in_half, out_half, half_counts = _compact(nbr, counts)
     half_bounds = _prefix(half_counts)
     # Mirror offsets K^3-1-k for k = centre-1 .. 0: the same pairs, in and out swapped.
-    mirror_in = [out_half[half_bounds[k]:half_bounds[k + 1]] for k in reversed(range(centre))]
-    mirror_out = [in_half[half_bounds[k]:half_bounds[k + 1]] for k in reversed(range(centre))]
+    # Mirror offsets K^3-1-k for k = centre-1 .. 0: the same pairs, in and out swapped, then
+    # sorted by output row like every offset of every map.
+    mirror_bounds = _prefix(half_counts[::-1])
+    mirror_in, mirror_out = sort_by_out(
+        torch.cat([out_half[half_bounds[k]:half_bounds[k + 1]] for k in reversed(range(centre))]),
+        torch.cat([in_half[half_bounds[k]:half_bounds[k + 1]] for k in reversed(range(centre))]),
+        mirror_bounds, coords.shape[0]) if centre else (in_half, out_half)
     counts_all = half_counts + [0] + half_counts[::-1]
     n = coords.shape[0]
     return KernelMap(
-        in_idx=torch.cat([in_half, *mirror_in]) if centre else in_half,
-        out_idx=torch.cat([out_half, *mirror_out]) if centre else out_half,
+        in_idx=torch.cat([in_half, mirror_in]) if centre else in_half,
+        out_idx=torch.cat([out_half, mirror_out]) if centre else out_half,
         bounds=_prefix(counts_all), kernel_size=kernel_size, num_in=n, num_out=n,
         identity=centre, symmetric=True,
     )

@@ -1,4 +1,4 @@
-"""Measures the adaptive-grouping parameters (epsilon, S) per layer shape and saves the fastest.
+"""Measures the dataflow and grouping parameters (epsilon, S) per layer shape and saves the fastest.
 
     python -m kernels.tuner [--device cpu] [--frames ...] [--channels 16 32 64 128]
                             [--pairs 32x64 64x128] [--out kernels/tuned/grouping.json]
@@ -12,14 +12,22 @@ subsampled and voxelized at several voxel sizes so that small and large maps are
 is the sum over the sample maps of its median forward time (torch.no_grad, inference path with a
 reused workspace, plan built in warm-up).
 
-Candidates: epsilon in {0, 0.1, 0.2, 0.3, 0.5, 1.0} x S in {0, 4096, 16384, 65536, inf}.
-Candidates that give the same launches on every sample map (S = 0 whatever epsilon, or S above
-every map's largest offset) are measured once. Runs are interleaved (run r of every candidate
+Candidates: the grouped dataflow (gather -> mm/bmm -> scatter) with epsilon in
+{0, 0.1, 0.2, 0.3, 0.5, 1.0} x S in {0, 4096, 16384, 65536, inf}, and on the CPU the fused
+dataflow (one fetch-on-demand gather-GEMM-scatter kernel, csrc/fused_cpu.cpp) as (0, 0, fused):
+it walks the offsets in launch order, and that order is the same for every (epsilon, S), so one
+fused candidate covers them all (--no-fused leaves it out). Fused is not measured for a shape whose
+Cout is not a multiple of the kernel's vector width (the engine runs grouped there); for the
+device default such a shape counts fused at the time of what the engine falls back to (grouped
+with the same epsilon, S). Grouped candidates that give the same launches on every sample map
+(S = 0 whatever epsilon, or S above every map's largest offset) are measured once. Runs are interleaved (run r of every candidate
 before run r + 1 of any) so that a noisy machine hits all candidates alike.
 
 Choice: the fastest candidate, except that the device default is kept unless another candidate
 beats it by more than --margin (noise guard; the default is the current default of the file or
-the built-in one).
+the built-in one). Each entry records its "dataflow". The new device default is the candidate with
+the lowest sum over all measured shapes of time / that shape's best time, again kept unless beaten
+by more than --margin.
 
 The output follows kernels/tuning.py (version 1); this device's measured shapes are replaced, every
 other entry (other devices, other shapes) is kept. The engine reads the file at start-up
@@ -55,8 +63,28 @@ def s_text(s: float) -> str | int:
     return "inf" if s == math.inf else int(s)
 
 
-def cand_name(eps: float, s: float) -> str:
+def cand_name(eps: float, s: float, dataflow: str = "grouped") -> str:
+    if dataflow == "fused":
+        return "fused" if (eps, s) == (0.0, 0.0) else f"fused(eps={eps:g},S={s_text(s)})"
     return f"eps={eps:g},S={s_text(s)}"
+
+
+def as_setting(value) -> tuple[float, float, str]:
+    """(epsilon, S) or (epsilon, S, dataflow) -> (epsilon, S, dataflow)."""
+    return (float(value[0]), float(value[1]), value[2] if len(value) > 2 else "grouped")
+
+
+def fused_applies(device: torch.device, cout: int) -> bool:
+    """Whether the engine runs the fused dataflow for this output width (CPU, fp32)."""
+    if device.type != "cpu":
+        return False
+    from . import backend
+    return cout % backend.library("cpu").ls_fused_lanes_cpu() == 0
+
+
+def entry_of(setting) -> dict:
+    eps, s, dataflow = setting
+    return {"epsilon": eps, "S": s_text(s), "dataflow": dataflow}
 
 
 def sample_maps(specs, data, device) -> dict[int, list[tuple[str, KernelMap]]]:
@@ -79,20 +107,23 @@ def sample_maps(specs, data, device) -> dict[int, list[tuple[str, KernelMap]]]:
 
 
 def candidates(kmaps: list[KernelMap], epsilons, thresholds):
-    """[(representative (eps, S), [equivalent (eps, S)...])]: candidates grouped by identical
-    launches on every map, in first-seen order ((0, 0) = separate first)."""
-    groups: dict[tuple, list[tuple[float, float]]] = {}
+    """[(representative (eps, S, "grouped"), [equivalent (eps, S, "grouped")...])]: grouped
+    candidates grouped by identical launches on every map, in first-seen order ((0, 0) =
+    separate first)."""
+    groups: dict[tuple, list[tuple[float, float, str]]] = {}
     for s in thresholds:
         for eps in epsilons:
             if s == 0 and eps != epsilons[0]:
                 continue  # S = 0: every group runs unit by unit, epsilon is moot
             key = tuple(tuple(plan_launches(k, eps, s)) for k in kmaps)
-            groups.setdefault(key, []).append((eps, s))
+            groups.setdefault(key, []).append((float(eps), float(s), "grouped"))
     return [(members[0], members) for members in groups.values()]
 
 
+
 def measure_shape(kmaps, cin, cout, cands, device, runs, workspace) -> dict:
-    """Median forward time (s) summed over the maps, per representative candidate."""
+    """Median forward time (s) summed over the maps, per representative candidate
+    ((eps, S, dataflow))."""
     gen = torch.Generator().manual_seed(cin * 1000 + cout)
     volume = kmaps[0].kernel_volume
     weight = (torch.randn(volume, cin, cout, generator=gen) / math.sqrt(volume * cin)).to(device)
@@ -142,6 +173,8 @@ def main(argv=None) -> int:
     p.add_argument("--runs", type=int, default=5, help="timed runs per candidate and map")
     p.add_argument("--threads", type=int, default=None,
                    help="CPU threads while measuring (default: torch's default)")
+    p.add_argument("--no-fused", action="store_true",
+                   help="CPU: leave the fused dataflow out of the candidates")
     p.add_argument("--margin", type=float, default=0.03,
                    help="keep the device default unless beaten by more than this share")
     p.add_argument("--out", type=Path, default=DEFAULT_PATH)
@@ -161,12 +194,18 @@ def main(argv=None) -> int:
     start = time.perf_counter()
     maps = sample_maps(specs, args.data, device)
     existing = load_existing(args.out)
-    old_default = existing.get("defaults", {}).get(device.type)
-    default = ((float(old_default["epsilon"]), float(math.inf if old_default["S"] == "inf"
-                                                      else old_default["S"]))
-               if old_default else BUILTIN_DEFAULTS.get(device.type, (0.0, 0.0)))
+    # the file's default as the engine reads it (a missing "dataflow" -> the built-in one's)
+    default = as_setting(GroupingTable.from_json(existing).defaults.get(
+        device.type, BUILTIN_DEFAULTS.get(device.type, (0.0, 0.0))))
+    use_fused = device.type == "cpu" and not args.no_fused
+    if default[2] == "fused" and not use_fused:
+        default = (default[0], default[1], "grouped")  # not a candidate here: its grouped form
+    # One fused candidate: its offset order is the same for every (epsilon, S). It takes the
+    # default's (epsilon, S) when the default is fused (so the default is a candidate as it is).
+    fused = default if default[2] == "fused" else (0.0, 0.0, "fused")
     print(f"# kernels.tuner device={device.type} threads={torch.get_num_threads()} "
-          f"runs={args.runs} torch={torch.__version__}; device default {cand_name(*default)}")
+          f"runs={args.runs} torch={torch.__version__}; device default {cand_name(*default)}"
+          f"; fused candidate: {use_fused}")
     workspace = Workspace()
     new_entries, measured = {}, {}
     for volume in args.kernel_volumes:
@@ -174,16 +213,25 @@ def main(argv=None) -> int:
         kmaps = [k for _, k in labelled]
         for label, _ in labelled:
             print(f"  map {label}")
-        cands = candidates(kmaps, args.epsilons, thresholds)
-        if not any(default in members for _, members in cands):
-            cands.append((default, [default]))
-        print(f"  k{volume}: {len(cands)} distinct candidates of "
-              f"{sum(len(m) for _, m in cands)}")
+        grouped = candidates(kmaps, args.epsilons, thresholds)
+        # the grouped forms of the default and of the fused candidate (what the engine runs where
+        # fused does not apply) are always measured
+        for g in dict.fromkeys([(default[0], default[1], "grouped"),
+                                (fused[0], fused[1], "grouped")]):
+            if not any(g in members for _, members in grouped):
+                grouped.append((g, [g]))
+        fused_cands = [(fused, [fused])] if use_fused else []
+        print(f"  k{volume}: {len(grouped)} distinct grouped candidates of "
+              f"{sum(len(m) for _, m in grouped)}" + (" + fused" if fused_cands else ""))
         for cin, cout in shapes:
             t0 = time.perf_counter()
+            fused_here = bool(fused_cands) and fused_applies(device, cout)
+            cands = grouped + (fused_cands if fused_here else [])
             score = measure_shape(kmaps, cin, cout, cands, device, args.runs, workspace)
             best = min(score, key=score.get)
-            default_rep = next(rep for rep, members in cands if default in members)
+            shape_default = default if (default[2] == "grouped" or fused_here) else \
+                (default[0], default[1], "grouped")
+            default_rep = next(rep for rep, members in cands if shape_default in members)
             chosen = best
             if score[default_rep] <= score[best] * (1 + args.margin):
                 chosen = default_rep  # within the noise margin: keep the default
@@ -191,14 +239,22 @@ def main(argv=None) -> int:
             ms = {cand_name(*m): round(score[rep] * 1e3, 3) for rep, members in cands
                   for m in sorted(members, key=lambda m: (m[1], m[0]))}
             key = shape_key(device.type, volume, cin, cout)
-            new_entries[key] = {"epsilon": chosen[0], "S": s_text(chosen[1]), "ms": ms}
+            new_entries[key] = {**entry_of(chosen), "ms": ms}
             measured[key] = {m: score[rep] for rep, members in cands for m in members}
+            if fused_cands and not fused_here:
+                # the engine falls back to grouped with the fused setting's (eps, S): score that
+                measured[key][fused] = measured[key][(fused[0], fused[1], "grouped")]
             order = sorted(score, key=score.get)
             top = ", ".join(f"{cand_name(*r)} {score[r] * 1e3:.2f}" for r in order[:3])
+            sep = grouped[0][0]
+            extra = (f", fused {score[fused] * 1e3:.2f} ms = "
+                     f"{score[fused] / score[sep]:.2f}x separate" if fused_here else
+                     (", fused n/a (Cout % lanes)" if fused_cands else ""))
             print(f"  {key:<18} -> {cand_name(*chosen):<18} "
                   f"(best {cand_name(*best)} {score[best] * 1e3:.2f} ms, default "
                   f"{score[default_rep] * 1e3:.2f} ms, separate "
-                  f"{score[cands[0][0]] * 1e3:.2f} ms) [top: {top}] {time.perf_counter() - t0:.1f}s")
+                  f"{score[sep] * 1e3:.2f} ms{extra}) [top: {top}] "
+                  f"{time.perf_counter() - t0:.1f}s", flush=True)
 
     # device default (shapes and kernel volumes not in the file): the (epsilon, S) with the
     # lowest sum over all measured shapes of time / that shape's best time
@@ -210,15 +266,22 @@ def main(argv=None) -> int:
     def_rep = default
     if common_cands and not unmeasured:
         rel = {c: sum(v[c] / min(v.values()) for v in measured.values()) for c in common_cands}
-        best_default = min(rel, key=lambda c: (rel[c], c[1], c[0]))
+        # ties: grouped before fused, then smaller S, then smaller epsilon
+        best_default = min(rel, key=lambda c: (rel[c], c[2] == "fused", c[1], c[0]))
         if default not in rel or rel[default] > rel[best_default] * (1 + args.margin):
             def_rep = best_default
+        if use_fused:
+            wins = sum(min(v, key=v.get)[2] == "fused" for v in measured.values())
+            print(f"# fused fastest on {wins} of {len(measured)} shapes; mean time / best time:"
+                  f" {cand_name(*fused)} {rel[fused] / len(measured):.3f}"
+                  + (f", {cand_name(*def_rep)} {rel[def_rep] / len(measured):.3f}"
+                     if def_rep != fused else ""))
     data = existing
     data["version"] = 1
     data.setdefault("defaults", {})
-    for dev, (eps, s) in BUILTIN_DEFAULTS.items():
-        data["defaults"].setdefault(dev, {"epsilon": eps, "S": s_text(s)})
-    data["defaults"][device.type] = {"epsilon": def_rep[0], "S": s_text(def_rep[1])}
+    for dev, setting in BUILTIN_DEFAULTS.items():
+        data["defaults"].setdefault(dev, entry_of(as_setting(setting)))
+    data["defaults"][device.type] = entry_of(def_rep)
     data.setdefault("entries", {}).update(new_entries)
     data["entries"] = dict(sorted(data["entries"].items()))
     data.setdefault("tuned_with", {})[device.type] = {
@@ -226,6 +289,7 @@ def main(argv=None) -> int:
         "device_name": (torch.cuda.get_device_name() if device.type == "cuda" else "cpu"),
         "threads": torch.get_num_threads(), "torch": torch.__version__, "runs": args.runs,
         "margin": args.margin, "ms": "sum over the sample maps of the median forward time",
+        "candidates": "grouped (eps, S)" + (" + fused" if use_fused else ""),
         "command": "python -m kernels.tuner " + " ".join(argv if argv is not None else sys.argv[1:]),
         "maps": [label for v in args.kernel_volumes for label, _ in maps[v]],
     }

@@ -62,13 +62,27 @@ LS_API int ls_scatter_add_unique_f64_cpu(const double* src, int64_t m, int64_t c
 
 // Fused gather-GEMM-scatter over the map (fused_cpu.cpp): for each kernel index k in
 // kernel_order, out[out_idx[e]] += x[in_idx[e]] @ w[k] for e in [bounds[k], bounds[k + 1]).
-// x [n_in, cin], w [K, cin, cout], out [n_out, cout]; cout must be a multiple of
+// Each offset's entries must be sorted by out_idx (kmap.py keeps maps that way).
+// x [n_in, cin], w [K, cin, cout], out [num_out, cout]; cout must be a multiple of
 // ls_fused_lanes_cpu() (the vector width this build was compiled for).
 LS_API int ls_fused_lanes_cpu(void);
 LS_API int ls_fused_conv_f32_cpu(const float* x, int64_t cin, const float* w, int64_t cout,
                                  const int32_t* in_idx, const int32_t* out_idx,
                                  const int64_t* bounds, const int32_t* kernel_order,
-                                 int64_t num_kernels, float* out);
+                                 int64_t num_kernels, int64_t num_out, float* out);
+
+// Per kernel index, the entries reordered by output row (each offset's outputs are distinct).
+LS_API int ls_sort_entries_by_out_cpu(const int32_t* in_idx, const int32_t* out_idx,
+                                      const int64_t* bounds, int64_t num_kernels, int64_t num_out,
+                                      int32_t* in_sorted, int32_t* out_sorted);
+
+// Submanifold neighbour table of coords [n, 4] onto themselves for offsets [K, 3] with every
+// component in {-1, 0, 1} (kernel 3, dilation 1), K <= 27: the same nbr [K, n] and counts [K] as
+// ls_kmap_lookup_cpu on a table of coords, computed through 4x4x4 voxel blocks with no voxel table.
+// err: kStatusOutOfRange / kStatusDuplicate / kStatusProbeLimit with an offending row.
+LS_API int ls_submanifold_nbr_cpu(const int32_t* coords, int64_t n, const int32_t* offsets,
+                                  int64_t num_offsets, int32_t* nbr, int64_t* counts,
+                                  int64_t* err);
 
 // ---- CUDA twins (cuda/*.cu, liblidarseg_cuda.so): the same arguments as device pointers, plus
 // the stream. Compaction and CSR construction on CUDA use torch ops (nonzero, stable sort) that

@@ -59,13 +59,10 @@ void tile(const float* x, int64_t cin, const float* w, int64_t cout, int64_t col
   }
 }
 
+// Entries [0, m) of one offset, all of whose outputs this thread owns, times that offset's weight.
 void entries_times_weight(const float* x, int64_t cin, const float* w, int64_t cout,
                           const int32_t* in, const int32_t* out_rows, int64_t m, float* out) {
-  const int64_t tiles = (m + kRows - 1) / kRows;
-  // Small maps (deep levels) run on one thread: a parallel region costs more than they do.
-#pragma omp parallel for schedule(static) if (m * cin * cout >= kParallelWork)
-  for (int64_t t = 0; t < tiles; ++t) {
-    const int64_t first = t * kRows;
+  for (int64_t first = 0; first < m; first += kRows) {
     const int rows = (int)((m - first) < kRows ? (m - first) : kRows);
     // The rows are scattered over the feature matrix: ask for the next tile's input and output
     // rows now so their cache misses overlap this tile's arithmetic.
@@ -92,6 +89,19 @@ void entries_times_weight(const float* x, int64_t cin, const float* w, int64_t c
   }
 }
 
+// First position in sorted[lo, hi) whose value is >= v.
+int64_t lower_bound(const int32_t* sorted, int64_t lo, int64_t hi, int64_t v) {
+  while (lo < hi) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    if (sorted[mid] < v) {
+      lo = mid + 1;
+    } else {
+      hi = mid;
+    }
+  }
+  return lo;
+}
+
 }  // namespace
 
 LS_API int ls_fused_lanes_cpu(void) { return kLanes; }
@@ -99,14 +109,28 @@ LS_API int ls_fused_lanes_cpu(void) { return kLanes; }
 LS_API int ls_fused_conv_f32_cpu(const float* x, int64_t cin, const float* w, int64_t cout,
                                  const int32_t* in_idx, const int32_t* out_idx,
                                  const int64_t* bounds, const int32_t* kernel_order,
-                                 int64_t num_kernels, float* out) {
-  if (cout % kLanes != 0 || cin <= 0) return lidarseg::kStatusBadArgument;
+                                 int64_t num_kernels, int64_t num_out, float* out) {
+  if (cout % kLanes != 0 || cin <= 0 || num_out < 0) return lidarseg::kStatusBadArgument;
+  int64_t entries = 0;
   for (int64_t j = 0; j < num_kernels; ++j) {
     const int32_t k = kernel_order[j];
-    const int64_t lo = bounds[k], hi = bounds[k + 1];
-    if (hi > lo) {
-      entries_times_weight(x, cin, w + (int64_t)k * cin * cout, cout, in_idx + lo, out_idx + lo,
-                           hi - lo, out);
+    entries += bounds[k + 1] - bounds[k];
+  }
+  // Each thread owns a contiguous range of output rows and walks every offset's entries for that
+  // range (entries are sorted by output within an offset). No two threads touch the same output
+  // row, so there is no barrier between offsets, and each row adds its offsets in kernel_order.
+#pragma omp parallel if (entries * cin * cout >= kParallelWork)
+  {
+    const int64_t threads = omp_get_num_threads(), t = omp_get_thread_num();
+    const int64_t lo = num_out * t / threads, hi = num_out * (t + 1) / threads;
+    for (int64_t j = 0; j < num_kernels; ++j) {
+      const int32_t k = kernel_order[j];
+      const int64_t first = lower_bound(out_idx, bounds[k], bounds[k + 1], lo);
+      const int64_t last = lower_bound(out_idx, first, bounds[k + 1], hi);
+      if (last > first) {
+        entries_times_weight(x, cin, w + (int64_t)k * cin * cout, cout, in_idx + first,
+                             out_idx + first, last - first, out);
+      }
     }
   }
   return lidarseg::kStatusOk;
