@@ -10,8 +10,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import open3d.core as o3c
 import torch
+
+try:  # Open3D is the voxelizer; hosts without it (a bare GPU box) fall back to torch.unique
+    import open3d.core as o3c
+except ImportError:  # pragma: no cover - exercised only where Open3D is missing
+    o3c = None
 
 INTENSITY_SCALE = {"kitti": 1.0, "nuscenes": 1.0 / 255.0, "ouster": 1.0 / 255.0}
 FEATURE_COLUMNS = {"x": 0, "y": 1, "z": 2, "intensity": 3}
@@ -105,6 +109,9 @@ def _unique_rows(keys: np.ndarray) -> torch.Tensor:
     n = len(keys)
     if n == 0:
         return torch.zeros(0, dtype=torch.int64)
+    if o3c is None:
+        _, buf = torch.unique(torch.from_numpy(keys), dim=0, return_inverse=True)
+        return _first_occurrence_ids(buf, n)
     table = o3c.HashMap(n, key_dtype=o3c.int32, key_element_shape=(4,),
                         value_dtypes=[o3c.int32], value_element_shapes=[(1,)])
     o3d_keys = o3c.Tensor(np.ascontiguousarray(keys))
@@ -113,7 +120,11 @@ def _unique_rows(keys: np.ndarray) -> torch.Tensor:
     buf = torch.from_numpy(buf.numpy().astype(np.int64))
     if not bool(torch.from_numpy(found.numpy()).all()):
         raise RuntimeError("Open3D HashMap lost a key it had just inserted")
-    # First point per buffer slot, then rank slots by that first point: a deterministic order.
+    return _first_occurrence_ids(buf, n)
+
+
+def _first_occurrence_ids(buf: torch.Tensor, n: int) -> torch.Tensor:
+    """Renumbers slot ids so voxels are ordered by their first point (a deterministic order)."""
     first = torch.full((int(buf.max()) + 1,), n, dtype=torch.int64)
     first.scatter_reduce_(0, buf, torch.arange(n), reduce="amin")
     used = first < n

@@ -136,6 +136,8 @@ step build-cuda 240 "$SETUP" "$PY" -c "from kernels import build; print(build.bu
 step pytest-cuda 150 "$OUT/pytest_cuda.log" "$PY" -m pytest -q -rs tests -k "cuda or CUDA"
 step bench 200 "$OUT/bench_cuda.txt" "$PY" -m bench.layers --device cuda --data "$DATA" \
   --json "$OUT/bench_cuda.json"
+step bench-minkunet 120 "$OUT/bench_cuda.txt" "$PY" -m bench.minkunet --device cuda \
+  --frames kitti00 --runs 3
 step pytest-all 240 "$OUT/pytest_all.log" "$PY" -m pytest -q -rs tests \
   --durations=10
 cp "$ROOT/kernels/tuned/grouping.json" "$OUT/grouping.json" 2>/dev/null || true
