@@ -11,8 +11,6 @@ import re
 
 import torch
 
-from . import build
-
 STATUS_MESSAGES = {
     1: "coordinate out of range",
     2: "duplicate coordinate",
@@ -27,6 +25,8 @@ class KernelError(RuntimeError):
 
 
 def _declared_names(suffix: str) -> list[str]:
+    from . import build  # imported lazily so `python -m kernels.build` runs without a warning
+
     text = (build.CSRC / "api.h").read_text()
     return re.findall(rf"LS_API int (ls_\w+_{suffix})\(", text)
 
@@ -34,6 +34,8 @@ def _declared_names(suffix: str) -> list[str]:
 @functools.lru_cache(maxsize=None)
 def library(device_type: str) -> ctypes.CDLL:
     """The loaded kernel library for 'cpu' or 'cuda' (built on first use)."""
+    from . import build
+
     if device_type == "cpu":
         path = build.build_cpu()
     elif device_type == "cuda":
