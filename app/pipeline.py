@@ -104,9 +104,10 @@ class SegmentationPipeline:
         self.engine = engine or EngineConfig()
 
     @torch.no_grad()
-    def run(self, frames: list[np.ndarray], sensor: str = "kitti", layer_timing: bool = False,
-            keep_logits: bool = False) -> list[FrameResult]:
-        """Segments several frames as one batch; one result per frame, N labels each."""
+    def run(self, frames: list[np.ndarray], sensor: str | list[str] = "kitti",
+            layer_timing: bool = False, keep_logits: bool = False) -> list[FrameResult]:
+        """Segments several frames as one batch (`sensor`: one name, or one per frame); one
+        result per frame, N labels each."""
         clock = StageClock(self.device)
         with clock.stage("voxelize"):
             batch = voxelize(frames, self.voxel_config, sensor, self.device)

@@ -72,18 +72,22 @@ def valid_mask(points: np.ndarray, config: VoxelizeConfig) -> tuple[np.ndarray, 
     return keep, {"non_finite": int((~finite).sum()), "out_of_range": int((finite & ~inside).sum())}
 
 
-def voxelize(frames: list[np.ndarray], config: VoxelizeConfig, sensor: str = "kitti",
+def voxelize(frames: list[np.ndarray], config: VoxelizeConfig, sensor: str | list[str] = "kitti",
              device: torch.device = torch.device("cpu")) -> VoxelBatch:
-    """Voxelize several frames as one batch (batch index = position in `frames`)."""
+    """Voxelize several frames as one batch (batch index = position in `frames`); `sensor` is one
+    name for all frames or one per frame (it sets the intensity scale)."""
+    sensors = [sensor] * len(frames) if isinstance(sensor, str) else list(sensor)
+    if len(sensors) != len(frames):
+        raise ValueError(f"{len(frames)} frames but {len(sensors)} sensor names")
     keys, feats, owners, masks, ignored = [], [], [], [], []
-    for b, points in enumerate(frames):
+    for b, (points, frame_sensor) in enumerate(zip(frames, sensors)):
         keep, counts = valid_mask(points, config)
         ignored.append(counts)
         masks.append(keep)
         kept = points[keep]
         grid = np.floor(kept[:, :3] / np.float32(config.voxel_size)).astype(np.int32)
         keys.append(np.concatenate([np.full((len(kept), 1), b, np.int32), grid], axis=1))
-        feats.append(point_features(kept, config, sensor))
+        feats.append(point_features(kept, config, frame_sensor))
         owners.append(np.full(len(kept), b))
     all_keys = np.concatenate(keys) if keys else np.zeros((0, 4), np.int32)
     all_feats = torch.from_numpy(np.concatenate(feats)) if feats else torch.zeros(0, len(config.features))
