@@ -160,7 +160,8 @@ def spconv_to_ours_state_dict(sd: Mapping[str, torch.Tensor]) -> "OrderedDict[st
 # ---- running it -------------------------------------------------------------------------------
 
 @contextlib.contextmanager
-def _threads(n: int):
+def num_threads(n: int):
+    """Run the block with torch.set_num_threads(n), then restore the previous count."""
     previous = torch.get_num_threads()
     torch.set_num_threads(n)
     try:
@@ -197,7 +198,7 @@ def run_spconv(model: SpconvMinkUNet, feats: torch.Tensor, coords: torch.Tensor)
     On the CPU it runs with torch.set_num_threads(1) (spconv issue #679) and restores the
     previous thread count afterwards."""
     x, shifted, _ = spconv_input(feats, coords)
-    ctx = _threads(1) if feats.device.type == "cpu" else contextlib.nullcontext()
+    ctx = num_threads(1) if feats.device.type == "cpu" else contextlib.nullcontext()
     with ctx:
         out = model(x)
     if out.indices is shifted or torch.equal(out.indices, shifted):

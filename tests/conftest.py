@@ -76,15 +76,7 @@ def voxelized_frame(name: str, voxel_size: float) -> torch.Tensor:
     return voxelize(load_frame(name), voxel_size)
 
 
-@contextlib.contextmanager
-def num_threads(n: int):
-    """Run the block with torch.set_num_threads(n), then restore the previous count."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(previous)
+from models.spconv_twin import num_threads  # noqa: E402  (one thread-count context manager)
 
 
 def single_thread():
