@@ -1,13 +1,19 @@
-"""Command line, in-process (no server).
+"""Command line: the HTTP service, its client, and in-process segmentation.
 
-    python -m app                        segment the default real frame (a demonstration)
-    python -m app segment FRAME [--weights W] [--format F] [--layers]
+    python -m app [serve] [--host H] [--port P] [--device auto|cpu|cuda] [--weights W]
+                                         start the HTTP service (every option is also an
+                                         environment variable LIDARSEG_<OPTION>, see app/config.py)
+    python -m app client FRAME --url URL [--format F] [--repeat N --concurrency C]
+                                         POST a frame to a running service: per-class counts and
+                                         timing, or with --repeat latency percentiles + throughput
+    python -m app segment FRAME [--weights W] [--format F] [--layers]   in-process, no server
     python -m app crosscheck FRAME [--weights W]     ours vs the spconv twin, one JSON line
 """
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -28,13 +34,31 @@ SEMANTIC_KITTI = ("car", "bicycle", "motorcycle", "truck", "other-vehicle", "per
 
 def load_model(weights: str | None, cr: float) -> tuple[MinkUNet, list[str], float]:
     """(model, class names, voxel size): from a checkpoint, else a fixed-seed random init."""
+    model, meta = load_model_meta(weights, cr)
+    return model, list(meta["class_names"]), float(meta["voxel_size"])
+
+
+def load_model_meta(weights: str | None, cr: float) -> tuple[MinkUNet, dict]:
+    """(model, meta): the checkpoint's meta (class names and colours, voxel size, input features,
+    version) plus "name"; without weights a fixed-seed random MinkUNet with SemanticKITTI meta."""
+    from models.checkpoints import INPUT_FEATURES, SEMANTIC_KITTI_COLORS
+
     if weights:
         from models.checkpoints import load_checkpoint
 
         model, meta = load_checkpoint(weights)
-        return model, list(meta["class_names"]), float(meta["voxel_size"])
+        meta = dict(meta)
+        meta.setdefault("class_colors", [[128, 128, 128]] * len(meta["class_names"]))
+        meta.setdefault("input_features", list(INPUT_FEATURES))
+        meta["name"] = Path(weights).stem
+        meta["version"] = str(meta.get("version") or "unversioned")
+        return model, meta
     torch.manual_seed(0)
-    return MinkUNet(cr=cr), list(SEMANTIC_KITTI), 0.05
+    return MinkUNet(cr=cr), {
+        "name": f"minkunet-random-cr{cr:g}", "version": "seed0",
+        "class_names": list(SEMANTIC_KITTI), "voxel_size": 0.05,
+        "class_colors": [list(c) for c in SEMANTIC_KITTI_COLORS],
+        "input_features": list(INPUT_FEATURES)}
 
 
 def class_counts(labels: np.ndarray, names: list[str]) -> dict[str, int]:
@@ -71,10 +95,95 @@ def cmd_crosscheck(args) -> int:
     return 0
 
 
+def serve(overrides: dict) -> int:
+    """Runs uvicorn on create_app(Settings(env + overrides)). SIGTERM / SIGINT: readiness turns
+    503 and new work is refused, in-flight requests finish (at most LIDARSEG_DRAIN_TIMEOUT_S),
+    then uvicorn's graceful shutdown runs the lifespan, which stops the worker; exit status 0.
+    A second signal exits at once."""
+    import logging
+    import threading
+    import time
+
+    import uvicorn
+    from pydantic import ValidationError
+
+    from .config import Settings
+    from .main import create_app
+
+    try:
+        settings = Settings(**overrides)
+    except ValidationError as e:
+        print(f"lidarseg: bad settings:\n{e}", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=settings.log_level.upper(),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    app = create_app(settings)
+    service = app.state.service
+
+    class DrainingServer(uvicorn.Server):
+        def handle_exit(self, sig, frame):
+            if service.draining:  # second signal: stop now
+                self.should_exit = self.force_exit = True
+                return
+            service.draining = True
+            service.metrics.ready.set(0)
+            threading.Thread(target=self._drain, daemon=True).start()
+
+        def _drain(self):
+            end = time.monotonic() + settings.drain_timeout_s
+            while time.monotonic() < end:
+                with service.lock:
+                    busy = service.in_flight
+                if not busy and (service.worker is None or service.worker.idle):
+                    break
+                time.sleep(0.02)
+            self.should_exit = True
+
+    config = uvicorn.Config(app, host=settings.host, port=settings.port, lifespan="on",
+                            log_level=settings.log_level, timeout_graceful_shutdown=30)
+    DrainingServer(config).run()
+    return 0
+
+
+def cmd_serve(args) -> int:
+    overrides = {k: getattr(args, k) for k in ("host", "port", "device", "weights")
+                 if getattr(args, k, None) is not None}
+    return serve(overrides)
+
+
+def cmd_client(args) -> int:
+    from .client import main as client_main
+
+    return client_main(args)
+
+
+def add_serve_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--host", default=None, help="bind address (LIDARSEG_HOST, default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=None, help="port (LIDARSEG_PORT, default 8000)")
+    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default=None,
+                   help="LIDARSEG_DEVICE; auto = cuda if available (default)")
+    p.add_argument("--weights", default=None,
+                   help="lidarseg checkpoint (LIDARSEG_WEIGHTS; default: random init)")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m app", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_serve_options(parser)
+    parser.set_defaults(func=cmd_serve)
     sub = parser.add_subparsers(dest="command")
+    serve_p = sub.add_parser("serve", help="start the HTTP service")
+    add_serve_options(serve_p)
+    serve_p.set_defaults(func=cmd_serve)
+    client_p = sub.add_parser("client", help="POST a frame to a running service")
+    client_p.add_argument("frame")
+    client_p.add_argument("--url", default="http://127.0.0.1:8000")
+    client_p.add_argument("--format", default=None)
+    client_p.add_argument("--repeat", type=int, default=1)
+    client_p.add_argument("--concurrency", type=int, default=1)
+    client_p.add_argument("--api-key", default=None, help="default: env LIDARSEG_API_KEY")
+    client_p.add_argument("--binary", action="store_true", help="ask for uint8 labels")
+    client_p.set_defaults(func=cmd_client)
     for name, func in (("segment", cmd_segment), ("crosscheck", cmd_crosscheck)):
         p = sub.add_parser(name)
         p.add_argument("frame", nargs="?", default=str(DEFAULT_FRAME))
@@ -85,6 +194,4 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--layers", action="store_true", help="per-layer network timing")
         p.set_defaults(func=func)
     args = parser.parse_args(argv)
-    if args.command is None:
-        args = parser.parse_args(["segment", *(argv or [])])
     return args.func(args)

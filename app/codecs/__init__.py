@@ -2,54 +2,55 @@
 
 decode(body, fmt, content_type) is the one entry point the routes call. Every failure is a
 DecodeError carrying the HTTP status and a short error code, so the service answers 4xx with a
-JSON body that says what is wrong and never 500 on bad input.
+JSON body that says what is wrong and never 500 on bad input:
+  400 malformed_body      the body breaks the format's syntax (truncated, broken header, ...)
+  413 too_many_points     more points than decode(..., max_points=) allows
+  415 unsupported_format  unknown format name (or LAS without laspy / LAZ without a backend)
+  422 unusable_body       well-formed, but not usable points (no x/y/z, wrong dtype or shape)
+
+Formats (one module each): kitti, nuscenes, xyz (binary.py), pcd, ply, npy, las, pointcloud2,
+json (json_points.py). With fmt=None the format is inferred (sniff.py: magic bytes, content
+type, else kitti). The raw float formats fix the sensor (kitti, nuscenes; xyz -> kitti); the
+self-describing ones report sensor "kitti" (intensity 0..1) unless some intensity exceeds 1.0,
+then "ouster" (0..255). Decoded points are x, y, z, then intensity when the body has one (pcd /
+ply / pointcloud2 also take a field named 'i' or 'reflectivity'); npy and json keep every
+column. Points are never dropped or reordered (invalid ones stay NaN), so per-point results line
+up with the client's points. encode.py writes every format (tests, client CLI).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import struct
 
-import numpy as np
+from . import binary, json_points, las, npy, pcd, ply, pointcloud2
+from .base import DecodeError, Frame, check_count
+from .sniff import infer_format
 
+__all__ = ["DecodeError", "Frame", "FORMATS", "decode", "infer_format"]
 
-class DecodeError(ValueError):
-    """Bad input: status 400 (malformed), 413 (too large), 415 (unknown format), 422 (unusable)."""
-
-    def __init__(self, status: int, code: str, detail: str):
-        super().__init__(detail)
-        self.status, self.code, self.detail = status, code, detail
-
-
-@dataclass
-class Frame:
-    points: np.ndarray   # float32 [N, F], F >= 3: x, y, z, then intensity (and more) if present
-    sensor: str          # intensity convention: "kitti" (0-1), "nuscenes" / "ouster" (0-255)
-    format: str          # the wire format that was decoded
+FORMATS = ("kitti", "nuscenes", "xyz", "pcd", "ply", "npy", "las", "pointcloud2", "json")
+_DECODERS = {"pcd": pcd.decode, "ply": ply.decode, "npy": npy.decode, "las": las.decode,
+             "pointcloud2": pointcloud2.decode, "json": json_points.decode}
 
 
-FORMATS = ("kitti", "nuscenes", "xyz", "npy", "json")
-
-
-def _float_records(body: bytes, fields: int, fmt: str) -> np.ndarray:
-    if len(body) % (4 * fields):
-        raise DecodeError(400, "malformed_body",
-                          f"{fmt}: body of {len(body)} bytes is not a multiple of the point size "
-                          f"({fields} float32 = {4 * fields} bytes)")
-    return np.frombuffer(body, dtype="<f4").reshape(-1, fields).copy()
-
-
-def decode(body: bytes, fmt: str | None = None, content_type: str | None = None) -> Frame:
-    """Decodes one frame; fmt=None infers it from the content type and magic bytes."""
-    fmt = fmt or infer_format(body, content_type)
-    if fmt == "kitti":
-        return Frame(_float_records(body, 4, fmt), "kitti", fmt)
-    if fmt == "nuscenes":
-        return Frame(_float_records(body, 5, fmt), "nuscenes", fmt)
-    if fmt == "xyz":
-        return Frame(_float_records(body, 3, fmt), "kitti", fmt)
-    raise DecodeError(415, "unsupported_format",
-                      f"unknown format {fmt!r}; supported: {', '.join(FORMATS)}")
-
-
-def infer_format(body: bytes, content_type: str | None) -> str:
-    """From the content type and magic bytes, else 'kitti'."""
-    return "kitti"
+def decode(body: bytes, fmt: str | None = None, content_type: str | None = None, *,
+           max_points: int | None = None) -> Frame:
+    """Decodes one frame; fmt=None infers it from the content type and magic bytes.
+    max_points: 413 for a frame with more points (checked before the data is converted where
+    the format declares its size)."""
+    body = bytes(body) if not isinstance(body, bytes) else body
+    fmt = fmt.strip().lower() if fmt else infer_format(body, content_type)
+    if fmt not in FORMATS:
+        raise DecodeError(415, "unsupported_format",
+                          f"unknown format {fmt!r}; supported: {', '.join(FORMATS)}")
+    try:
+        if fmt in binary.LAYOUTS:
+            frame = binary.decode(body, fmt, max_points)
+        else:
+            frame = _DECODERS[fmt](body, max_points)
+    except DecodeError:
+        raise
+    except (ValueError, TypeError, IndexError, KeyError, OverflowError, struct.error) as e:
+        # a safety net: every expected failure is a DecodeError already
+        raise DecodeError(400, "malformed_body", f"{fmt}: cannot decode: {e}") from None
+    check_count(len(frame.points), max_points, fmt)
+    return frame

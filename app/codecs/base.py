@@ -1,0 +1,79 @@
+"""Shared types and helpers of the wire codecs (imported by every format module)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+# Intensity names a point cloud may use for its reflectance channel, in order of preference.
+INTENSITY_NAMES = ("intensity", "i", "reflectivity")
+
+
+class DecodeError(ValueError):
+    """Bad input: status 400 (malformed), 413 (too large), 415 (unknown format), 422 (unusable)."""
+
+    def __init__(self, status: int, code: str, detail: str):
+        super().__init__(detail)
+        self.status, self.code, self.detail = status, code, detail
+
+
+@dataclass
+class Frame:
+    points: np.ndarray   # float32 [N, F], F >= 3: x, y, z, then intensity (and more) if present
+    sensor: str          # intensity convention: "kitti" (0-1), "nuscenes" / "ouster" (0-255)
+    format: str          # the wire format that was decoded
+
+
+def malformed(fmt: str, detail: str) -> DecodeError:
+    """400: the body does not follow the format's syntax (truncated, broken header, ...)."""
+    return DecodeError(400, "malformed_body", f"{fmt}: {detail}")
+
+
+def unusable(fmt: str, detail: str) -> DecodeError:
+    """422: well-formed, but not a point cloud we can use (no x/y/z, wrong dtype or shape)."""
+    return DecodeError(422, "unusable_body", f"{fmt}: {detail}")
+
+
+def check_count(n: int, max_points: int | None, fmt: str) -> None:
+    """413 when a frame holds (or declares) more than max_points points."""
+    if max_points is not None and n > max_points:
+        raise DecodeError(413, "too_many_points",
+                          f"{fmt}: {n} points exceeds the limit of {max_points}")
+
+
+def sensor_for(points: np.ndarray) -> str:
+    """The intensity convention of a self-describing frame (pcd, ply, npy, las, pointcloud2,
+    json): "kitti" (intensity in 0..1) unless some finite intensity (column 3) exceeds 1.0, then
+    "ouster" (0..255). Frames without an intensity column are "kitti"."""
+    if points.ndim != 2 or points.shape[1] < 4 or not len(points):
+        return "kitti"
+    col = points[:, 3]
+    col = col[np.isfinite(col)]
+    return "ouster" if col.size and float(col.max()) > 1.0 else "kitti"
+
+
+def columns_frame(columns: list[np.ndarray], fmt: str) -> Frame:
+    """Frame from 1-D columns (x, y, z[, intensity]) of any numeric dtype."""
+    n = len(columns[0]) if columns else 0
+    points = np.empty((n, len(columns)), dtype=np.float32)
+    for j, col in enumerate(columns):
+        points[:, j] = col
+    return Frame(points, sensor_for(points), fmt)
+
+
+def find_intensity(names: list[str]) -> str | None:
+    """The intensity field among `names` (case-insensitive), or None."""
+    lower = {n.lower(): n for n in reversed(names)}
+    for cand in INTENSITY_NAMES:
+        if cand in lower:
+            return lower[cand]
+    return None
+
+
+def require_xyz(names: list[str], fmt: str) -> list[str]:
+    """The names of x, y, z among `names` (case-insensitive); 422 when one is missing."""
+    lower = {n.lower(): n for n in reversed(names)}
+    missing = [a for a in "xyz" if a not in lower]
+    if missing:
+        raise unusable(fmt, f"no {'/'.join(missing)} field (fields: {', '.join(names) or 'none'})")
+    return [lower[a] for a in "xyz"]

@@ -1,0 +1,173 @@
+"""PLY (Stanford polygon format): ascii, binary_little_endian and binary_big_endian.
+
+The header ('ply', 'format ...', 'element NAME COUNT', 'property TYPE NAME',
+'property list COUNT_TYPE ITEM_TYPE NAME', 'end_header') declares elements whose items follow in
+order; the 'vertex' element gives x, y, z[, intensity] (any scalar types). Elements before the
+vertex are skipped (lists included); whatever follows the vertices is not read.
+"""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from .base import Frame, check_count, columns_frame, find_intensity, malformed, require_xyz
+from .base import unusable
+
+FMT = "ply"
+CONTENT_TYPE = "application/x-ply"
+SCALARS = {"char": "i1", "int8": "i1", "uchar": "u1", "uint8": "u1", "short": "i2",
+           "int16": "i2", "ushort": "u2", "uint16": "u2", "int": "i4", "int32": "i4",
+           "uint": "u4", "uint32": "u4", "float": "f4", "float32": "f4", "double": "f8",
+           "float64": "f8"}
+ENCODINGS = {"ascii": None, "binary_little_endian": "<", "binary_big_endian": ">"}
+MAX_HEADER = 64 * 1024
+
+
+class _Element:
+    def __init__(self, name: str, count: int):
+        self.name, self.count = name, count
+        self.props: list[tuple[str, str, str | None]] = []  # (name, type, list count type)
+
+
+def _scalar(t: str) -> str:
+    if t.lower() not in SCALARS:
+        raise malformed(FMT, f"unknown property type {t!r}")
+    return SCALARS[t.lower()]
+
+
+def _header(body: bytes) -> tuple[str, list[_Element], int]:
+    end = re.search(rb"\nend_header[ \t\r]*\n", body[:MAX_HEADER])
+    if end is None:
+        raise malformed(FMT, "header has no end_header line")
+    nl = end.end() - 1
+    try:
+        lines = body[:nl].decode("ascii").splitlines()
+    except UnicodeDecodeError:
+        raise malformed(FMT, "non-ASCII byte in the header") from None
+    if not lines or lines[0].strip() != "ply":
+        raise malformed(FMT, "body does not start with 'ply'")
+    encoding, elements = None, []
+    for line in lines[1:-1]:
+        words = line.split()
+        if not words or words[0] in ("comment", "obj_info"):
+            continue
+        if words[0] == "format" and len(words) >= 2:
+            if words[1] not in ENCODINGS:
+                raise malformed(FMT, f"unknown format {words[1]!r}")
+            encoding = words[1]
+        elif words[0] == "element" and len(words) == 3:
+            if not words[2].isdigit():
+                raise malformed(FMT, f"element {words[1]}: count {words[2]!r} is not an integer")
+            elements.append(_Element(words[1], int(words[2])))
+        elif words[0] == "property" and elements and len(words) == 3:
+            elements[-1].props.append((words[2], _scalar(words[1]), None))
+        elif words[0] == "property" and elements and len(words) == 5 and words[1] == "list":
+            elements[-1].props.append((words[4], _scalar(words[3]), _scalar(words[2])))
+        else:
+            raise malformed(FMT, f"bad header line {line[:40]!r}")
+    if encoding is None:
+        raise malformed(FMT, "header has no format line")
+    return encoding, elements, nl + 1
+
+
+def decode(body: bytes, max_points: int | None = None) -> Frame:
+    encoding, elements, start = _header(body)
+    vertex = next((e for e in elements if e.name == "vertex"), None)
+    if vertex is None:
+        raise unusable(FMT, "no vertex element")
+    names = [p[0] for p in vertex.props]
+    wanted = require_xyz(names, FMT)
+    inten = find_intensity(names)
+    wanted += [inten] if inten else []
+    if any(p[2] for p in vertex.props):
+        raise unusable(FMT, "list properties in the vertex element are not supported")
+    check_count(vertex.count, max_points, FMT)
+    before = elements[:elements.index(vertex)]
+    if encoding == "ascii":
+        return _ascii(body[start:], before, vertex, wanted)
+    return _binary(memoryview(body)[start:], ENCODINGS[encoding], before, vertex, wanted)
+
+
+def _binary(data: memoryview, order: str, before: list, vertex: _Element, wanted: list) -> Frame:
+    pos = 0
+    for el in before:
+        pos = _skip_binary(data, pos, order, el)
+    record = np.dtype([(name, order + t) for name, t, _ in vertex.props])
+    need = vertex.count * record.itemsize
+    if len(data) - pos < need:
+        raise malformed(FMT, f"vertex data truncated: {len(data) - pos} bytes for "
+                             f"{vertex.count} vertices of {record.itemsize} bytes ({need})")
+    recs = np.frombuffer(data, dtype=record, count=vertex.count, offset=pos)
+    return columns_frame([recs[name] for name in wanted], FMT)
+
+
+def _skip_binary(data: memoryview, pos: int, order: str, el: _Element) -> int:
+    if not any(p[2] for p in el.props):  # fixed-size items: one jump
+        size = sum(np.dtype(t).itemsize for _, t, _ in el.props) * el.count
+        if pos + size > len(data):
+            raise malformed(FMT, f"element {el.name} truncated")
+        return pos + size
+    for _ in range(el.count):
+        for _, t, count_t in el.props:
+            size = np.dtype(t).itemsize
+            if count_t is not None:
+                cdt = np.dtype(order + count_t)
+                if pos + cdt.itemsize > len(data):
+                    raise malformed(FMT, f"element {el.name} truncated")
+                k = int(np.frombuffer(data, dtype=cdt, count=1, offset=pos)[0])
+                if k < 0:
+                    raise malformed(FMT, f"element {el.name}: negative list length")
+                pos += cdt.itemsize
+                size *= k
+            if pos + size > len(data):
+                raise malformed(FMT, f"element {el.name} truncated")
+            pos += size
+    return pos
+
+
+def _ascii(data: bytes, before: list, vertex: _Element, wanted: list) -> Frame:
+    tokens = data.split()
+    pos = 0
+    try:
+        for el in before:
+            for _ in range(el.count if el.props else 0):
+                for _, _, count_t in el.props:
+                    pos += 1 + (int(tokens[pos]) if count_t is not None else 0)
+    except (ValueError, IndexError):
+        raise malformed(FMT, f"ascii element {el.name} is malformed or truncated") from None
+    per = len(vertex.props)
+    need = vertex.count * per
+    if len(tokens) - pos < need:
+        raise malformed(FMT, f"ascii vertex data truncated: {len(tokens) - pos} of {need} values")
+    try:
+        values = np.array(tokens[pos:pos + need], dtype=np.bytes_).astype(np.float64)
+    except ValueError as e:
+        raise malformed(FMT, f"ascii vertex data has a non-numeric value ({e})") from None
+    values = values.reshape(vertex.count, per)
+    names = [p[0] for p in vertex.props]
+    return columns_frame([values[:, names.index(name)] for name in wanted], FMT)
+
+
+def encode(points: np.ndarray, encoding: str = "binary_little_endian",
+           dtypes: dict | None = None, intensity_name: str = "intensity") -> tuple[bytes, str]:
+    """PLY of a vertex element x, y, z[, intensity] (column 3); `dtypes` maps a property name to
+    a numpy dtype (default float32)."""
+    points = np.asarray(points)
+    names = ["x", "y", "z"] + ([intensity_name] if points.shape[1] > 3 else [])
+    ply_type = {"i1": "char", "u1": "uchar", "i2": "short", "u2": "ushort", "i4": "int",
+                "u4": "uint", "f4": "float", "f8": "double"}
+    order = ENCODINGS[encoding] or "<"
+    dts = [np.dtype((dtypes or {}).get(name, "f4")).newbyteorder(order) for name in names]
+    head = f"ply\nformat {encoding} 1.0\ncomment lidarseg\nelement vertex {len(points)}\n"
+    head += "".join(f"property {ply_type[d.str[1:]]} {name}\n" for d, name in zip(dts, names))
+    head += "end_header\n"
+    cols = [points[:, j].astype(dt) for j, dt in enumerate(dts)]
+    if encoding == "ascii":
+        fmts = [("%.17g" if d.itemsize == 8 else "%.9g") if d.kind == "f" else "%d" for d in dts]
+        payload = "".join(" ".join(f % v for f, v in zip(fmts, row)) + "\n" for row in zip(*cols))
+        return head.encode() + payload.encode(), CONTENT_TYPE
+    rec = np.empty(len(points), dtype=[(f"f{j}", dt) for j, dt in enumerate(dts)])
+    for j, col in enumerate(cols):
+        rec[f"f{j}"] = col
+    return head.encode() + rec.tobytes(), CONTENT_TYPE

@@ -1,0 +1,69 @@
+"""Service settings: every field is also the environment variable LIDARSEG_<FIELD>.
+
+Bad values fail at start-up (pydantic validation), never on the first request.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import Field, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="LIDARSEG_", extra="forbid", frozen=True)
+
+    host: str = "127.0.0.1"
+    port: int = Field(8000, ge=0, le=65535)
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    weights: Path | None = None          # lidarseg checkpoint; None: fixed-seed random MinkUNet
+    cr: float = Field(1.0, gt=0, le=4)   # channel ratio of the random model (tests use 0.25)
+
+    queue_size: int = Field(16, ge=1)            # requests waiting for the worker, beyond: 503
+    deadline_s: float = Field(30.0, gt=0)        # per request, queue + inference: beyond, 504
+    max_batch: int = Field(4, ge=1, le=64)       # frames per pipeline.run
+    max_wait_ms: float = Field(0.0, ge=0, le=1000)  # wait this long for more frames to batch
+    retry_after_s: int = Field(1, ge=1)          # Retry-After on 503
+
+    max_body_bytes: int = Field(64 * 1024 * 1024, ge=1024)
+    max_points: int = Field(2_000_000, ge=1)
+    range_policy: Literal["ignore", "reject"] = "ignore"
+    api_keys: Annotated[tuple[str, ...], NoDecode] = ()   # comma-separated in the environment
+    drain_timeout_s: float = Field(60.0, ge=0)   # SIGTERM: wait at most this for in-flight work
+    log_level: Literal["critical", "error", "warning", "info", "debug"] = "info"
+
+    @field_validator("api_keys", mode="before")
+    @classmethod
+    def _split_keys(cls, v):
+        if isinstance(v, str):
+            v = [k.strip() for k in v.split(",")]
+        keys = tuple(k for k in (v or ()) if k)
+        for k in keys:
+            if len(k) < 8:
+                raise ValueError("every API key needs at least 8 characters")
+        return keys
+
+    @field_validator("weights")
+    @classmethod
+    def _weights_exist(cls, v):
+        if v is not None and not Path(v).is_file():
+            raise ValueError(f"weights file not found: {v}")
+        return v
+
+    @model_validator(mode="after")
+    def _cuda_available(self):
+        if self.device == "cuda":
+            import torch
+
+            if not torch.cuda.is_available():
+                raise ValueError("device 'cuda' requested but no CUDA device is available")
+        return self
+
+    @property
+    def torch_device(self) -> str:
+        if self.device == "auto":
+            import torch
+
+            return "cuda" if torch.cuda.is_available() else "cpu"
+        return self.device

@@ -1,0 +1,4 @@
+"""One router per concern: segment (inference), model (description), health (probes), metrics."""
+from . import health, metrics, model, segment
+
+ROUTERS = (segment.router, model.router, health.router, metrics.router)

@@ -1,0 +1,48 @@
+"""What the service runs: classes and colours, voxel size, input features, engine, device."""
+from __future__ import annotations
+
+from fastapi import APIRouter
+from pydantic import BaseModel
+
+from .deps import ERROR_RESPONSES, ApiKey, Service
+
+router = APIRouter(prefix="/v1", tags=["model"], dependencies=[ApiKey])
+
+
+class ClassInfo(BaseModel):
+    id: int
+    name: str
+    color: list[int]
+
+
+class EngineInfo(BaseModel):
+    device: str
+    grouping_plan_file: str | None   # None: built-in defaults (no tuning file loaded)
+    deterministic: bool
+
+
+class ModelInfo(BaseModel):
+    name: str
+    version: str
+    device: str
+    classes: list[ClassInfo]
+    ignore_label: int
+    voxel_size: float
+    input_features: list[str]
+    engine: EngineInfo
+    ready: bool
+
+
+@router.get("/model", response_model=ModelInfo, summary="The loaded model",
+            responses={k: ERROR_RESPONSES[k] for k in (401, 503)})
+def model_info(service: Service) -> ModelInfo:
+    service.require_ready()
+    engine = service.pipeline.engine
+    return ModelInfo(
+        name=service.model_name, version=service.model_version, device=service.device,
+        classes=[ClassInfo(id=i, name=n, color=list(c)) for i, (n, c)
+                 in enumerate(zip(service.class_names, service.class_colors))],
+        ignore_label=255, voxel_size=service.voxel_size, input_features=service.input_features,
+        engine=EngineInfo(device=service.device, grouping_plan_file=service.grouping_file,
+                          deterministic=bool(engine.deterministic)),
+        ready=service.ready)

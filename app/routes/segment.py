@@ -1,0 +1,263 @@
+"""POST /v1/segment: one frame in (raw body, multipart file part, or JSON), one label per point out.
+
+The body is read as a stream and refused (413) as soon as it passes the size limit, with or
+without Content-Length. Decoding runs in the thread pool; the frame then waits in the worker's
+bounded queue (503 at once when full) under the request's deadline (504).
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import time
+import uuid
+from typing import Annotated, Literal
+
+import numpy as np
+from fastapi import APIRouter, Query, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import Response
+from pydantic import BaseModel
+
+from ..codecs import DecodeError, decode
+from ..pipeline import IGNORE_LABEL
+from ..voxelize import valid_mask
+from ..worker import DeadlineExceeded, QueueFull, WorkerStopped
+from .deps import ERROR_RESPONSES, ApiKey, Service, ServiceError, ServiceState
+
+router = APIRouter(prefix="/v1", tags=["segment"], dependencies=[ApiKey])
+
+TIMING_STAGES = ("decode", "queue", "voxelize", "maps", "network", "devoxelize", "encode", "total")
+_REQUEST_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
+BINARY_TYPES = ("application/octet-stream",)
+
+_BINARY_SCHEMA = {"type": "string", "format": "binary"}
+REQUEST_BODY = {
+    "required": True,
+    "description": "One frame. Raw binary (format from the `format` parameter, else inferred "
+                   "from Content-Type and magic bytes), a multipart form with one file part, or "
+                   "JSON (decoded as format `json`).",
+    "content": {
+        "application/octet-stream": {"schema": _BINARY_SCHEMA},
+        "application/x-kitti": {"schema": _BINARY_SCHEMA},
+        "multipart/form-data": {"schema": {
+            "type": "object", "properties": {"file": _BINARY_SCHEMA}, "required": ["file"]}},
+        "application/json": {"schema": {
+            "description": "points as [[x, y, z, (intensity)], ...] or an object with a "
+                           "`points` array (see the codec documentation)",
+            "oneOf": [{"type": "array", "items": {"type": "array", "items": {"type": "number"}}},
+                      {"type": "object", "properties": {"points": {"type": "array"}}}]}},
+    },
+}
+
+
+class ModelRef(BaseModel):
+    name: str
+    version: str
+    device: str
+
+
+class SegmentResponse(BaseModel):
+    labels: list[int]
+    num_points: int
+    num_voxels: int
+    ignored_points: int
+    classes: list[str]
+    class_counts: dict[str, int]
+    timing_ms: dict[str, float]
+    model: ModelRef
+    request_id: str
+    batch_size: int
+    layer_ms: dict[str, float] | None = None
+
+
+RESPONSES = {
+    200: {"description": "Labels: JSON (default), or N uint8 bytes with Accept: "
+                         "application/octet-stream (headers X-Num-Points, X-Request-Id, X-Model)",
+          "content": {"application/json": {"schema": SegmentResponse.model_json_schema()},
+                      "application/octet-stream": {"schema": _BINARY_SCHEMA}}},
+    **ERROR_RESPONSES,
+}
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The whole body, refusing (413) as soon as it passes `limit` bytes."""
+    length = request.headers.get("content-length")
+    if length is not None:
+        try:
+            declared = int(length)
+        except ValueError:
+            raise ServiceError(400, "bad_content_length", f"Content-Length {length!r}") from None
+        if declared > limit:
+            raise ServiceError(413, "body_too_large",
+                               f"body of {declared} bytes is over the limit of {limit} bytes")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise ServiceError(413, "body_too_large",
+                               f"body passed the limit of {limit} bytes while streaming")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+async def file_part(request: Request, body: bytes) -> tuple[bytes, str | None]:
+    """(file bytes, its content type) of a multipart body with exactly one file part."""
+    async def replay():
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    try:
+        form = await Request(request.scope, replay).form(max_files=1, max_fields=16)
+    except Exception as e:  # noqa: BLE001 - any parser failure is the client's malformed body
+        raise ServiceError(400, "malformed_multipart", f"multipart body: {e}") from None
+    files = [v for _, v in form.multi_items() if hasattr(v, "read")]
+    if len(files) != 1:
+        raise ServiceError(400, "malformed_multipart",
+                           f"expected exactly one file part, got {len(files)}")
+    data = await files[0].read()
+    return data, files[0].content_type
+
+
+def check_points(service: ServiceState, points: np.ndarray) -> np.ndarray:
+    settings = service.settings
+    if not isinstance(points, np.ndarray) or points.ndim != 2 or points.shape[1] < 3:
+        shape = getattr(points, "shape", None)
+        raise ServiceError(422, "bad_points", f"points must be [N, >=3], got {shape}")
+    if len(points) > settings.max_points:
+        raise ServiceError(413, "too_many_points", f"{len(points)} points; the limit is "
+                           f"{settings.max_points} (LIDARSEG_MAX_POINTS)")
+    points = np.ascontiguousarray(points, dtype=np.float32)
+    _, ignored = valid_mask(points, service.pipeline.voxel_config)
+    if ignored["non_finite"] == len(points):
+        raise ServiceError(422, "no_finite_points",
+                           f"none of the {len(points)} points has finite x, y, z")
+    if settings.range_policy == "reject" and ignored["out_of_range"]:
+        cfg = service.pipeline.voxel_config
+        raise ServiceError(422, "out_of_range",
+                           f"{ignored['out_of_range']} points lie outside |x|, |y| <= "
+                           f"{cfg.max_xy} m, z in {list(cfg.z_range)} m (range policy 'reject')")
+    if points.shape[1] > 3 and not np.isfinite(points[:, 3:]).all():  # NaN intensity -> 0
+        points = points.copy()
+        np.nan_to_num(points[:, 3:], copy=False, nan=0.0, posinf=0.0, neginf=0.0)
+    return points
+
+
+def decode_frame(service: ServiceState, body: bytes, fmt: str | None, content_type: str | None):
+    if not body:
+        raise ServiceError(400, "empty_body", "the request body is empty: post one frame")
+    try:
+        frame = decode(body, fmt, content_type)
+    except DecodeError as e:
+        raise ServiceError(e.status, e.code, e.detail) from None
+    except Exception as e:  # noqa: BLE001 - a codec that trips on bad input is still bad input
+        raise ServiceError(400, "malformed_body", f"could not decode the body: {e}") from None
+    return check_points(service, frame.points), frame.sensor
+
+
+def server_timing(timing_ms: dict[str, float]) -> str:
+    return ", ".join(f"{k};dur={v:.3f}" for k, v in timing_ms.items())
+
+
+def wants_binary(accept: str) -> bool:
+    """Binary when application/octet-stream is acceptable and preferred over JSON."""
+    best, best_q = None, -1.0
+    for part in accept.split(","):
+        media, *params = [p.strip() for p in part.split(";")]
+        q = 1.0
+        for p in params:
+            if p.startswith("q="):
+                try:
+                    q = float(p[2:])
+                except ValueError:
+                    q = 0.0
+        if media in BINARY_TYPES or media == "application/json":
+            if q > best_q:
+                best, best_q = media, q
+    return best in BINARY_TYPES
+
+
+@router.post("/segment", summary="Segment one LiDAR frame", responses=RESPONSES,
+             response_model=None, openapi_extra={"requestBody": REQUEST_BODY})
+async def segment(
+    request: Request, service: Service,
+    fmt: Annotated[str | None, Query(alias="format", max_length=32,
+                                     description="Wire format (kitti, nuscenes, xyz, pcd, ply, "
+                                                 "npy, las, pointcloud2, json); else inferred")] = None,
+    detail: Annotated[Literal["layers"] | None,
+                      Query(description="`layers` adds the per-layer network time")] = None,
+) -> Response:
+    t0 = time.perf_counter()
+    settings = service.settings
+    rid = request.headers.get("x-request-id", "")
+    request_id = rid if _REQUEST_ID.match(rid) else uuid.uuid4().hex
+    request.state.request_id = request_id
+    service.require_ready()
+    deadline = time.monotonic() + settings.deadline_s
+
+    body = await read_body(request, settings.max_body_bytes)
+    t_body = time.perf_counter()
+    content_type = request.headers.get("content-type")
+    media = (content_type or "").split(";")[0].strip().lower()
+    if media == "multipart/form-data":
+        body, content_type = await file_part(request, body)
+        media = (content_type or "").split(";")[0].strip().lower()
+    if media == "application/json" and fmt is None:
+        fmt = "json"
+    points, sensor = await run_in_threadpool(decode_frame, service, body, fmt, content_type)
+    decode_ms = (time.perf_counter() - t_body) * 1e3
+
+    try:
+        job = service.worker.submit(points, sensor, deadline, layer_timing=detail == "layers")
+    except QueueFull as e:
+        raise ServiceError(503, "queue_full", f"server busy: {e}", service.retry_after()) from None
+    except WorkerStopped as e:
+        raise ServiceError(503, "draining", str(e), service.retry_after()) from None
+    service.metrics.queue_depth.set(service.worker.depth)
+    waiter = asyncio.wrap_future(job.future)
+    try:
+        result = await asyncio.wait_for(waiter, max(0.0, deadline - time.monotonic()))
+    except (asyncio.TimeoutError, DeadlineExceeded):
+        service.worker.cancel(job)
+        raise ServiceError(504, "deadline_exceeded", f"not segmented within "
+                           f"{settings.deadline_s} s (LIDARSEG_DEADLINE_S)") from None
+
+    t_enc = time.perf_counter()
+    timing = {"decode": decode_ms, "queue": job.queue_ms,
+              **{k: result.timing_ms.get(k, 0.0)
+                 for k in ("voxelize", "maps", "network", "devoxelize")}}
+    headers = {"X-Request-Id": request_id, "X-Model": service.model_tag,
+               "X-Num-Points": str(result.num_points), "X-Num-Voxels": str(result.num_voxels),
+               "X-Ignored-Points": str(result.ignored_points),
+               "X-Batch-Size": str(job.batch_size)}
+    if wants_binary(request.headers.get("accept", "")):
+        payload = result.labels.astype(np.uint8, copy=False).tobytes()
+        timing["encode"] = (time.perf_counter() - t_enc) * 1e3
+        timing["total"] = (time.perf_counter() - t0) * 1e3
+        headers["Server-Timing"] = server_timing(timing)
+        media_type = "application/octet-stream"
+    else:
+        labels_json = json.dumps(result.labels.tolist(), separators=(",", ":"))
+        counts = np.bincount(result.labels, minlength=256)
+        names = service.class_names
+        class_counts = {names[i]: int(counts[i]) for i in range(len(names)) if counts[i]}
+        if counts[IGNORE_LABEL]:
+            class_counts["ignore"] = int(counts[IGNORE_LABEL])
+        timing["encode"] = (time.perf_counter() - t_enc) * 1e3
+        timing["total"] = (time.perf_counter() - t0) * 1e3
+        timing = {k: round(v, 3) for k, v in timing.items()}
+        rest = {"num_points": result.num_points, "num_voxels": result.num_voxels,
+                "ignored_points": result.ignored_points, "classes": names,
+                "class_counts": class_counts, "timing_ms": timing,
+                "model": {"name": service.model_name, "version": service.model_version,
+                          "device": service.device},
+                "request_id": request_id, "batch_size": job.batch_size}
+        if detail == "layers":
+            rest["layer_ms"] = {k: round(v, 3) for k, v in (result.layer_ms or {}).items()}
+        payload = ('{"labels":' + labels_json + "," + json.dumps(rest)[1:]).encode()
+        headers["Server-Timing"] = server_timing(timing)
+        media_type = "application/json"
+    metrics = service.metrics
+    metrics.observe_stages(timing)
+    metrics.points.observe(result.num_points)
+    metrics.voxels.observe(result.num_voxels)
+    return Response(payload, media_type=media_type, headers=headers)

@@ -1,0 +1,155 @@
+"""HTTP round trip vs the in-process pipeline on the same frames, side by side.
+
+    python -m bench.service [--frames kitti00 nuscenes ouster128] [--cr 1.0] [--device cpu]
+                            [--runs 7] [--url URL] [--json OUT]
+
+Starts `python -m app serve` on a loopback port (unless --url points at a running one, which must
+serve the same model), posts each frame as raw binary asking for binary labels
+(application/octet-stream both ways), and times the same frame through SegmentationPipeline in
+this process. The two are timed one after the other, never at once (they share the cores).
+Overhead = HTTP round trip - in-process wall time, and its share of the round trip; the server's
+own decode / queue / encode stages (Server-Timing) say where it goes. On a loaded machine the
+pipeline itself varies more than the overhead: "service layer" (round trip minus the server's
+own pipeline stages) isolates what HTTP, decoding, queueing and encoding cost.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+
+import httpx
+import numpy as np
+import torch
+
+from app.cli import load_model
+from app.client import server_timing
+from app.pipeline import SegmentationPipeline
+from app.voxelize import VoxelizeConfig
+from bench import common
+
+# what the server's codec reports for the raw format: a raw kitti-layout body is sensor "kitti"
+# (the wire carries no intensity convention), so the Ouster frame runs as "kitti" on both sides
+SENSOR = {"nuscenes": "nuscenes"}
+FORMAT = {"nuscenes": "nuscenes"}
+
+
+def start_server(cr: float, device: str) -> tuple[subprocess.Popen, str]:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "LIDARSEG_CR": str(cr), "LIDARSEG_LOG_LEVEL": "warning"}
+    proc = subprocess.Popen([sys.executable, "-m", "app", "serve", "--port", str(port),
+                             "--device", device], cwd=common.REPO_ROOT, env=env)
+    url = f"http://127.0.0.1:{port}"
+    end = time.monotonic() + 300
+    while time.monotonic() < end:
+        if proc.poll() is not None:
+            raise SystemExit(f"server exited with {proc.returncode}")
+        try:
+            if httpx.get(f"{url}/readyz", timeout=1).status_code == 200:
+                return proc, url
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    proc.kill()
+    raise SystemExit("server not ready in 300 s")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--frames", nargs="+", default=list(common.DEFAULT_FRAMES))
+    ap.add_argument("--cr", type=float, default=1.0)
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--runs", type=int, default=7)
+    ap.add_argument("--url", default=None)
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args(argv)
+
+    proc, url = (None, args.url) if args.url else start_server(args.cr, args.device)
+    model, _, voxel = load_model(None, args.cr)
+    pipeline = SegmentationPipeline(model, VoxelizeConfig(voxel_size=voxel), args.device)
+    rows = []
+    try:
+        with httpx.Client(base_url=url, timeout=300) as http:
+            print(f"device {args.device}, cr {args.cr}, torch threads {torch.get_num_threads()}, "
+                  f"median of {args.runs} runs, binary in and out")
+            print(f"{'frame':<11}{'points':>8}{'in-proc ms':>12}{'HTTP ms':>10}{'overhead ms':>13}"
+                  f"{'overhead %':>12}   server decode/queue/encode/total ms")
+            for name in args.frames:
+                frame = common.load_frame(name)
+                points = np.ascontiguousarray(frame.points)
+                sensor = SENSOR.get(name, "kitti")
+                body = points.tobytes()
+                fmt = FORMAT.get(name, "kitti")
+
+                local_stages = []
+
+                def local():
+                    result = pipeline.segment(points, sensor)
+                    local_stages.append(result.timing_ms)
+                    return result.labels
+
+                def remote():
+                    r = http.post(f"/v1/segment?format={fmt}", content=body,
+                                  headers={"Content-Type": "application/octet-stream",
+                                           "Accept": "application/octet-stream"})
+                    r.raise_for_status()
+                    return r
+
+                local_ms, remote_ms, stages = [], [], []
+                labels = local()  # warm-up
+                r = remote()
+                assert np.array_equal(np.frombuffer(r.content, np.uint8), labels), name
+                for _ in range(args.runs):  # interleaved: drift hits both alike
+                    common.sync(args.device)
+                    t = time.perf_counter()
+                    local()
+                    common.sync(args.device)
+                    local_ms.append((time.perf_counter() - t) * 1e3)
+                    t = time.perf_counter()
+                    r = remote()
+                    remote_ms.append((time.perf_counter() - t) * 1e3)
+                    stages.append(server_timing(r.headers["server-timing"]))
+                lm, rm = statistics.median(local_ms), statistics.median(remote_ms)
+                srv = {k: statistics.median(s[k] for s in stages)
+                       for k in ("decode", "queue", "voxelize", "maps", "network", "devoxelize",
+                                 "encode", "total")}
+                loc = {k: statistics.median(s[k] for s in local_stages[1:])
+                       for k in ("voxelize", "maps", "network", "devoxelize")}
+                row = {"frame": name, "points": len(points), "in_process_ms": round(lm, 2),
+                       "http_ms": round(rm, 2), "overhead_ms": round(rm - lm, 2),
+                       "overhead_pct": round(100 * (rm - lm) / rm, 1),
+                       "server_ms": {k: round(v, 2) for k, v in srv.items()},
+                       "in_process_stages_ms": {k: round(v, 2) for k, v in loc.items()}}
+                rows.append(row)
+                print(f"{name:<11}{len(points):>8}{lm:>12.1f}{rm:>10.1f}{rm - lm:>13.1f}"
+                      f"{row['overhead_pct']:>11.1f}%   "
+                      + " / ".join(f"{srv[k]:.1f}" for k in ("decode", "queue", "encode",
+                                                                "total")))
+                service_ms = rm - sum(srv[k] for k in loc)  # HTTP + decode + queue + encode
+                row["service_layer_ms"] = round(service_ms, 2)
+                print(f"{'':<11}service layer (HTTP round trip - server pipeline stages): "
+                      f"{service_ms:.1f} ms = {100 * service_ms / rm:.1f}%")
+                print(f"{'':<11}pipeline stages in-proc / server in-proc / server: " + ", ".join(
+                    f"{k} {loc[k]:.1f}/{srv[k]:.1f}" for k in loc))
+    finally:
+        if proc is not None:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(60)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"device": args.device, "cr": args.cr, "runs": args.runs, "rows": rows},
+                      f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,85 @@
+"""A real server for the service tests: `python -m app serve` in a subprocess on a loopback port."""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+import httpx
+
+from tests.conftest import REPO_ROOT
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    """Starts the service with LIDARSEG_* settings from `env`; waits for /readyz == 200."""
+
+    def __init__(self, **env: str):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.env = {**os.environ, "LIDARSEG_CR": "0.25", "LIDARSEG_LOG_LEVEL": "warning",
+                    **{f"LIDARSEG_{k.upper()}": str(v) for k, v in env.items()}}
+        self.log = tempfile.TemporaryFile()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "app", "serve", "--port", str(self.port), "--device", "cpu"],
+            cwd=REPO_ROOT, env=self.env, stdout=self.log, stderr=subprocess.STDOUT)
+        self.wait_ready()
+
+    def output(self) -> str:
+        self.log.seek(0)
+        return self.log.read().decode(errors="replace")
+
+    def wait_ready(self, timeout: float = 120.0) -> None:
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server exited with {self.proc.returncode}:\n{self.output()}")
+            try:
+                if httpx.get(f"{self.url}/readyz", timeout=1).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.2)
+        self.stop()
+        raise RuntimeError(f"server not ready within {timeout} s:\n{self.output()}")
+
+    def client(self, **kwargs) -> httpx.Client:
+        return httpx.Client(base_url=self.url, timeout=120, **kwargs)
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        return self.proc.returncode
+
+
+def parse_server_timing(header: str) -> dict[str, float]:
+    out = {}
+    for part in header.split(","):
+        name, *params = [p.strip() for p in part.split(";")]
+        for p in params:
+            if p.startswith("dur="):
+                out[name] = float(p[4:])
+    return out
+
+
+def metric_value(text: str, name: str, labels: str = "") -> float:
+    """The sample `name{labels}` of a Prometheus text page (0 when absent)."""
+    key = f"{name}{{{labels}}}" if labels else name
+    for line in text.splitlines():
+        if line.startswith(key + " "):
+            return float(line.split()[-1])
+    return 0.0
