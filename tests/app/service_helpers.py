@@ -66,14 +66,7 @@ class Server:
         return self.proc.returncode
 
 
-def parse_server_timing(header: str) -> dict[str, float]:
-    out = {}
-    for part in header.split(","):
-        name, *params = [p.strip() for p in part.split(";")]
-        for p in params:
-            if p.startswith("dur="):
-                out[name] = float(p[4:])
-    return out
+from app.client import server_timing as parse_server_timing  # noqa: E402,F401
 
 
 def metric_value(text: str, name: str, labels: str = "") -> float:
