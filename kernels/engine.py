@@ -3,9 +3,14 @@
 Weight-stationary: the identity offset is one mm over all rows; every other launch of the plan
 (kernels/grouping.py) gathers its input rows into a buffer, runs one mm or bmm, and the partial
 sums are scatter-added into the output.
-- CPU: launch by launch with cache-sized buffers; within one offset the output rows are
-  distinct, so each offset's scatter runs in parallel without atomics and every output row adds
-  its offsets in plan order: bitwise reproducible, for any thread count.
+- CPU, "fused" dataflow (the tuned default for fp32): one C++ kernel multiplies tiles of map
+  entries straight from the input rows and adds them into the output rows, each thread owning a
+  range of output rows (csrc/fused_cpu.cpp).
+- CPU, "grouped" dataflow (f64, odd channel counts, or when tuned so): launch by launch with
+  cache-sized buffers; within one offset the output rows are distinct, so each offset's scatter
+  runs in parallel without atomics.
+  Either way every output row adds its offsets in plan order: bitwise reproducible, for any
+  thread count.
 - CUDA: one gather, the matmuls, one scatter. The default scatter uses float atomics;
   EngineConfig(deterministic=True) switches to a scatter ordered by output row (CSR) with no
   float atomics. fp16 accumulates scatters in fp32.
