@@ -8,6 +8,7 @@
                                          timing, or with --repeat latency percentiles + throughput
     python -m app segment FRAME [--weights W] [--format F] [--layers]   in-process, no server
     python -m app crosscheck FRAME [--weights W]     ours vs the spconv twin, one JSON line
+    python -m app evaluate FRAME.bin LABELS.label [--weights W] [--cr CR]   mIoU, one JSON line
 """
 from __future__ import annotations
 
@@ -193,5 +194,15 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
         p.add_argument("--layers", action="store_true", help="per-layer network timing")
         p.set_defaults(func=func)
+    from .evaluate import cmd_evaluate
+
+    eval_p = sub.add_parser("evaluate", help="mIoU on a labelled KITTI frame (.bin + .label)")
+    eval_p.add_argument("frame")
+    eval_p.add_argument("labels")
+    eval_p.add_argument("--weights", default=None, help="lidarseg checkpoint (default: random init)")
+    eval_p.add_argument("--format", default=None)
+    eval_p.add_argument("--cr", type=float, default=1.0, help="channel ratio without --weights")
+    eval_p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    eval_p.set_defaults(func=cmd_evaluate)
     args = parser.parse_args(argv)
     return args.func(args)

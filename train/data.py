@@ -1,0 +1,120 @@
+"""Training batches from synthetic frames (synth/), voxelized like the pipeline does.
+
+Seed ranges (documented, disjoint):
+  * training frames:  seeds 0 .. num_train_seeds - 1   (TRAIN_SEED_START = 0)
+  * held-out frames:  seeds from HELDOUT_SEED_START = 1_000_000 onward (validation only; never
+    drawn by the training iterator)
+Real frames (../shared/data/real) are never read here: they are for evaluation only.
+
+Batch `step` is a pure function of (seed, step): which frames, which subsample, which
+augmentation. So resuming at step k reproduces the batches of an uninterrupted run exactly.
+Synthetic intensities are already in 0..1, so frames are voxelized with the "kitti" scale.
+"""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from app.voxelize import VoxelizeConfig, voxelize
+from synth.generate import generate_frame
+from synth.sensor import PROFILES
+
+from .augment import AugmentConfig, augment
+
+TRAIN_SEED_START = 0
+HELDOUT_SEED_START = 1_000_000
+IGNORE = 255
+NUM_CLASSES = 19
+
+
+def train_seeds(n: int) -> range:
+    if not 0 < n <= HELDOUT_SEED_START:
+        raise ValueError(f"need 0 < num_train_seeds <= {HELDOUT_SEED_START}, got {n}")
+    return range(TRAIN_SEED_START, TRAIN_SEED_START + n)
+
+
+def heldout_seeds(n: int) -> range:
+    return range(HELDOUT_SEED_START, HELDOUT_SEED_START + n)
+
+
+@functools.lru_cache(maxsize=64)
+def synthetic_frame(seed: int, profile: str = "hdl64") -> tuple[np.ndarray, np.ndarray]:
+    """(points float32 [N, 4], labels uint8 [N]) for one synthetic scan (cached, read-only)."""
+    frame = generate_frame(int(seed), PROFILES[profile])
+    points, labels = frame.points, frame.labels
+    points.flags.writeable = False
+    labels.flags.writeable = False
+    return points, labels
+
+
+@dataclass
+class TrainBatch:
+    coords: torch.Tensor       # int32 [M, 4] (batch, x, y, z)
+    feats: torch.Tensor        # float32 [M, 4]
+    labels: torch.Tensor       # int64 [M]: majority class of the voxel's points, 255 = none
+    seeds: list[int]
+
+
+def voxel_labels(point_to_voxel: torch.Tensor, point_labels: torch.Tensor, num_voxels: int,
+                 num_classes: int = NUM_CLASSES, ignore: int = IGNORE) -> torch.Tensor:
+    """int64 [num_voxels]: the majority label of each voxel's points (ties: the smaller class id),
+    from one torch.bincount over voxel * num_classes + class; points that are dropped
+    (point_to_voxel < 0) or labelled `ignore` do not vote; a voxel without votes gets `ignore`."""
+    point_labels = point_labels.to(torch.int64)
+    vote = (point_to_voxel >= 0) & (point_labels != ignore) & (point_labels < num_classes)
+    keys = point_to_voxel[vote] * num_classes + point_labels[vote]
+    counts = torch.bincount(keys, minlength=num_voxels * num_classes)
+    counts = counts.view(num_voxels, num_classes)
+    out = counts.argmax(dim=1)
+    out[counts.sum(dim=1) == 0] = ignore
+    return out
+
+
+def make_batch(frames: list[tuple[np.ndarray, np.ndarray]], config: VoxelizeConfig,
+               seeds: list[int] | None = None) -> TrainBatch:
+    """Voxelizes several (points, labels) frames as one batch (batch index = list position)."""
+    vb = voxelize([p for p, _ in frames], config, "kitti")
+    num_voxels = len(vb.coords)
+    mapping = torch.cat(vb.point_to_voxel)
+    labels = torch.from_numpy(np.concatenate([np.asarray(l, np.int64) for _, l in frames]))
+    return TrainBatch(vb.coords, vb.feats, voxel_labels(mapping, labels, num_voxels),
+                      list(seeds or []))
+
+
+class SyntheticBatches:
+    """batches[step] (or iteration from `start`): `batch_size` training frames per batch."""
+
+    def __init__(self, seeds, batch_size: int = 2, seed: int = 0, max_points: int | None = None,
+                 voxel_config: VoxelizeConfig = VoxelizeConfig(), profile: str = "hdl64",
+                 augment_config: AugmentConfig | None = AugmentConfig()):
+        self.seeds = list(seeds)
+        if not self.seeds or any(s >= HELDOUT_SEED_START for s in self.seeds):
+            raise ValueError(f"training seeds must be non-empty and < {HELDOUT_SEED_START}")
+        self.batch_size, self.seed, self.max_points = int(batch_size), int(seed), max_points
+        self.voxel_config, self.profile, self.augment_config = voxel_config, profile, augment_config
+
+    def __getitem__(self, step: int) -> TrainBatch:
+        rng = np.random.default_rng([self.seed, int(step), 0xDA7A])
+        picks = [self.seeds[i] for i in rng.integers(0, len(self.seeds), self.batch_size)]
+        frames = []
+        for s in picks:
+            points, labels = synthetic_frame(s, self.profile)
+            if self.max_points and len(points) > self.max_points:
+                idx = np.sort(rng.choice(len(points), self.max_points, replace=False))
+                points, labels = points[idx], labels[idx]
+            if self.augment_config is not None:
+                points, labels = augment(points, labels, rng, self.augment_config)
+            frames.append((points, labels))
+        return make_batch(frames, self.voxel_config, picks)
+
+    def iterate(self, start: int = 0, stop: int | None = None):
+        step = start
+        while stop is None or step < stop:
+            yield self[step]
+            step += 1
+
+    def __iter__(self):
+        return self.iterate()
