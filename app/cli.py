@@ -158,12 +158,15 @@ def cmd_client(args) -> int:
     return client_main(args)
 
 
-def add_serve_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--host", default=None, help="bind address (LIDARSEG_HOST, default 127.0.0.1)")
-    p.add_argument("--port", type=int, default=None, help="port (LIDARSEG_PORT, default 8000)")
-    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default=None,
+def add_serve_options(p: argparse.ArgumentParser, default=None) -> None:
+    """The server options; the `serve` subcommand passes argparse.SUPPRESS so options given
+    before the subcommand (`python -m app --port 9000 serve`) are kept."""
+    p.add_argument("--host", default=default,
+                   help="bind address (LIDARSEG_HOST, default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=default, help="port (LIDARSEG_PORT, default 8000)")
+    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default=default,
                    help="LIDARSEG_DEVICE; auto = cuda if available (default)")
-    p.add_argument("--weights", default=None,
+    p.add_argument("--weights", default=default,
                    help="lidarseg checkpoint (LIDARSEG_WEIGHTS; default: random init)")
 
 
@@ -174,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.set_defaults(func=cmd_serve)
     sub = parser.add_subparsers(dest="command")
     serve_p = sub.add_parser("serve", help="start the HTTP service")
-    add_serve_options(serve_p)
+    add_serve_options(serve_p, argparse.SUPPRESS)
     serve_p.set_defaults(func=cmd_serve)
     client_p = sub.add_parser("client", help="POST a frame to a running service")
     client_p.add_argument("frame")
