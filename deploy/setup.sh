@@ -4,7 +4,7 @@
 # the CPU kernel library (compiled with g++; the CUDA one too where a GPU and nvcc exist).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if ! ldconfig -p 2>/dev/null | grep -q libusb-1.0.so.0; then
+if ! ldconfig -p 2>/dev/null | grep -q libusb-1.0.so.0 || ! command -v g++ >/dev/null 2>&1; then
   SUDO=$([ "$(id -u)" = 0 ] && echo "" || echo sudo)
   $SUDO apt-get update -qq
   $SUDO apt-get install -y -qq libusb-1.0-0 g++ >/dev/null
