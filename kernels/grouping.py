@@ -14,7 +14,6 @@ height. gather_idx / scatter_idx name the input / output row of every buffer row
 from __future__ import annotations
 
 import functools
-import math
 from dataclasses import dataclass, field
 
 import torch
@@ -143,5 +142,3 @@ def csr_by_key(keys: torch.Tensor, num_keys: int) -> tuple[torch.Tensor, torch.T
     ptr[1:] = counts.cumsum(0)
     return ptr, order[:kept].to(torch.int32)
 
-
-INF = math.inf

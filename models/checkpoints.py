@@ -375,39 +375,29 @@ def _block_ref_torchsparse(base: str) -> dict[str, str]:
             "shortcut.1": f"{base}.downsample.1"}
 
 
-def _names_spconv_mmdet3d(site) -> dict[str, str]:
+def _names_mmdet3d(site, layer: str, block_ref: Callable[[str], dict[str, str]]) -> dict[str, str]:
+    """mmdet3d's MinkUNet naming; its spconv and torchsparse backends differ only in where a
+    conv/BN pair lives inside its module (`layer`: ".{0,1}" or ".net.{0,1}") and in the blocks."""
     kind = site[0]
-    if kind == "stem":
-        return {"0": f"backbone.conv_input.{site[1]}.0", "1": f"backbone.conv_input.{site[1]}.1"}
-    if kind == "down":
-        return {"0": f"backbone.encoder.{site[1]}.0.0", "1": f"backbone.encoder.{site[1]}.0.1"}
-    if kind == "up":
-        return {"0": f"backbone.decoder.{site[1]}.0.0", "1": f"backbone.decoder.{site[1]}.0.1"}
+    roots = {"stem": "backbone.conv_input.{}", "down": "backbone.encoder.{}.0",
+             "up": "backbone.decoder.{}.0"}
+    if kind in roots:
+        root = roots[kind].format(site[1])
+        return {str(k): f"{root}{layer}.{k}" for k in (0, 1)}
     if kind == "block":
         _, part, i, j, _ = site
         base = (f"backbone.encoder.{i}.{j + 1}" if part == "enc"
                 else f"backbone.decoder.{i}.1.{j}")
-        return _block_ref_mmdet3d_spconv(base)
+        return block_ref(base)
     return {"": "decode_head.conv_seg"}
+
+
+def _names_spconv_mmdet3d(site) -> dict[str, str]:
+    return _names_mmdet3d(site, "", _block_ref_mmdet3d_spconv)
 
 
 def _names_torchsparse_mmdet3d(site) -> dict[str, str]:
-    kind = site[0]
-    if kind == "stem":
-        return {"0": f"backbone.conv_input.{site[1]}.net.0",
-                "1": f"backbone.conv_input.{site[1]}.net.1"}
-    if kind == "down":
-        return {"0": f"backbone.encoder.{site[1]}.0.net.0",
-                "1": f"backbone.encoder.{site[1]}.0.net.1"}
-    if kind == "up":
-        return {"0": f"backbone.decoder.{site[1]}.0.net.0",
-                "1": f"backbone.decoder.{site[1]}.0.net.1"}
-    if kind == "block":
-        _, part, i, j, _ = site
-        base = (f"backbone.encoder.{i}.{j + 1}" if part == "enc"
-                else f"backbone.decoder.{i}.1.{j}")
-        return _block_ref_torchsparse(base)
-    return {"": "decode_head.conv_seg"}
+    return _names_mmdet3d(site, ".net", _block_ref_torchsparse)
 
 
 def _names_torchsparse_spvnas(site) -> dict[str, str]:
