@@ -152,7 +152,6 @@ def submanifold_map(coords: torch.Tensor, table: CoordHashTable, kernel_size: in
         nbr, counts = table.lookup(coords, 1, offsets)
     in_half, out_half, half_counts = _compact(nbr, counts)
     half_bounds = _prefix(half_counts)
-    # Mirror offsets K^3-1-k for k = centre-1 .. 0: the same pairs, in and out swapped.
     # Mirror offsets K^3-1-k for k = centre-1 .. 0: the same pairs, in and out swapped, then
     # sorted by output row like every offset of every map.
     mirror_bounds = _prefix(half_counts[::-1])

@@ -16,6 +16,9 @@ namespace {
 constexpr int64_t kBatch = 8;          // outputs whose probes are in flight together
 constexpr int64_t kMaxOffsets = 343;    // up to a 7x7x7 kernel
 
+// Below this many rows a parallel region costs more than the work (the deep levels of a UNet).
+constexpr int64_t kParallelRows = 4096;
+
 bool valid_capacity(int64_t capacity) { return capacity > 0 && (capacity & (capacity - 1)) == 0; }
 
 void report(int64_t* err, int status, int64_t row) {
@@ -36,7 +39,7 @@ LS_API int ls_hash_build_cpu(const int32_t* coords, int64_t n, Slot* table, int6
                              int64_t* err) {
   if (!valid_capacity(capacity) || n < 0 || n > capacity / 2) return kStatusBadArgument;
   const uint64_t mask = (uint64_t)capacity - 1;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n >= kParallelRows)
   for (int64_t i = 0; i < n; ++i) {
     const int32_t* c = coords + 4 * i;
     if (!coord_in_range(c[0], c[1], c[2], c[3])) {
@@ -62,7 +65,7 @@ LS_API int ls_hash_insert_min_cpu(const int32_t* coords, int64_t n, int32_t stri
     return kStatusBadArgument;
   }
   const uint64_t mask = (uint64_t)capacity - 1;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n >= kParallelRows)
   for (int64_t i = 0; i < n; ++i) {
     const int32_t* c = coords + 4 * i;
     const int32_t x = floor_div(c[1], stride), y = floor_div(c[2], stride);
@@ -96,7 +99,7 @@ LS_API int ls_kmap_lookup_cpu(const Slot* table, int64_t capacity, const int32_t
   // Most probes miss and each lands on a random cache line, so the loop is latency-bound. It
   // works on kBatch outputs at a time: first it computes every key and prefetches its home slot,
   // then it probes, by which time most lines have arrived.
-#pragma omp parallel
+#pragma omp parallel if (n_out * num_offsets >= kParallelRows)
   {
     int64_t tally[kMaxOffsets] = {0};
     uint64_t keys[kBatch * kMaxOffsets];
@@ -310,7 +313,7 @@ bool insert_blocks(const int32_t* coords, int64_t n, BlockIndex* idx, int32_t* s
   BlockSlot* table = idx->table.data();
   int full = 0;
   std::vector<std::vector<int32_t>> inserted_by(omp_get_max_threads());
-#pragma omp parallel
+#pragma omp parallel if (n >= kParallelRows)
   {
     std::vector<int32_t>& mine = inserted_by[omp_get_thread_num()];
     // Static schedule: each thread walks one run of rows in order, so its list is in row order.
@@ -354,7 +357,7 @@ void order_rows(const int32_t* coords, int64_t n, const int32_t* slot_of, BlockI
     next += popcount64(idx->table[s].occupancy);
   }
   idx->rows.resize(n);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n >= kParallelRows)
   for (int64_t i = 0; i < n; ++i) {
     const int32_t* c = coords + 4 * i;
     const BlockSlot& block = idx->table[slot_of[i]];
@@ -437,7 +440,7 @@ LS_API int ls_submanifold_nbr_cpu(const int32_t* coords, int64_t n, const int32_
   if (!build_block_index(coords, n, &idx, err)) return kStatusOk;  // the caller reads err
   const int64_t num_blocks = (int64_t)idx.blocks.size();
   // Contiguous runs of blocks per thread keep each thread's look-ups and writes local.
-#pragma omp parallel
+#pragma omp parallel if (n >= kParallelRows)
   {
     int64_t tally[kMaxBlockOffsets] = {0};
 #pragma omp for schedule(static)
