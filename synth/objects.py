@@ -124,6 +124,18 @@ def bush(rng, x, y, z0=0.0):
     return [_p(ellipsoid((x, y, z0 + r[2] * 0.8), r), C.VEGETATION, rng.uniform(0.25, 0.5))]
 
 
+def hedge(rng, x0, x1, y, z0=0.0):
+    """A trimmed hedge along x from x0 to x1: a row of overlapping flattened ellipsoids."""
+    parts, h, w = [], rng.uniform(0.6, 1.8), rng.uniform(0.5, 1.2)
+    x = x0
+    while x < x1:
+        step = rng.uniform(0.8, 1.6)
+        parts.append(_p(ellipsoid((x + step / 2, y + rng.normal(0, 0.05), z0 + h / 2),
+                                  (step * 0.8, w / 2, h / 2)), C.VEGETATION, rng.uniform(0.25, 0.5)))
+        x += step
+    return parts
+
+
 def pole(rng, x, y, z0=0.0, height=None):
     h = height if height is not None else rng.uniform(4.0, 8.0)
     return [_p(cylinder((x, y, z0 + h / 2), rng.uniform(0.06, 0.15), h, resolution=8), C.POLE,
@@ -131,9 +143,9 @@ def pole(rng, x, y, z0=0.0, height=None):
 
 
 def traffic_sign(rng, x, y, yaw, z0=0.0):
-    h = rng.uniform(2.2, 3.2)
+    h = rng.uniform(1.6, 2.6)  # panel bottom ~0.1 m below h
     parts = pole(rng, x, y, z0, h)
-    w, ph = rng.uniform(0.5, 0.9), rng.uniform(0.5, 0.9)
+    w, ph = rng.uniform(0.6, 1.2), rng.uniform(0.6, 1.2)
     parts.append(_p(box(_at(x, y, yaw, 0.08, 0, z0 + h + ph / 2 - 0.1), (0.03, w, ph), yaw),
                     C.TRAFFIC_SIGN, rng.uniform(0.85, 1.0)))  # retro-reflective
     return parts

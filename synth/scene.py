@@ -78,7 +78,7 @@ def _buildings(rng, L, s, e0):
     """Buildings with setbacks and facade offsets; fences, trees and bushes in the gaps."""
     parts, x = [], -L + rng.uniform(0, 8)
     while x < L - 5:
-        if rng.random() < 0.75:
+        if rng.random() < 0.6:
             length = rng.uniform(8.0, 30.0)
             setback = rng.uniform(0.0, 8.0)
             depth, height = rng.uniform(8.0, 16.0), rng.uniform(4.0, 22.0)
@@ -95,16 +95,25 @@ def _buildings(rng, L, s, e0):
                 yf = s * (e0 + setback - out / 2)
                 parts.append(_part(box((bx, yf, bz0 + bh / 2), (bl, out + 0.05, bh)),
                                    C.BUILDING, refl))
-            if setback > 3.0 and rng.random() < 0.5:
-                parts += O.bush(rng, x + rng.uniform(0, length), s * (e0 + setback / 2), 0.08)
+            if setback > 2.0 and rng.random() < 0.6:  # front garden: hedge or bushes
+                if rng.random() < 0.5:
+                    parts += O.hedge(rng, x + 0.5, x + length - 0.5, s * (e0 + rng.uniform(0.5, 1.5)),
+                                     0.08)
+                for _ in range(int(rng.integers(1, 4))):
+                    parts += O.bush(rng, x + rng.uniform(0, length),
+                                    s * (e0 + rng.uniform(1.0, setback)), 0.08)
             x += length
         else:
-            gap = rng.uniform(4.0, 15.0)
+            gap = rng.uniform(4.0, 25.0)
             yf = s * (e0 + rng.uniform(0.3, 2.0))
             if rng.random() < 0.7:
                 parts += O.fence(rng, x, yf, x + gap, yf, 0.08)
-            for _ in range(int(rng.integers(0, 3))):
+            elif rng.random() < 0.5:
+                parts += O.hedge(rng, x, x + gap, yf, 0.08)
+            for _ in range(int(rng.integers(1, 4))):
                 parts += O.tree(rng, x + rng.uniform(0, gap), s * (e0 + rng.uniform(3, 12)), 0.08)
+            for _ in range(int(rng.integers(0, 3))):
+                parts += O.bush(rng, x + rng.uniform(0, gap), s * (e0 + rng.uniform(1, 10)), 0.08)
             x += gap
     return parts
 
@@ -116,10 +125,11 @@ def _sidewalk_things(rng, L, s, inner, width):
     while x < L:  # street lights / poles at the curb
         parts += O.pole(rng, x, s * (inner + 0.4), z)
         x += rng.uniform(12.0, 35.0)
-    for _ in range(int(rng.integers(1, 4))):
+    for _ in range(int(rng.integers(2, 7))):
+        facing = rng.choice([0.0, np.pi]) if rng.random() < 0.7 else -s * np.pi / 2
         parts += O.traffic_sign(rng, rng.uniform(-40, 40), s * (inner + 0.5),
-                                -s * np.pi / 2 + rng.uniform(-0.3, 0.3), z)
-    if rng.random() < 0.6:
+                                facing + rng.uniform(-0.3, 0.3), z)
+    if rng.random() < 0.75:
         x = -L + rng.uniform(0, 15)
         while x < L:
             parts += O.tree(rng, x, s * (inner + width * 0.6), z)
@@ -163,6 +173,17 @@ def build_scene(seed: int) -> Scene:
                     parts += O.motorcycle(rng, x, yc, rng.uniform(0.8, 2.3))
                 x += rng.uniform(5.2, 7.0)
             e += pw
+        if rng.random() < 0.5:  # grass verge between the carriageway and the sidewalk
+            vw = rng.uniform(1.0, 4.0)
+            y0, y1 = sorted((s * e, s * (e + vw)))
+            parts.append(_part(slab(-L, L, y0, y1, rng.uniform(0.05, 0.2)), C.TERRAIN,
+                               rng.uniform(0.25, 0.45)))
+            if rng.random() < 0.5:
+                x = -L + rng.uniform(0, 10)
+                while x < L:
+                    parts += O.tree(rng, x, s * (e + vw / 2), 0.1)
+                    x += rng.uniform(7.0, 18.0)
+            e += vw
         sw = rng.uniform(2.0, 5.0)
         y0, y1 = sorted((s * e, s * (e + sw)))
         parts.append(_part(slab(-L, L, y0, y1, SIDEWALK_TOP), C.SIDEWALK, rng.uniform(0.25, 0.4)))

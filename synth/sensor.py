@@ -10,6 +10,9 @@ from synth import classes as C
 from synth.scene import Scene
 
 
+FOLIAGE_DEPTH = 0.3  # metres: mean extra range of a return from vegetation (exponential)
+
+
 @dataclass(frozen=True)
 class SensorProfile:
     name: str
@@ -95,9 +98,13 @@ def scan(scene: Scene, profile: SensorProfile, rng: np.random.Generator):
     noise = rng.normal(0.0, profile.range_noise, n).astype(np.float32)
     keep_draw = rng.random(n)
     inten_noise = rng.normal(0.0, 0.03, n).astype(np.float32)
+    foliage = rng.exponential(FOLIAGE_DEPTH, n).astype(np.float32)
     hit = np.isfinite(t) & (t >= profile.min_range) & (t <= profile.max_range)
     keep = hit & (keep_draw >= profile.dropout)
-    t, prim, normals, d = t[keep] + noise[keep], prim[keep], normals[keep], dirs[keep]
+    prim = prim[keep]
+    # foliage is porous: a beam entering a crown or hedge returns from somewhere inside it
+    depth = np.where(mm.cls[prim] == C.VEGETATION, foliage[keep], np.float32(0.0))
+    t, normals, d = t[keep] + noise[keep] + depth, normals[keep], dirs[keep]
     xyz = d * t[:, None]
     cos_inc = np.abs(np.einsum("ij,ij->i", d, normals))
     atten = 1.0 - 0.35 * (t / profile.max_range)

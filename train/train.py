@@ -2,9 +2,12 @@
 
     python -m train.train --out DIR [--cr 0.5] [--steps N] [--batch B] [--lr LR] [--seed S]
                           [--train-seeds N] [--max-points P] [--ckpt-every K] [--resume]
+                          [--voxel-size V] [--class-weights sqrt-inv|none]
 
 AdamW + one-cycle schedule, cross-entropy with ignore_index 255 on voxel labels (the majority
-label of each voxel's points). Every --ckpt-every steps (and at the end) DIR/last.pt holds the
+label of each voxel's points), classes weighted by 1/sqrt(frequency) measured on the first
+CLASS_FREQ_FRAMES training frames (clipped to [0.2, 10] x the mean) so rare classes such as
+motorcyclist and traffic-sign are not drowned by road. Every --ckpt-every steps (and at the end) DIR/last.pt holds the
 model, optimizer, scheduler, step and RNG states; --resume continues from it and reproduces the
 losses of an uninterrupted run (batches are a pure function of (seed, step), see train/data.py).
 At the end DIR/model.pt holds the weights in our checkpoint format (fp16, models/checkpoints.py).
@@ -29,10 +32,10 @@ from models import SparseTensor
 from models.checkpoints import make_meta, save_checkpoint
 from models.minkunet import MinkUNet
 
-from .data import HELDOUT_SEED_START, IGNORE, SyntheticBatches, train_seeds
+from .data import HELDOUT_SEED_START, IGNORE, NUM_CLASSES, SyntheticBatches, synthetic_frame, train_seeds
 
-VOXEL_SIZE = 0.05
-TRAINING_VERSION = "synth-v1"
+TRAINING_VERSION = "synth-v2"
+CLASS_FREQ_FRAMES = 32
 
 
 @dataclass
@@ -50,6 +53,24 @@ class TrainConfig:
     stop_at: int | None = None   # stop (after checkpointing) once this many steps are done
     resume: bool = False
     profile: str = "hdl64"
+    voxel_size: float = 0.1
+    class_weights: str = "sqrt-inv"    # or "none"
+
+
+def class_weights(cfg: TrainConfig) -> torch.Tensor | None:
+    """float32 [19] loss weights from the point label frequencies of the first training frames
+    (a pure function of the config, so a resumed run uses the same weights)."""
+    if cfg.class_weights == "none":
+        return None
+    if cfg.class_weights != "sqrt-inv":
+        raise ValueError(f"class_weights must be 'sqrt-inv' or 'none', got {cfg.class_weights!r}")
+    counts = np.zeros(NUM_CLASSES, np.float64)
+    for s in list(train_seeds(cfg.train_seeds))[:CLASS_FREQ_FRAMES]:
+        labels = synthetic_frame(s, cfg.profile)[1]
+        counts += np.bincount(labels[labels < NUM_CLASSES], minlength=NUM_CLASSES)
+    w = 1.0 / np.sqrt(np.maximum(counts, 1.0) / counts.sum())
+    w = np.clip(w / w.mean(), 0.2, 10.0)
+    return torch.tensor(w / w.mean(), dtype=torch.float32)
 
 
 def rng_states() -> dict:
@@ -86,10 +107,11 @@ def save_state(path: Path, cfg: TrainConfig, step: int, model, optimizer, schedu
 def meta_for(cfg: TrainConfig) -> dict:
     n = cfg.train_seeds
     return make_meta(
-        voxel_size=VOXEL_SIZE,
+        voxel_size=cfg.voxel_size,
         training_data=(f"synthetic seeds 0..{n - 1} (synth.generate, profile {cfg.profile}); "
                        f"held-out seeds from {HELDOUT_SEED_START}; {cfg.steps} steps x "
-                       f"batch {cfg.batch}, seed {cfg.seed}"),
+                       f"batch {cfg.batch}, seed {cfg.seed}, voxel {cfg.voxel_size:g} m, "
+                       f"class weights {cfg.class_weights}"),
         version=f"{TRAINING_VERSION}-cr{cfg.cr:g}-steps{cfg.steps}-seed{cfg.seed}")
 
 
@@ -111,8 +133,8 @@ def train(cfg: TrainConfig, log=print) -> list[float]:
         start, losses = int(state["step"]), list(state["losses"])
         log(f"resumed from {last} at step {start}")
     data = SyntheticBatches(train_seeds(cfg.train_seeds), cfg.batch, cfg.seed, cfg.max_points,
-                            VoxelizeConfig(voxel_size=VOXEL_SIZE), cfg.profile)
-    criterion = nn.CrossEntropyLoss(ignore_index=IGNORE)
+                            VoxelizeConfig(voxel_size=cfg.voxel_size), cfg.profile)
+    criterion = nn.CrossEntropyLoss(weight=class_weights(cfg), ignore_index=IGNORE)
     end = cfg.steps if cfg.stop_at is None else min(cfg.steps, cfg.stop_at)
     model.train()
     for step in range(start, end):
@@ -152,10 +174,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--ckpt-every", type=int, default=100)
     p.add_argument("--stop-at", type=int, default=None, help="stop after this many steps")
     p.add_argument("--resume", action="store_true")
+    p.add_argument("--voxel-size", type=float, default=0.1)
+    p.add_argument("--class-weights", choices=("sqrt-inv", "none"), default="sqrt-inv")
     a = p.parse_args(argv)
     cfg = TrainConfig(out=a.out, cr=a.cr, steps=a.steps, batch=a.batch, lr=a.lr, seed=a.seed,
                       train_seeds=a.train_seeds, max_points=a.max_points,
-                      ckpt_every=a.ckpt_every, stop_at=a.stop_at, resume=a.resume)
+                      ckpt_every=a.ckpt_every, stop_at=a.stop_at, resume=a.resume,
+                      voxel_size=a.voxel_size, class_weights=a.class_weights)
     train(cfg, log=lambda s: print(s, flush=True))
     return 0
 

@@ -57,7 +57,7 @@ def test_smoke_training_lowers_loss_and_saves_checkpoint(tmp_path):
     assert len(losses) == 8 and all(np.isfinite(losses))
     assert np.mean(losses[-3:]) < losses[0]
     model, meta = load_checkpoint(tmp_path / "model.pt")
-    assert model.config.cr == 0.25 and meta["voxel_size"] == 0.05
+    assert model.config.cr == 0.25 and meta["voxel_size"] == TrainConfig(out="").voxel_size
     assert meta["training_data"].startswith("synthetic seeds 0..1")
     assert meta["class_names"][0] == "car" and meta["input_features"] == ["x", "y", "z", "intensity"]
 
