@@ -75,8 +75,9 @@ arange(-K//2 + 1, K//2 + 1) (so 0..K-1 for K = 2), enumerated with x FASTEST whe
 So a K = 3 kernel is reordered and a K = 2 kernel (the down / up convolutions) is not.
 The transposed (up) conv keeps [K^3, Cin, Cout] with Cin the coarse side, as ours does.
 
-"spconv-pointcept": Pointcept SpUNet-v1m1 is a different network and cannot be imported into our
-    MinkUNet; see POINTCEPT_MISMATCH.
+"spconv-pointcept": Pointcept SpUNet-v1m1 is a different network, not a MinkUNet, so these
+    functions refuse it (POINTCEPT_MISMATCH says why); it is imported into our SpUNet
+    (models/spunet.py) by models.pointcept.import_pointcept / load_pointcept.
 """
 from __future__ import annotations
 
@@ -117,16 +118,14 @@ CONFIG_FIELDS = ("in_channels", "num_classes", "cr", "encoder_blocks", "decoder_
 LAYOUTS = ("spconv-mmdet3d", "spconv-pointcept", "torchsparse-spvnas", "torchsparse-mmdet3d")
 
 POINTCEPT_MISMATCH = (
-    "Pointcept SpUNet-v1m1 (pointcept/models/sparse_unet/spconv_unet_v1m1_base.py) is not our "
-    "MinkUNet topology, so its weights cannot be loaded into it: its stem is ONE SubMConv3d with "
-    "kernel 5 (ours: two kernel-3 convs); its down-sampling SparseConv3d changes the channel "
-    "count (enc_channels -> channels[s]) where ours keeps it and lets the first residual block "
-    "change it; its encoder blocks are therefore all channels[s] -> channels[s]; its default "
-    "depth is (2, 3, 4, 6, 2, 2, 2, 2) with BN eps 1e-3 / momentum 0.01; and its head is a "
-    "1x1 SubMConv3d with bias (`final`) rather than a Linear. Its naming (conv_input.0/1, "
-    "down.{s}.0/1, enc.{s}.block{i}.conv1/bn1/conv2/bn2/proj.0/proj.1, up.{s}.0/1, "
-    "dec.{s}.block{i}..., final) has no one-to-one counterpart; importing it needs a SpUNet "
-    "network on our layers, which this project does not have.")
+    "layout 'spconv-pointcept' is Pointcept SpUNet-v1m1 "
+    "(pointcept/models/sparse_unet/spconv_unet_v1m1_base.py), a different network from our "
+    "MinkUNet, so it cannot be loaded into one: its stem is ONE SubMConv3d with kernel 5 (ours: "
+    "two kernel-3 convs); its down-sampling SparseConv3d changes the channel count where ours "
+    "keeps it; its default depth is (2, 3, 4, 6, 2, 2, 2, 2) with BN eps 1e-3 / momentum 0.01; "
+    "its head is a 1x1 SubMConv3d with bias (`final`), not a Linear. Import it into our SpUNet "
+    "with models.pointcept.import_pointcept (state dict) or models.pointcept.load_pointcept "
+    "(model); models.pointcept.export_pointcept goes the other way.")
 
 
 # ---- errors ----------------------------------------------------------------------------------
@@ -463,7 +462,7 @@ def _block(prefix: str, where: tuple, cin: int, cout: int):
 
 def _entries(layout: str, config: MinkUNetConfig) -> tuple[_Codec, list[_Entry], tuple[str, ...]]:
     if layout == "spconv-pointcept":
-        raise NotImplementedError(POINTCEPT_MISMATCH)
+        raise CheckpointError(POINTCEPT_MISMATCH)
     if layout not in _LAYOUTS:
         raise ValueError(f"unknown layout {layout!r}; known: {list(LAYOUTS)}")
     codec, naming, ignored = _LAYOUTS[layout]
@@ -519,7 +518,8 @@ def import_state_dict(sd: Mapping[str, torch.Tensor], layout: str, config: MinkU
     shape is a CheckpointError (ValueError) naming both; reference keys that map to nothing are
     an error listing them unless strict=False (keys the layout knows to be unused, such as
     SPVNAS's point_transforms, are always dropped). A missing BN num_batches_tracked (older
-    checkpoints) becomes 0. spconv-pointcept raises NotImplementedError (POINTCEPT_MISMATCH)."""
+    checkpoints) becomes 0. spconv-pointcept is a CheckpointError (POINTCEPT_MISMATCH):
+    it is not a MinkUNet; models.pointcept.import_pointcept imports it into a SpUNet."""
     codec, entries, ignored = _entries(layout, config)
     out: dict[str, torch.Tensor] = {}
     missing = []

@@ -190,10 +190,15 @@ def test_spvnas_unused_point_transforms_are_dropped(model):
 
 
 def test_pointcept_is_refused_with_the_reason(model):
-    with pytest.raises(NotImplementedError, match="kernel 5"):
+    """Pointcept's SpUNet is not a MinkUNet: the MinkUNet importers refuse it and point at
+    models.pointcept (tests/models/test_pointcept_import.py covers that importer)."""
+    with pytest.raises(CheckpointError, match="kernel 5") as err:
         import_state_dict({}, "spconv-pointcept", CFG)
-    with pytest.raises(NotImplementedError, match="SpUNet"):
+    assert "models.pointcept.import_pointcept" in str(err.value)
+    with pytest.raises(CheckpointError, match="SpUNet"):
         export_state_dict(model.state_dict(), "spconv-pointcept", CFG)
+    with pytest.raises(CheckpointError, match="import_pointcept"):
+        key_map("spconv-pointcept", CFG)
     with pytest.raises(ValueError, match="unknown layout"):
         import_state_dict({}, "minkowski", CFG)
     assert "spconv-pointcept" in LAYOUTS
