@@ -8,7 +8,10 @@
                                          timing, or with --repeat latency percentiles + throughput
     python -m app segment FRAME [--weights W] [--format F] [--layers]   in-process, no server
     python -m app crosscheck FRAME [--weights W]     ours vs the spconv twin, one JSON line
-    python -m app evaluate FRAME.bin LABELS.label [--weights W] [--cr CR]   mIoU, one JSON line
+    python -m app evaluate FRAME.bin LABELS.label [--weights W]   mIoU, one JSON line
+
+W: "default" (the shipped model, models/weights/MODEL_CARD.md), "random" (a fixed-seed random
+MinkUNet of channel ratio --cr) or a lidarseg checkpoint path.
 """
 from __future__ import annotations
 
@@ -28,30 +31,35 @@ from .voxelize import VoxelizeConfig
 
 DEFAULT_FRAME = (Path(__file__).resolve().parents[2] / "shared" / "data" / "real" / "semantickitti"
                  / "seq00_000000.bin")
+WEIGHTS_HELP = "'default' (the shipped model), 'random' (with --cr) or a lidarseg checkpoint"
 SEMANTIC_KITTI = ("car", "bicycle", "motorcycle", "truck", "other-vehicle", "person", "bicyclist",
                   "motorcyclist", "road", "parking", "sidewalk", "other-ground", "building",
                   "fence", "vegetation", "trunk", "terrain", "pole", "traffic-sign")
 
 
 def load_model(weights: str | None, cr: float) -> tuple[MinkUNet, list[str], float]:
-    """(model, class names, voxel size): from a checkpoint, else a fixed-seed random init."""
+    """(model, class names, voxel size) for a weights argument ("default", "random" or a
+    checkpoint path, see models/weights)."""
     model, meta = load_model_meta(weights, cr)
     return model, list(meta["class_names"]), float(meta["voxel_size"])
 
 
 def load_model_meta(weights: str | None, cr: float) -> tuple[MinkUNet, dict]:
     """(model, meta): the checkpoint's meta (class names and colours, voxel size, input features,
-    version) plus "name"; without weights a fixed-seed random MinkUNet with SemanticKITTI meta."""
+    version) plus "name"; weights "random": a fixed-seed random MinkUNet (channel ratio cr) with
+    SemanticKITTI meta; None or "default": the shipped model."""
     from models.checkpoints import INPUT_FEATURES, SEMANTIC_KITTI_COLORS
+    from models.weights import resolve_weights
 
-    if weights:
+    path = resolve_weights(weights)
+    if path is not None:
         from models.checkpoints import load_checkpoint
 
-        model, meta = load_checkpoint(weights)
+        model, meta = load_checkpoint(path)
         meta = dict(meta)
         meta.setdefault("class_colors", [[128, 128, 128]] * len(meta["class_names"]))
         meta.setdefault("input_features", list(INPUT_FEATURES))
-        meta["name"] = Path(weights).stem
+        meta["name"] = path.stem
         meta["version"] = str(meta.get("version") or "unversioned")
         return model, meta
     torch.manual_seed(0)
@@ -167,7 +175,8 @@ def add_serve_options(p: argparse.ArgumentParser, default=None) -> None:
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default=default,
                    help="LIDARSEG_DEVICE; auto = cuda if available (default)")
     p.add_argument("--weights", default=default,
-                   help="lidarseg checkpoint (LIDARSEG_WEIGHTS; default: random init)")
+                   help="LIDARSEG_WEIGHTS: 'default' (the shipped model, default), 'random' "
+                        "or a lidarseg checkpoint")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -191,9 +200,9 @@ def main(argv: list[str] | None = None) -> int:
     for name, func in (("segment", cmd_segment), ("crosscheck", cmd_crosscheck)):
         p = sub.add_parser(name)
         p.add_argument("frame", nargs="?", default=str(DEFAULT_FRAME))
-        p.add_argument("--weights", default=None, help="lidarseg checkpoint (default: random init)")
+        p.add_argument("--weights", default="default", help=WEIGHTS_HELP)
         p.add_argument("--format", default=None, help="kitti, nuscenes, ouster, xyz, npy")
-        p.add_argument("--cr", type=float, default=1.0, help="channel ratio without --weights")
+        p.add_argument("--cr", type=float, default=1.0, help="channel ratio of --weights random")
         p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
         p.add_argument("--layers", action="store_true", help="per-layer network timing")
         p.set_defaults(func=func)
@@ -202,9 +211,9 @@ def main(argv: list[str] | None = None) -> int:
     eval_p = sub.add_parser("evaluate", help="mIoU on a labelled KITTI frame (.bin + .label)")
     eval_p.add_argument("frame")
     eval_p.add_argument("labels")
-    eval_p.add_argument("--weights", default=None, help="lidarseg checkpoint (default: random init)")
+    eval_p.add_argument("--weights", default="default", help=WEIGHTS_HELP)
     eval_p.add_argument("--format", default=None)
-    eval_p.add_argument("--cr", type=float, default=1.0, help="channel ratio without --weights")
+    eval_p.add_argument("--cr", type=float, default=1.0, help="channel ratio of --weights random")
     eval_p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     eval_p.set_defaults(func=cmd_evaluate)
     args = parser.parse_args(argv)

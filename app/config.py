@@ -4,7 +4,6 @@ Bad values fail at start-up (pydantic validation), never on the first request.
 """
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated, Literal
 
 from pydantic import Field, field_validator, model_validator
@@ -17,7 +16,7 @@ class Settings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=0, le=65535)
     device: Literal["auto", "cpu", "cuda"] = "auto"
-    weights: Path | None = None          # lidarseg checkpoint; None: fixed-seed random MinkUNet
+    weights: str = "default"             # "default" (shipped model), "random", or a checkpoint path
     cr: float = Field(1.0, gt=0, le=4)   # channel ratio of the random model (tests use 0.25)
 
     queue_size: int = Field(16, ge=1)            # requests waiting for the worker, beyond: 503
@@ -47,9 +46,13 @@ class Settings(BaseSettings):
     @field_validator("weights")
     @classmethod
     def _weights_exist(cls, v):
-        if v is not None and not Path(v).is_file():
-            raise ValueError(f"weights file not found: {v}")
-        return v
+        from models.weights import resolve_weights
+
+        try:
+            resolve_weights(v)
+        except FileNotFoundError as e:
+            raise ValueError(str(e)) from None
+        return str(v)
 
     @model_validator(mode="after")
     def _cuda_available(self):

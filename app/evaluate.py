@@ -53,12 +53,11 @@ def confusion(gt: np.ndarray, pred: np.ndarray, num_classes: int) -> np.ndarray:
                        minlength=num_classes * (num_classes + 1)).reshape(num_classes, -1)
 
 
-def iou_metrics(gt: np.ndarray, pred: np.ndarray, names: list[str]) -> dict:
-    """{"miou", "per_class_iou", "num_points", "accuracy"}: IoU = TP / (TP + FP + FN) over the
-    points with a valid ground truth, for the classes present in the ground truth; miou is their
-    mean (0 classes: miou 0)."""
+def metrics_from_confusion(conf: np.ndarray, names: list[str]) -> dict:
+    """{"miou", "per_class_iou", "num_scored", "accuracy"} from a [C, C+1] confusion (one frame's
+    or pooled over frames): IoU = TP / (TP + FP + FN) for the classes present in the ground
+    truth; miou is their mean (0 classes: miou 0)."""
     c = len(names)
-    conf = confusion(gt, pred, c)
     tp = np.diag(conf[:, :c]).astype(np.float64)
     gt_count = conf.sum(axis=1)
     pred_count = conf[:, :c].sum(axis=0)
@@ -66,8 +65,14 @@ def iou_metrics(gt: np.ndarray, pred: np.ndarray, names: list[str]) -> dict:
     ious = {names[i]: float(tp[i] / (gt_count[i] + pred_count[i] - tp[i])) for i in present}
     total = int(gt_count.sum())
     return {"miou": float(np.mean(list(ious.values()))) if ious else 0.0,
-            "per_class_iou": ious, "num_points": int(len(gt)),
-            "num_scored": total, "accuracy": float(tp.sum() / total) if total else 0.0}
+            "per_class_iou": ious, "num_scored": total,
+            "accuracy": float(tp.sum() / total) if total else 0.0}
+
+
+def iou_metrics(gt: np.ndarray, pred: np.ndarray, names: list[str]) -> dict:
+    """metrics_from_confusion of one frame plus "num_points" (scored or not)."""
+    return {**metrics_from_confusion(confusion(gt, pred, len(names)), names),
+            "num_points": int(len(gt))}
 
 
 def evaluate(frame_path, label_path, weights: str | None = None, cr: float = 1.0,

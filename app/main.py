@@ -43,7 +43,7 @@ def load_service(service: ServiceState) -> None:
 
     settings = service.settings
     t0 = time.perf_counter()
-    model, meta = load_model_meta(str(settings.weights) if settings.weights else None, settings.cr)
+    model, meta = load_model_meta(settings.weights, settings.cr)
     service.device = settings.torch_device
     service.class_names = list(meta["class_names"])
     service.class_colors = [list(c) for c in meta["class_colors"]]

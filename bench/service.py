@@ -1,7 +1,7 @@
 """HTTP round trip vs the in-process pipeline on the same frames, side by side.
 
-    python -m bench.service [--frames kitti00 nuscenes ouster128] [--cr 1.0] [--device cpu]
-                            [--runs 7] [--url URL] [--json OUT]
+    python -m bench.service [--frames kitti00 nuscenes ouster128] [--weights default]
+                            [--cr 1.0] [--device cpu] [--runs 7] [--url URL] [--json OUT]
 
 Starts `python -m app serve` on a loopback port (unless --url points at a running one, which must
 serve the same model), posts each frame as raw binary asking for binary labels
@@ -40,11 +40,12 @@ SENSOR = {"nuscenes": "nuscenes"}
 FORMAT = {"nuscenes": "nuscenes"}
 
 
-def start_server(cr: float, device: str) -> tuple[subprocess.Popen, str]:
+def start_server(weights: str, cr: float, device: str) -> tuple[subprocess.Popen, str]:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    env = {**os.environ, "LIDARSEG_CR": str(cr), "LIDARSEG_LOG_LEVEL": "warning"}
+    env = {**os.environ, "LIDARSEG_WEIGHTS": weights, "LIDARSEG_CR": str(cr),
+           "LIDARSEG_LOG_LEVEL": "warning"}
     proc = subprocess.Popen([sys.executable, "-m", "app", "serve", "--port", str(port),
                              "--device", device], cwd=common.REPO_ROOT, env=env)
     url = f"http://127.0.0.1:{port}"
@@ -66,20 +67,23 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--frames", nargs="+", default=list(common.DEFAULT_FRAMES))
-    ap.add_argument("--cr", type=float, default=1.0)
+    ap.add_argument("--weights", default="default", help="default, random (with --cr) or a path")
+    ap.add_argument("--cr", type=float, default=1.0, help="channel ratio of --weights random")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--runs", type=int, default=7)
     ap.add_argument("--url", default=None)
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
 
-    proc, url = (None, args.url) if args.url else start_server(args.cr, args.device)
-    model, _, voxel = load_model(None, args.cr)
+    proc, url = ((None, args.url) if args.url
+                 else start_server(args.weights, args.cr, args.device))
+    model, _, voxel = load_model(args.weights, args.cr)
     pipeline = SegmentationPipeline(model, VoxelizeConfig(voxel_size=voxel), args.device)
     rows = []
     try:
         with httpx.Client(base_url=url, timeout=300) as http:
-            print(f"device {args.device}, cr {args.cr}, torch threads {torch.get_num_threads()}, "
+            print(f"device {args.device}, weights {args.weights}, "
+                  f"torch threads {torch.get_num_threads()}, "
                   f"median of {args.runs} runs, binary in and out")
             print(f"{'frame':<11}{'points':>8}{'in-proc ms':>12}{'HTTP ms':>10}{'overhead ms':>13}"
                   f"{'overhead %':>12}   server decode/queue/encode/total ms")
@@ -146,7 +150,7 @@ def main(argv=None) -> int:
             proc.wait(60)
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"device": args.device, "cr": args.cr, "runs": args.runs, "rows": rows},
+            json.dump({"device": args.device, "weights": args.weights, "cr": args.cr, "runs": args.runs, "rows": rows},
                       f, indent=1)
     return 0
 

@@ -3,6 +3,7 @@
     python -m train.train --out DIR [--cr 0.5] [--steps N] [--batch B] [--lr LR] [--seed S]
                           [--train-seeds N] [--max-points P] [--ckpt-every K] [--resume]
                           [--voxel-size V] [--class-weights sqrt-inv|none]
+    python -m train.train --out DIR --export PATH     DIR/last.pt's weights as a checkpoint
 
 AdamW + one-cycle schedule, cross-entropy with ignore_index 255 on voxel labels (the majority
 label of each voxel's points), classes weighted by 1/sqrt(frequency) measured on the first
@@ -160,6 +161,18 @@ def train(cfg: TrainConfig, log=print) -> list[float]:
     return losses
 
 
+def export_last(out: str, path: str) -> None:
+    """Writes the weights of OUT/last.pt (an unfinished run too) as a fp16 checkpoint."""
+    state = torch.load(Path(out) / "last.pt", map_location="cpu", weights_only=False)
+    cfg = TrainConfig(**state["config"])
+    model = build(cfg)[0]
+    model.load_state_dict(state["model"])
+    model.eval()
+    meta = meta_for(cfg)
+    meta["version"] += f"-at{state['step']}"
+    save_checkpoint(path, model, meta, half=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m train.train", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -174,9 +187,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--ckpt-every", type=int, default=100)
     p.add_argument("--stop-at", type=int, default=None, help="stop after this many steps")
     p.add_argument("--resume", action="store_true")
+    p.add_argument("--export", default=None, help="write DIR/last.pt's weights here and exit")
     p.add_argument("--voxel-size", type=float, default=0.1)
     p.add_argument("--class-weights", choices=("sqrt-inv", "none"), default="sqrt-inv")
     a = p.parse_args(argv)
+    if a.export:
+        export_last(a.out, a.export)
+        return 0
     cfg = TrainConfig(out=a.out, cr=a.cr, steps=a.steps, batch=a.batch, lr=a.lr, seed=a.seed,
                       train_seeds=a.train_seeds, max_points=a.max_points,
                       ckpt_every=a.ckpt_every, stop_at=a.stop_at, resume=a.resume,

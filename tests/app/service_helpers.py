@@ -26,7 +26,8 @@ class Server:
     def __init__(self, **env: str):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.env = {**os.environ, "LIDARSEG_CR": "0.25", "LIDARSEG_LOG_LEVEL": "warning",
+        self.env = {**os.environ, "LIDARSEG_CR": "0.25", "LIDARSEG_WEIGHTS": "random",
+                    "LIDARSEG_LOG_LEVEL": "warning",
                     **{f"LIDARSEG_{k.upper()}": str(v) for k, v in env.items()}}
         self.log = tempfile.TemporaryFile()
         self.proc = subprocess.Popen(

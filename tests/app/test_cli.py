@@ -19,7 +19,7 @@ def run_app(*args: str) -> str:
 
 def test_segment_prints_counts_and_timing():
     frame = require_real_data() / NUSCENES
-    out = run_app("segment", str(frame), "--cr", "0.25")
+    out = run_app("segment", str(frame), "--weights", "random", "--cr", "0.25")
     assert "34688 points" in out
     timing = json.loads(out.split("timing_ms ", 1)[1].splitlines()[0])
     assert set(timing) == {"voxelize", "maps", "network", "devoxelize"}
@@ -30,7 +30,8 @@ def test_segment_prints_counts_and_timing():
 def test_crosscheck_prints_one_json_line():
     pytest.importorskip("spconv.pytorch")
     frame = require_real_data() / NUSCENES
-    lines = run_app("crosscheck", str(frame), "--cr", "0.25").strip().splitlines()
+    lines = run_app("crosscheck", str(frame), "--weights", "random",
+                    "--cr", "0.25").strip().splitlines()
     report = json.loads(lines[-1])
     assert report["num_points"] == 34688 and report["num_voxels"] > 20000
     assert report["label_agreement"] >= 0.9999

@@ -38,8 +38,8 @@ def test_evaluate_real_frame():
     if not (frame.is_file() and labels.is_file()):
         pytest.skip(f"missing {frame} / {labels}")
     out = subprocess.run([sys.executable, "-m", "app", "evaluate", str(frame), str(labels),
-                          "--cr", "0.25", "--device", "cpu"], cwd=REPO_ROOT, capture_output=True,
-                         text=True, timeout=120)
+                          "--weights", "random", "--cr", "0.25", "--device", "cpu"],
+                         cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert 0.0 <= result["miou"] <= 1.0 and 0.0 <= result["accuracy"] <= 1.0

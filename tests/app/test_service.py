@@ -43,7 +43,7 @@ def http(server):
 
 @pytest.fixture(scope="module")
 def pipeline():
-    model, _, voxel = load_model(None, 0.25)
+    model, _, voxel = load_model("random", 0.25)
     return SegmentationPipeline(model, VoxelizeConfig(voxel_size=voxel), "cpu")
 
 

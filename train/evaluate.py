@@ -1,0 +1,99 @@
+"""Scores a model on held-out synthetic frames and on the labelled real frames (one JSON).
+
+    python -m train.evaluate [--weights default] [--frames 50] [--real-dir DIR] [--json OUT]
+
+* held-out synthetic: seeds HELDOUT_SEED_START .. + frames - 1 (never drawn in training), one
+  confusion matrix pooled over all frames; `miou` is the mean IoU over the classes present in
+  their ground truth (SemanticKITTI's convention), `mean_frame_miou` the mean of per-frame mIoUs;
+* fixed frame: the first held-out seed alone (tests/train/test_shipped_model.py checks the
+  shipped weights reproduce it within 0.01);
+* real: every FRAME.bin with a FRAME.label beside it in --real-dir (SemanticKITTI learning map,
+  as `python -m app evaluate`), scored one by one. Real frames are only ever evaluated, never
+  trained or tuned on.
+Points go through the service's own pipeline (SegmentationPipeline: voxelize, network, voxel
+labels back to points), so these are the labels a client would get.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from app.cli import load_model
+from app.evaluate import confusion, iou_metrics, metrics_from_confusion, read_labels
+from app.frames import read_frame
+from app.pipeline import SegmentationPipeline
+from app.voxelize import VoxelizeConfig
+
+from .data import HELDOUT_SEED_START, heldout_seeds, synthetic_frame
+
+DEFAULT_REAL_DIR = Path(__file__).resolve().parents[2] / "shared" / "data" / "real" / "semantickitti"
+FIXED_FRAME_SEED = HELDOUT_SEED_START
+
+
+def synthetic_labels(pipeline: SegmentationPipeline, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """(ground truth, predicted) point labels of held-out synthetic frame `seed`."""
+    points, gt = synthetic_frame(seed)
+    return np.asarray(gt), pipeline.segment(np.ascontiguousarray(points), "kitti").labels
+
+
+def evaluate_heldout(pipeline, names: list[str], frames: int) -> dict:
+    conf = np.zeros((len(names), len(names) + 1), np.int64)
+    per_frame = []
+    for seed in heldout_seeds(frames):
+        gt, pred = synthetic_labels(pipeline, seed)
+        conf += confusion(gt, pred, len(names))
+        per_frame.append(iou_metrics(gt, pred, names)["miou"])
+    out = metrics_from_confusion(conf, names)
+    out.update(seeds=[HELDOUT_SEED_START, HELDOUT_SEED_START + frames - 1],
+               mean_frame_miou=float(np.mean(per_frame)), frame_miou=per_frame)
+    return out
+
+
+def fixed_frame_miou(pipeline, names: list[str]) -> float:
+    gt, pred = synthetic_labels(pipeline, FIXED_FRAME_SEED)
+    return iou_metrics(gt, pred, names)["miou"]
+
+
+def evaluate_real(pipeline, names: list[str], real_dir: Path) -> dict:
+    out = {}
+    for label_path in sorted(Path(real_dir).glob("*.label")):
+        frame_path = label_path.with_suffix(".bin")
+        if not frame_path.is_file():
+            continue
+        points, sensor = read_frame(str(frame_path), "kitti")
+        gt = read_labels(label_path)
+        if len(gt) != len(points) or len(points) < 1000:  # skip the 50-point test subset
+            continue
+        out[frame_path.name] = iou_metrics(gt, pipeline.segment(points, sensor).labels, names)
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m train.evaluate", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--weights", default="default")
+    ap.add_argument("--frames", type=int, default=50, help="held-out synthetic frames")
+    ap.add_argument("--real-dir", default=str(DEFAULT_REAL_DIR))
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--json", default=None, help="also write the result here")
+    a = ap.parse_args(argv)
+    model, names, voxel = load_model(a.weights, 1.0)
+    pipeline = SegmentationPipeline(model, VoxelizeConfig(voxel_size=voxel), a.device)
+    result = {"weights": a.weights, "voxel_size": voxel,
+              "heldout_synthetic": evaluate_heldout(pipeline, names, a.frames),
+              "fixed_frame": {"seed": FIXED_FRAME_SEED,
+                              "miou": fixed_frame_miou(pipeline, names)},
+              "real_semantickitti": evaluate_real(pipeline, names, Path(a.real_dir))}
+    text = json.dumps(result, indent=1)
+    print(text)
+    if a.json:
+        Path(a.json).write_text(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
