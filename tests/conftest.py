@@ -144,3 +144,17 @@ def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
     scale = ref.abs().max().item()
     diff = (out - ref).abs().max().item()
     return diff / scale if scale > 0 else diff
+
+
+def randomize_batchnorm(model: torch.nn.Module, batches: int = 5) -> torch.nn.Module:
+    """Non-trivial BN affine parameters and running statistics (so every BN is a real
+    per-channel affine map in eval mode), in place; returns the model."""
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, torch.nn.BatchNorm1d):
+                m.weight.uniform_(0.5, 1.5)
+                m.bias.uniform_(-0.2, 0.2)
+                m.running_mean.uniform_(-0.1, 0.1)
+                m.running_var.uniform_(0.5, 2.0)
+                m.num_batches_tracked.fill_(batches)
+    return model

@@ -14,7 +14,7 @@ from models.checkpoints import (LAYOUTS, SEMANTIC_KITTI_CLASSES, SEMANTIC_KITTI_
                                 make_meta, save_checkpoint, weight_from_torchsparse,
                                 weight_to_torchsparse)
 from models.minkunet import MinkUNet, MinkUNetConfig
-from tests.conftest import ours_threads
+from tests.conftest import ours_threads, randomize_batchnorm
 
 # Small but complete: stage 0 keeps its width (identity shortcut), later stages widen (1x1
 # shortcut), two-block stages exercise block indices > 0.
@@ -33,16 +33,7 @@ def _cloud(n: int = 400, extent: int = 8, channels: int = 4, seed: int = 0):
 def _model(seed: int = 1) -> MinkUNet:
     """A MinkUNet with non-trivial BN statistics and affine parameters, in eval mode."""
     torch.manual_seed(seed)
-    model = MinkUNet(config=CFG)
-    with torch.no_grad():
-        for m in model.modules():
-            if isinstance(m, torch.nn.BatchNorm1d):
-                m.weight.uniform_(0.5, 1.5)
-                m.bias.uniform_(-0.2, 0.2)
-                m.running_mean.uniform_(-0.1, 0.1)
-                m.running_var.uniform_(0.5, 2.0)
-                m.num_batches_tracked.fill_(7)
-    return model.eval()
+    return randomize_batchnorm(MinkUNet(config=CFG), 7).eval()
 
 
 def _forward(model: MinkUNet, coords, feats) -> torch.Tensor:

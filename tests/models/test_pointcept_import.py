@@ -16,7 +16,8 @@ from models.pointcept import (export_pointcept, import_pointcept, infer_config, 
                               pointcept_state_dict)
 from models.sparse_tensor import SparseTensor
 from models.spunet import SpUNet, SpUNetConfig
-from tests.conftest import load_frame, rel_err, require_real_data, single_thread
+from tests.conftest import (load_frame, randomize_batchnorm, rel_err, require_real_data,
+                            single_thread)
 
 FRAME = "semantickitti/seq00_000000.bin"
 VOXEL = 0.2                                   # ~32k voxels: small enough for one CPU thread
@@ -36,15 +37,8 @@ def twin(config: SpUNetConfig, seed: int = 0):
     from models.spunet_twin import SpconvSpUNet
 
     torch.manual_seed(seed)
-    model = SpconvSpUNet(config)
+    model = randomize_batchnorm(SpconvSpUNet(config), 5)
     with torch.no_grad():
-        for m in model.modules():
-            if isinstance(m, torch.nn.BatchNorm1d):
-                m.weight.uniform_(0.5, 1.5)
-                m.bias.uniform_(-0.2, 0.2)
-                m.running_mean.uniform_(-0.1, 0.1)
-                m.running_var.uniform_(0.5, 2.0)
-                m.num_batches_tracked.fill_(5)
         model.final.bias.uniform_(-1.0, 1.0)
     return model.eval()
 
