@@ -42,7 +42,8 @@ class MinkUNetConfig:
 
 
 class ConvBNReLU(nn.Sequential):
-    """conv -> BN -> ReLU, for any of our sparse convolutions."""
+    """conv -> BN -> ReLU, for any of our sparse convolutions (BN eps / momentum from the config:
+    a MinkUNetConfig, or SpUNetConfig in models/spunet.py)."""
 
     def __init__(self, conv: nn.Module, channels: int, config: MinkUNetConfig):
         super().__init__(conv, BatchNorm(channels, eps=config.bn_eps,

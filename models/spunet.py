@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from torch import nn
 
 from .layers import BatchNorm, ReLU, SparseConv3d, SparseInverseConv3d, SubMConv3d, cat
+from .minkunet import ConvBNReLU
 from .sparse_tensor import SparseTensor
 
 
@@ -101,24 +102,20 @@ def _blocks(cin: int, cout: int, count: int, config: SpUNetConfig) -> nn.Sequent
         (f"block{i}", BasicBlock(cin if i == 0 else cout, cout, config)) for i in range(count)))
 
 
-def _conv_bn_relu(conv: nn.Module, channels: int, config: SpUNetConfig) -> nn.Sequential:
-    return nn.Sequential(conv, _bn(channels, config), ReLU())
-
-
 class SpUNet(nn.Module):
     def __init__(self, config: SpUNetConfig | None = None):
         super().__init__()
         self.config = cfg = config or SpUNetConfig()
         n, stages = len(cfg.channels), range(cfg.num_stages)
-        self.conv_input = _conv_bn_relu(SubMConv3d(cfg.in_channels, cfg.base_channels, 5),
+        self.conv_input = ConvBNReLU(SubMConv3d(cfg.in_channels, cfg.base_channels, 5),
                                         cfg.base_channels, cfg)
         self.down = nn.ModuleList(
-            _conv_bn_relu(SparseConv3d(cfg.enc_in(s), cfg.channels[s], 2, 2), cfg.channels[s], cfg)
+            ConvBNReLU(SparseConv3d(cfg.enc_in(s), cfg.channels[s], 2, 2), cfg.channels[s], cfg)
             for s in stages)
         self.enc = nn.ModuleList(
             _blocks(cfg.channels[s], cfg.channels[s], cfg.layers[s], cfg) for s in stages)
         self.up = nn.ModuleList(
-            _conv_bn_relu(SparseInverseConv3d(cfg.channels[n - s - 2], cfg.dec_channels(s), 2),
+            ConvBNReLU(SparseInverseConv3d(cfg.channels[n - s - 2], cfg.dec_channels(s), 2),
                           cfg.dec_channels(s), cfg)
             for s in stages)
         self.dec = nn.ModuleList(

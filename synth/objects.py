@@ -76,21 +76,21 @@ def person(rng, x, y, yaw=0.0, cls=C.PERSON, z0=0.0, height=None):
     return parts
 
 
+def _two_wheels(x, y, yaw, half_base, r, width, cls, refl):
+    """Front and rear wheel of a two-wheeler, axles half_base either side of (x, y)."""
+    return [_p(cylinder(_at(x, y, yaw, fx, 0, r), r, width, axis="y", yaw=yaw, resolution=12),
+               cls, refl) for fx in (-half_base, half_base)]
+
+
 def bicycle(rng, x, y, yaw):
-    parts = []
-    for fx in (-0.52, 0.52):
-        parts.append(_p(cylinder(_at(x, y, yaw, fx, 0, 0.35), 0.35, 0.05, axis="y", yaw=yaw,
-                                 resolution=12), C.BICYCLE, 0.35))
+    parts = _two_wheels(x, y, yaw, 0.52, 0.35, 0.05, C.BICYCLE, 0.35)
     parts.append(_p(box(_at(x, y, yaw, 0, 0, 0.62), (1.0, 0.06, 0.06), yaw), C.BICYCLE, 0.5))
     parts.append(_p(box(_at(x, y, yaw, -0.2, 0, 0.55), (0.05, 0.05, 0.45), yaw), C.BICYCLE, 0.5))
     return parts
 
 
 def motorcycle(rng, x, y, yaw):
-    parts = []
-    for fx in (-0.7, 0.7):
-        parts.append(_p(cylinder(_at(x, y, yaw, fx, 0, 0.32), 0.32, 0.14, axis="y", yaw=yaw,
-                                 resolution=12), C.MOTORCYCLE, 0.1))
+    parts = _two_wheels(x, y, yaw, 0.7, 0.32, 0.14, C.MOTORCYCLE, 0.1)
     parts.append(_p(box(_at(x, y, yaw, 0, 0, 0.65), (1.4, 0.4, 0.45), yaw), C.MOTORCYCLE,
                     rng.uniform(0.3, 0.8)))
     return parts
