@@ -5,11 +5,14 @@
 
 Per frame (voxelized at --voxel, batch 0) and per thread count (CPU) it prints:
  (a) map building for a k3 submanifold conv.
-     ours   = CoordHashTable.build + submanifold_map(k=3) (what CoordinateManager does once per
-              level); the execution plan that the first forward builds from the map for the tuned
-              (epsilon, S, dataflow) of a 64x64 layer (build_plan; on CUDA also the scatter CSR
-              the deterministic mode uses; for the fused dataflow its offset order) is shown
-              separately as "+plan".
+     ours   = submanifold_map(coords, k=3), what CoordinateManager does once per level: on the
+              CPU merge joins over the sorted rows (the frame's voxels come sorted, as the
+              service's voxelizer gives them) with no voxel hash table; on CUDA the table build
+              + look-ups. A second line, "shuffled", times both sides on the same voxels in a
+              random row order (the CPU takes its 4x4x4 block path there). The execution plan
+              that the first forward builds from the map for the tuned (epsilon, S, dataflow) of
+              a 64x64 layer (build_plan; on CUDA also the scatter CSR the deterministic mode
+              uses; for the fused dataflow its offset order) is shown separately as "+plan".
      spconv = the indice-pair generation a SubMConv3d(k=3) forward runs on a fresh
               SparseConvTensor, called directly with the layer's own algorithm: on CPU
               ops.get_indice_pairs (ConvAlgo.Native, the only CPU algorithm), on CUDA
@@ -49,7 +52,7 @@ from pathlib import Path
 
 import torch
 
-from kernels import CoordHashTable, submanifold_map
+from kernels import submanifold_map
 from kernels.engine import EngineConfig, sparse_conv
 from kernels.grouping import build_plan
 from kernels.tuning import GroupingTable
@@ -109,9 +112,8 @@ class Bench:
     # (a) ----------------------------------------------------------------
     def maps(self, coords, sp_coords, spatial, threads_label):
         res = {}
-        ours = self.t(lambda: submanifold_map(coords, CoordHashTable.build(coords), 3))
-        table = CoordHashTable.build(coords)
-        kmap = submanifold_map(coords, table, 3)
+        ours = self.t(lambda: submanifold_map(coords, None, 3))
+        kmap = submanifold_map(coords, None, 3)
         eps, thr, dataflow = EngineConfig().grouping.choose(self.device.type, 27, 64, 64)
         fused = dataflow == "fused"
 
@@ -135,6 +137,19 @@ class Bench:
             res["ratio_with_plan"] = (ours + plan) / sp
             line += (f" | spconv {sp * 1e3:8.2f} ms{threads_label} | {ratio_text(ours, sp)};"
                      f" with plan {ratio_text(ours + plan, sp)}")
+        self.out(line)
+        # The same voxels in a random row order (scan order, say): not the sorted fast path.
+        perm = torch.randperm(len(coords), generator=torch.Generator().manual_seed(0))
+        shuffled = coords[perm.to(coords.device)].contiguous()
+        ours_shuffled = self.t(lambda: submanifold_map(shuffled, None, 3))
+        res["shuffled_ours_ms"] = ours_shuffled * 1e3
+        line = f"      shuffled ours {ours_shuffled * 1e3:8.2f} ms"
+        if self.sp_ok:
+            sp_shuffled = sp_coords[perm.to(sp_coords.device)].contiguous()
+            sp = self.t(self._spconv_pairs_fn(sp_shuffled, spatial))
+            res.update(shuffled_spconv_ms=sp * 1e3, shuffled_ratio=ours_shuffled / sp)
+            line += (f" | spconv {sp * 1e3:8.2f} ms{threads_label} |"
+                     f" {ratio_text(ours_shuffled, sp)}")
         self.out(line)
         return kmap, res
 

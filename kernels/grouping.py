@@ -70,8 +70,6 @@ def plan_launches(kmap: KernelMap, epsilon: float, threshold: float) -> list[Lau
 @dataclass(frozen=True, eq=False)
 class ExecutionPlan:
     launches: tuple[Launch, ...]
-    gather_idx: torch.Tensor   # int32 [R]: input row of each buffer row, -1 for padding
-    scatter_idx: torch.Tensor  # int32 [R]: output row of each buffer row, -1 for padding
     num_in: int
     num_out: int
     identity: int | None
@@ -80,7 +78,31 @@ class ExecutionPlan:
 
     @property
     def rows(self) -> int:
-        return self.gather_idx.numel()
+        """Rows of the padded buffer the launches run on."""
+        return sum(launch.rows for launch in self.launches)
+
+    @functools.cached_property
+    def _buffer_idx(self) -> tuple[torch.Tensor, torch.Tensor]:
+        gather_idx = torch.full((self.rows,), -1, dtype=torch.int32, device=self.kmap.device)
+        scatter_idx = torch.full((self.rows,), -1, dtype=torch.int32, device=self.kmap.device)
+        for launch in self.launches:
+            for j, k in enumerate(launch.kernel_indices):
+                ins, outs = self.kmap.entries(k)
+                lo = launch.start + j * launch.height
+                gather_idx[lo:lo + len(ins)] = ins
+                scatter_idx[lo:lo + len(outs)] = outs
+        return gather_idx, scatter_idx
+
+    @property
+    def gather_idx(self) -> torch.Tensor:
+        """int32 [rows]: input row of each buffer row, -1 for padding (built on first use; the
+        fused CPU dataflow walks the map itself and never needs it)."""
+        return self._buffer_idx[0]
+
+    @property
+    def scatter_idx(self) -> torch.Tensor:
+        """int32 [rows]: output row of each buffer row, -1 for padding."""
+        return self._buffer_idx[1]
 
     @functools.cached_property
     def kernel_order(self) -> torch.Tensor:
@@ -107,22 +129,10 @@ def build_plan(kmap: KernelMap, epsilon: float, threshold: float,
                fused: bool = False) -> ExecutionPlan:
     """The plan for (epsilon, S), cached on the map so every layer at this level reuses it."""
     key = (float(epsilon), float(threshold), fused)
-    if key in kmap.plans:
-        return kmap.plans[key]
-    launches = plan_launches(kmap, epsilon, threshold)
-    total = sum(launch.rows for launch in launches)
-    gather_idx = torch.full((total,), -1, dtype=torch.int32, device=kmap.device)
-    scatter_idx = torch.full((total,), -1, dtype=torch.int32, device=kmap.device)
-    for launch in launches:
-        for j, k in enumerate(launch.kernel_indices):
-            ins, outs = kmap.entries(k)
-            lo = launch.start + j * launch.height
-            gather_idx[lo:lo + len(ins)] = ins
-            scatter_idx[lo:lo + len(outs)] = outs
-    plan = ExecutionPlan(tuple(launches), gather_idx, scatter_idx, kmap.num_in, kmap.num_out,
-                         kmap.identity, kmap, fused)
-    kmap.plans[key] = plan
-    return plan
+    if key not in kmap.plans:
+        kmap.plans[key] = ExecutionPlan(tuple(plan_launches(kmap, epsilon, threshold)),
+                                        kmap.num_in, kmap.num_out, kmap.identity, kmap, fused)
+    return kmap.plans[key]
 
 
 def csr_by_key(keys: torch.Tensor, num_keys: int) -> tuple[torch.Tensor, torch.Tensor]:

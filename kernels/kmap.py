@@ -138,17 +138,49 @@ def _submanifold_nbr_cpu(coords: torch.Tensor, offsets: torch.Tensor):
     return nbr, counts
 
 
-def submanifold_map(coords: torch.Tensor, table: CoordHashTable, kernel_size: int = 3,
-                    dilation: int = 1) -> KernelMap:
-    """Stride-1 map of an odd kernel on one coordinate set (outputs = inputs)."""
+def _sorted_submanifold_map_cpu(coords: torch.Tensor) -> KernelMap | None:
+    """The kernel-3 submanifold map by merge joins (csrc/sorted_kmap_cpu.cpp) when coords are in
+    ascending (batch, x, y, z) order, as the voxelizer and every downsampled level give them;
+    None when they are not (the caller takes the block path). Entry for entry the same map."""
+    n = coords.shape[0]
+    nbr = torch.empty(13, n, dtype=torch.int32)
+    counts = torch.empty(13, dtype=torch.int64)
+    applied = torch.zeros(1, dtype=torch.int64)
+    err = new_error_buffer(coords.device)
+    backend.call("sorted_submanifold_nbr", coords.device, backend.ptr(coords), backend.i64(n),
+                 backend.ptr(nbr), backend.ptr(counts), backend.ptr(applied), backend.ptr(err))
+    raise_for_status(err, coords)
+    if not applied.item():
+        return None
+    half_counts = counts.tolist()
+    starts = torch.tensor(_prefix(half_counts), dtype=torch.int64)
+    total = 2 * int(starts[-1])
+    in_idx = torch.empty(total, dtype=torch.int32)
+    out_idx = torch.empty(total, dtype=torch.int32)
+    backend.call("submanifold_compact_sorted", coords.device, backend.ptr(nbr), backend.i64(n),
+                 backend.ptr(starts), backend.ptr(in_idx), backend.ptr(out_idx))
+    return KernelMap(in_idx=in_idx, out_idx=out_idx,
+                     bounds=_prefix(half_counts + [0] + half_counts[::-1]), kernel_size=3,
+                     num_in=n, num_out=n, identity=13, symmetric=True)
+
+
+def submanifold_map(coords: torch.Tensor, table: CoordHashTable | None = None,
+                    kernel_size: int = 3, dilation: int = 1) -> KernelMap:
+    """Stride-1 map of an odd kernel on one coordinate set (outputs = inputs). `table` (a hash
+    table of coords) is only needed off the CPU kernel-3 paths; it is built when missing."""
     if kernel_size % 2 != 1:
         raise ValueError(f"submanifold kernels must be odd, got kernel_size={kernel_size}")
     check_coords(coords)
+    coords = coords.contiguous()
     centre = kernel_size**3 // 2
     offsets = kernel_offsets(kernel_size, kernel_size // 2, dilation)[:centre]
     if coords.device.type == "cpu" and kernel_size == 3 and dilation == 1:
+        kmap = _sorted_submanifold_map_cpu(coords)
+        if kmap is not None:
+            return kmap
         nbr, counts = _submanifold_nbr_cpu(coords, offsets)
     else:
+        table = table if table is not None else CoordHashTable.build(coords)
         nbr, counts = table.lookup(coords, 1, offsets)
     in_half, out_half, half_counts = _compact(nbr, counts)
     half_bounds = _prefix(half_counts)
@@ -169,10 +201,33 @@ def submanifold_map(coords: torch.Tensor, table: CoordHashTable, kernel_size: in
     )
 
 
-def downsample(coords: torch.Tensor, table: CoordHashTable, kernel_size: int = 2,
+def submanifold_needs_table(device: torch.device, kernel_size: int, dilation: int = 1) -> bool:
+    """Whether submanifold_map looks coordinates up in a hash table (else it needs none)."""
+    return not (torch.device(device).type == "cpu" and kernel_size == 3 and dilation == 1)
+
+
+def downsample_needs_table(kernel_size: int, stride: int, padding: int = 0) -> bool:
+    """Whether downsample looks the fine coordinates up in a hash table: only when kernel
+    positions can reach beyond a voxel's own parent cell (kernel != stride or padding != 0)."""
+    return not (kernel_size == stride and padding == 0)
+
+
+def _parent_nbr(coords: torch.Tensor, out_of_row: torch.Tensor, stride: int, num_out: int):
+    """nbr [stride^3, M] of a kernel == stride, padding 0 downsample: every input row feeds
+    exactly its parent through its position inside the parent cell, so no look-up is needed."""
+    pos = torch.remainder(coords[:, 1:], stride).long()
+    k = (pos[:, 0] * stride + pos[:, 1]) * stride + pos[:, 2]
+    nbr = torch.full((stride**3, num_out), -1, dtype=torch.int32, device=coords.device)
+    nbr[k, out_of_row.long()] = torch.arange(len(coords), dtype=torch.int32, device=coords.device)
+    return nbr, (nbr >= 0).sum(dim=1)
+
+
+def downsample(coords: torch.Tensor, table: CoordHashTable | None = None, kernel_size: int = 2,
                stride: int = 2, padding: int = 0):
-    """Strided map. Outputs are the unique floor(coords / stride), ordered by first occurrence in
-    the input rows. Returns (out_coords int32 [M, 4], out_table over them, KernelMap in -> out)."""
+    """Strided map. Outputs are the unique floor(coords / stride) in ascending (batch, x, y, z)
+    order, whatever the input order (so every coarser level takes the sorted map paths). `table` (a hash table of coords) is
+    only used when downsample_needs_table(); it is built when missing. Returns (out_coords int32
+    [M, 4], out_table over them, KernelMap in -> out)."""
     check_coords(coords)
     coords = coords.contiguous()
     n, device = coords.shape[0], coords.device
@@ -185,14 +240,21 @@ def downsample(coords: torch.Tensor, table: CoordHashTable, kernel_size: int = 2
     raise_for_status(err, coords)
     values = coarse.values
     first = values[slot_of_row] == torch.arange(n, dtype=torch.int32, device=device)
-    first_rows = first.nonzero().flatten()
-    out_coords = coords[first_rows].clone()
+    first_slots = slot_of_row[first.nonzero().flatten()]
+    # Packed keys (unsigned, csrc/common.h) order like (batch, x, y, z); flipping the top bit
+    # makes signed int64 order the same, so sorting them sorts the outputs.
+    first_slots = first_slots[torch.sort(coarse.slots[first_slots, 0] ^ -2**63).indices]
+    num_out = len(first_slots)
+    out_coords = coords[values[first_slots].long()]
     out_coords[:, 1:] = torch.div(out_coords[:, 1:], stride, rounding_mode="floor")
-    values[slot_of_row[first_rows]] = torch.arange(len(first_rows), dtype=torch.int32,
-                                                   device=device)
-    out_table = CoordHashTable(coarse.slots, len(first_rows))
-    nbr, counts = table.lookup(out_coords, stride, kernel_offsets(kernel_size, padding))
+    values[first_slots] = torch.arange(num_out, dtype=torch.int32, device=device)
+    out_table = CoordHashTable(coarse.slots, num_out)
+    if downsample_needs_table(kernel_size, stride, padding):
+        table = table if table is not None else CoordHashTable.build(coords)
+        nbr, counts = table.lookup(out_coords, stride, kernel_offsets(kernel_size, padding))
+    else:
+        nbr, counts = _parent_nbr(coords, values[slot_of_row], stride, num_out)
     in_idx, out_idx, count_list = _compact(nbr, counts)
     kmap = KernelMap(in_idx=in_idx, out_idx=out_idx, bounds=_prefix(count_list),
-                     kernel_size=kernel_size, num_in=n, num_out=len(first_rows))
+                     kernel_size=kernel_size, num_in=n, num_out=num_out)
     return out_coords, out_table, kmap

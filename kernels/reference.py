@@ -33,15 +33,10 @@ def map_entries(kmap) -> set[tuple[int, int, int]]:
 
 
 def unique_floor(coords: torch.Tensor, stride: int) -> torch.Tensor:
-    """Coarse coordinates floor(c / stride) in order of first occurrence."""
+    """Coarse coordinates: the distinct floor(c / stride) in ascending (batch, x, y, z) order."""
     coarse = coords.clone()
     coarse[:, 1:] = torch.div(coarse[:, 1:], stride, rounding_mode="floor")
-    seen, rows = set(), []
-    for i, c in enumerate(coarse.tolist()):
-        if tuple(c) not in seen:
-            seen.add(tuple(c))
-            rows.append(i)
-    return coarse[rows]
+    return torch.tensor(sorted(set(map(tuple, coarse.tolist()))), dtype=torch.int32).reshape(-1, 4)
 
 
 def conv_from_entries(feats: torch.Tensor, weight: torch.Tensor, entries, num_out: int):

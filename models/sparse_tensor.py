@@ -5,9 +5,12 @@ downsample the grid is twice as coarse and coordinates are floor(c / 2). Coordin
 negative and no spatial shape is needed, so no voxel is ever dropped at a grid edge.
 
 Every tensor derived from one input (by convolutions, norms, activations, concatenation) shares
-one CoordinateManager. It caches per level (tensor stride) the coordinates and their hash table,
-the submanifold maps per (kernel size, dilation), and the downsampling maps, so every layer at a
-level reuses them without user-managed keys, and an inverse convolution finds the map to invert.
+one CoordinateManager. It caches per level (tensor stride) the coordinates, their hash table
+(built only for maps that look coordinates up: not the CPU kernel-3 submanifold maps, nor kernel
+== stride downsampling), the submanifold maps per (kernel size, dilation), and the downsampling
+maps, so every layer at a level reuses them without user-managed keys, and an inverse
+convolution finds the map to invert. Maps build fastest on coordinates in ascending (batch, x,
+y, z) order, which is the order the service's voxelizer produces; any order gives the same maps.
 """
 from __future__ import annotations
 
@@ -16,6 +19,7 @@ from dataclasses import dataclass
 import torch
 
 from kernels import CoordHashTable, KernelMap, downsample, submanifold_map
+from kernels.kmap import downsample_needs_table, submanifold_needs_table
 from kernels.engine import EngineConfig
 
 
@@ -54,8 +58,10 @@ class CoordinateManager:
     def submanifold_map(self, stride: int, kernel_size: int, dilation: int = 1) -> KernelMap:
         key = (stride, kernel_size, dilation)
         if key not in self._submanifold:
-            self._submanifold[key] = submanifold_map(self._coords[stride], self.table(stride),
-                                                     kernel_size, dilation)
+            coords = self._coords[stride]
+            table = (self.table(stride) if submanifold_needs_table(coords.device, kernel_size,
+                                                                   dilation) else None)
+            self._submanifold[key] = submanifold_map(coords, table, kernel_size, dilation)
         return self._submanifold[key]
 
     def downsample(self, stride: int, kernel_size: int, step: int) -> Downsampling:
@@ -63,8 +69,8 @@ class CoordinateManager:
         key = (stride, kernel_size, step)
         if key not in self._downsampling:
             coarse_stride = stride * step
-            out_coords, out_table, kmap = downsample(self._coords[stride], self.table(stride),
-                                                     kernel_size, step)
+            table = self.table(stride) if downsample_needs_table(kernel_size, step) else None
+            out_coords, out_table, kmap = downsample(self._coords[stride], table, kernel_size, step)
             if coarse_stride in self._coords:
                 raise ValueError(
                     f"level {coarse_stride} already exists; a second downsampling to it with "

@@ -84,6 +84,22 @@ LS_API int ls_submanifold_nbr_cpu(const int32_t* coords, int64_t n, const int32_
                                   int64_t num_offsets, int32_t* nbr, int64_t* counts,
                                   int64_t* err);
 
+// The same nbr [13, n] and counts [13] as ls_submanifold_nbr_cpu for the half offsets of a
+// 3x3x3 kernel (kernel indices 0..12, dilation 1), by merge joins over packed keys; it applies
+// only when coords are in strictly ascending (batch, x, y, z) order with no coordinate on the
+// edge of the key range. *applied = 1 when it did the work, 0 when the caller must use
+// ls_submanifold_nbr_cpu instead (not an error). err: kStatusOutOfRange / kStatusDuplicate.
+LS_API int ls_sorted_submanifold_nbr_cpu(const int32_t* coords, int64_t n, int32_t* nbr,
+                                         int64_t* counts, int64_t* applied, int64_t* err);
+
+// Compacts the nbr [13, n] of ls_sorted_submanifold_nbr_cpu into the whole submanifold map
+// without its centre: kernel indices 0..12 (entries by output row) at starts[k], then their
+// mirrors 26 - k for k = 12 .. 0 with in and out swapped. starts[14] are prefix sums of counts.
+// Only for sorted coords, where swapping keeps each mirror sorted by its output row.
+LS_API int ls_submanifold_compact_sorted_cpu(const int32_t* nbr, int64_t n,
+                                             const int64_t* starts, int32_t* in_idx,
+                                             int32_t* out_idx);
+
 // ---- CUDA twins (cuda/*.cu, liblidarseg_cuda.so): the same arguments as device pointers, plus
 // the stream. Compaction and CSR construction on CUDA use torch ops (nonzero, stable sort) that
 // produce the same order as the CPU functions above, so no _cuda twin exists for them.

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "api.h"
+#include "cpu_common.h"
 
 using namespace lidarseg;
 
@@ -16,22 +17,7 @@ namespace {
 constexpr int64_t kBatch = 8;          // outputs whose probes are in flight together
 constexpr int64_t kMaxOffsets = 343;    // up to a 7x7x7 kernel
 
-// Below this many rows a parallel region costs more than the work (the deep levels of a UNet).
-constexpr int64_t kParallelRows = 4096;
-
 bool valid_capacity(int64_t capacity) { return capacity > 0 && (capacity & (capacity - 1)) == 0; }
-
-void report(int64_t* err, int status, int64_t row) {
-  // Keep the first status seen and the smallest row for it.
-  int64_t expected = 0;
-  __atomic_compare_exchange_n(&err[0], &expected, (int64_t)status, false, __ATOMIC_ACQ_REL,
-                              __ATOMIC_ACQUIRE);
-  int64_t cur = __atomic_load_n(&err[1], __ATOMIC_RELAXED);
-  while ((cur < 0 || row < cur) &&
-         !__atomic_compare_exchange_n(&err[1], &cur, row, true, __ATOMIC_ACQ_REL,
-                                      __ATOMIC_RELAXED)) {
-  }
-}
 
 }  // namespace
 
@@ -43,15 +29,15 @@ LS_API int ls_hash_build_cpu(const int32_t* coords, int64_t n, Slot* table, int6
   for (int64_t i = 0; i < n; ++i) {
     const int32_t* c = coords + 4 * i;
     if (!coord_in_range(c[0], c[1], c[2], c[3])) {
-      report(err, kStatusOutOfRange, i);
+      report_error(err, kStatusOutOfRange, i);
       continue;
     }
     bool inserted = false;
     const int64_t slot = insert_or_find(table, mask, pack_key(c[0], c[1], c[2], c[3]), &inserted);
     if (slot < 0) {
-      report(err, kStatusProbeLimit, i);
+      report_error(err, kStatusProbeLimit, i);
     } else if (!inserted) {
-      report(err, kStatusDuplicate, i);
+      report_error(err, kStatusDuplicate, i);
     } else {
       table[slot].value = (int32_t)i;
     }
@@ -72,13 +58,13 @@ LS_API int ls_hash_insert_min_cpu(const int32_t* coords, int64_t n, int32_t stri
     const int32_t z = floor_div(c[3], stride);
     slot_of_row[i] = -1;
     if (!coord_in_range(c[0], x, y, z)) {
-      report(err, kStatusOutOfRange, i);
+      report_error(err, kStatusOutOfRange, i);
       continue;
     }
     bool inserted = false;
     const int64_t slot = insert_or_find(table, mask, pack_key(c[0], x, y, z), &inserted);
     if (slot < 0) {
-      report(err, kStatusProbeLimit, i);
+      report_error(err, kStatusProbeLimit, i);
       continue;
     }
     slot_of_row[i] = slot;
@@ -322,13 +308,13 @@ bool insert_blocks(const int32_t* coords, int64_t n, BlockIndex* idx, int32_t* s
       if (__atomic_load_n(&full, __ATOMIC_RELAXED)) continue;  // a retry follows: skip the rest
       const int32_t* c = coords + 4 * i;
       if (!coord_in_range(c[0], c[1], c[2], c[3])) {
-        report(err, kStatusOutOfRange, i);
+        report_error(err, kStatusOutOfRange, i);
         continue;
       }
       bool inserted = false;
       const int64_t slot = block_insert(table, idx->mask, block_key(c), &inserted);
       if (slot < 0) {
-        if (last_try) report(err, kStatusProbeLimit, i);
+        if (last_try) report_error(err, kStatusProbeLimit, i);
         else __atomic_store_n(&full, 1, __ATOMIC_RELAXED);
         continue;
       }
@@ -336,7 +322,7 @@ bool insert_blocks(const int32_t* coords, int64_t n, BlockIndex* idx, int32_t* s
       if (inserted) mine.push_back((int32_t)slot);
       const uint64_t bit = 1ull << block_position(c[1], c[2], c[3]);
       if (__atomic_fetch_or(&table[slot].occupancy, bit, __ATOMIC_RELAXED) & bit) {
-        report(err, kStatusDuplicate, i);
+        report_error(err, kStatusDuplicate, i);
       }
     }
   }

@@ -27,16 +27,26 @@ def test_voxelize_matches_numpy_oracle():
     points = kitti_frame()[:20000]
     batch = voxelize([points], VoxelizeConfig(voxel_size=0.1))
     grid = np.floor(points[:, :3] / np.float32(0.1)).astype(np.int32)
-    uniq, first, inverse = np.unique(grid, axis=0, return_index=True, return_inverse=True)
+    uniq, inverse = np.unique(grid, axis=0, return_inverse=True)
     assert len(batch.coords) == len(uniq)
-    # Voxels in order of their first point; features are the mean of their points.
-    order = np.argsort(first)
-    assert np.array_equal(batch.coords[:, 1:].numpy(), uniq[order])
+    # Voxels in ascending (x, y, z) order, as np.unique sorts them; features are the mean of
+    # their points.
+    assert np.array_equal(batch.coords[:, 1:].numpy(), uniq)
     mean = np.zeros((len(uniq), 4))
     np.add.at(mean, inverse.ravel(), points[:, :4])
     mean /= np.bincount(inverse.ravel())[:, None]
-    np.testing.assert_allclose(batch.feats.numpy(), mean[order], rtol=1e-5, atol=1e-5)
-    assert np.array_equal(batch.point_to_voxel[0].numpy(), np.argsort(order)[inverse.ravel()])
+    np.testing.assert_allclose(batch.feats.numpy(), mean, rtol=1e-5, atol=1e-5)
+    assert np.array_equal(batch.point_to_voxel[0].numpy(), inverse.ravel())
+
+
+def test_voxels_come_sorted_so_maps_take_the_merge_path():
+    from kernels.kmap import _sorted_submanifold_map_cpu
+    points = kitti_frame()
+    batch = voxelize([points[::2], points[1::3]], VoxelizeConfig(voxel_size=0.1))
+    c = batch.coords.long()
+    key = ((c[:, 0] * 2**20 + c[:, 1] + 2**19) * 2**20 + c[:, 2] + 2**19) * 2**20 + c[:, 3] + 2**19
+    assert bool((key[1:] > key[:-1]).all()), "voxels must be in ascending (batch, x, y, z) order"
+    assert _sorted_submanifold_map_cpu(batch.coords) is not None
 
 
 @pytest.mark.parametrize("name", [name for name, _ in FRAMES], ids=frame_id)

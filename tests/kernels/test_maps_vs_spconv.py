@@ -89,9 +89,13 @@ def test_spconv_subm_pair_layout(spconv):
         assert bool((pairs[:, k, m:] == -1).all())
 
 
+@pytest.mark.parametrize("order", ["sorted", "shuffled"])
 @pytest.mark.parametrize("name,vs", MAP_CASES)
-def test_submanifold_k3_map_equals_spconv_pairs(spconv, name, vs):
+def test_submanifold_k3_map_equals_spconv_pairs(spconv, name, vs, order):
+    # Sorted rows take the merge-join path, shuffled rows the block path (kernels/kmap.py).
     coords = voxelized_frame(name, vs)
+    if order == "shuffled":
+        coords = coords[torch.randperm(len(coords), generator=torch.Generator().manual_seed(1))]
     n = coords.shape[0]
     pairs, num = _spconv_subm_pairs(spconv, coords)
     with ours_threads():
