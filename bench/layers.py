@@ -311,7 +311,8 @@ def parse_args(argv=None):
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     p.add_argument("--channels", type=int, nargs="+", default=[32, 64, 128])
     p.add_argument("--runs", type=int, default=5, help="timed runs per figure (median)")
-    p.add_argument("--warmup", type=int, default=1)
+    p.add_argument("--warmup", type=int, default=3,
+                   help="untimed runs first (the first calls of a process run slower)")
     p.add_argument("--budget", type=float, default=1.5,
                    help="stop timing a figure after this many seconds (>= 3 runs)")
     p.add_argument("--json", type=Path, default=None, help="write all figures to this file")

@@ -5,7 +5,8 @@ Weight-stationary: the identity offset is one mm over all rows; every other laun
 sums are scatter-added into the output.
 - CPU, "fused" dataflow (the tuned default for fp32): one C++ kernel multiplies tiles of map
   entries straight from the input rows and adds them into the output rows, each thread owning a
-  range of output rows (csrc/fused_cpu.cpp).
+  range of output rows, walked in L2-sized blocks with every offset per block; the identity
+  offset is computed there too, as each row's first contribution (csrc/fused_cpu.cpp).
 - CPU, "grouped" dataflow (f64, odd channel counts, or when tuned so): launch by launch with
   cache-sized buffers; within one offset the output rows are distinct, so each offset's scatter
   runs in parallel without atomics.
@@ -157,34 +158,48 @@ def _weight_grads(feats, grad_out, weight, plan: ExecutionPlan) -> torch.Tensor:
     return grad_w
 
 
-def _fused(src, weight, plan: ExecutionPlan, dst, transposed: bool) -> bool:
-    """CPU fused gather-GEMM-scatter (csrc/fused_cpu.cpp), offsets in plan order. Returns False
-    where it does not apply (not fp32, or channels not a multiple of the vector width)."""
+def _fused_conv(src, weight, plan: ExecutionPlan, transposed: bool) -> torch.Tensor | None:
+    """CPU fused gather-GEMM-scatter (csrc/fused_cpu.cpp), offsets in plan order, the identity
+    offset included (computed in the kernel, so no separate mm and no zeroed output). None where
+    it does not apply (not fp32, or channels not a multiple of the vector width)."""
     lib = backend.library("cpu")
     if src.dtype != torch.float32 or weight.shape[2] % lib.ls_fused_lanes_cpu() != 0:
-        return False
+        return None
     kmap = plan.kmap.transposed if transposed else plan.kmap    # entries sorted by output
     order = plan.kernel_order
+    num_dst = plan.num_in if transposed else plan.num_out
+    identity = -1 if plan.identity is None else plan.identity
+    dst = src.new_empty(num_dst, weight.shape[2]) if identity >= 0 else \
+        src.new_zeros(num_dst, weight.shape[2])
     backend.call("fused_conv_f32", src.device, backend.ptr(src), backend.i64(src.shape[1]),
                  backend.ptr(weight), backend.i64(weight.shape[2]), backend.ptr(kmap.in_idx),
                  backend.ptr(kmap.out_idx), backend.ptr(plan.bounds), backend.ptr(order),
-                 backend.i64(order.numel()), backend.i64(dst.shape[0]), backend.ptr(dst))
-    return True
+                 backend.i64(order.numel()), backend.i32(identity), backend.i64(num_dst),
+                 backend.ptr(dst))
+    return dst
 
 
-def _apply(src, weight, plan, dst, transposed: bool, deterministic: bool, workspace) -> None:
-    """dst += the non-identity part of the conv (transposed: grads flow out -> in)."""
+def _conv(src, weight, plan, transposed: bool, deterministic: bool, workspace) -> torch.Tensor:
+    """The whole conv (transposed: grads flow out -> in): the identity offset, if any, as one
+    mm, plus the other offsets by the plan's dataflow."""
+    if src.device.type == "cpu" and plan.fused:
+        dst = _fused_conv(src, weight, plan, transposed)
+        if dst is not None:
+            return dst
+    if plan.identity is not None:
+        dst = torch.mm(src, weight[plan.identity])                      # [N, Cout]
+    else:
+        dst = src.new_zeros(plan.num_in if transposed else plan.num_out, weight.shape[2])
     if not plan.rows:
-        return
+        return dst
     src_idx, dst_idx = (plan.scatter_idx, plan.gather_idx) if transposed else \
         (plan.gather_idx, plan.scatter_idx)
     if src.device.type == "cpu":
-        if plan.fused and _fused(src, weight, plan, dst, transposed):
-            return
         _stream_launches(src, weight, plan, dst, src_idx, dst_idx, workspace)
     else:
         csr = (plan.gather_csr if transposed else plan.scatter_csr) if deterministic else None
         _buffered_launches(src, weight, plan, dst, src_idx, dst_idx, csr)
+    return dst
 
 
 class _SparseConvFunction(torch.autograd.Function):
@@ -192,11 +207,7 @@ class _SparseConvFunction(torch.autograd.Function):
     def forward(ctx, feats, weight, plan: ExecutionPlan, deterministic: bool,
                 workspace: Workspace | None):
         feats, weight = feats.contiguous(), weight.contiguous()
-        if plan.identity is not None:
-            out = torch.mm(feats, weight[plan.identity])                # [N, Cout]
-        else:
-            out = feats.new_zeros(plan.num_out, weight.shape[2])
-        _apply(feats, weight, plan, out, False, deterministic, workspace)
+        out = _conv(feats, weight, plan, False, deterministic, workspace)  # [N_out, Cout]
         ctx.save_for_backward(feats, weight)
         ctx.plan, ctx.deterministic = plan, deterministic
         return out
@@ -209,11 +220,7 @@ class _SparseConvFunction(torch.autograd.Function):
         grad_feats = grad_weight = None
         if ctx.needs_input_grad[0]:
             w_t = weight.transpose(1, 2).contiguous()                   # [K, Cout, Cin]
-            if plan.identity is not None:
-                grad_feats = torch.mm(grad_out, w_t[plan.identity])
-            else:
-                grad_feats = grad_out.new_zeros(plan.num_in, weight.shape[1])
-            _apply(grad_out, w_t, plan, grad_feats, True, ctx.deterministic, None)
+            grad_feats = _conv(grad_out, w_t, plan, True, ctx.deterministic, None)
         if ctx.needs_input_grad[1]:
             grad_weight = _weight_grads(feats, grad_out, weight, plan)
         return grad_feats, grad_weight, None, None, None

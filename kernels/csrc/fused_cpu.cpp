@@ -10,6 +10,8 @@
 // weight rows, and broadcasts one input value per entry per input channel.
 #include <omp.h>
 
+#include <vector>
+
 #include "api.h"
 
 namespace {
@@ -26,6 +28,7 @@ constexpr int kRows = 4;
 #endif
 constexpr int kVecs = 4;  // up to 4 vectors of output channels per tile
 constexpr int64_t kParallelWork = 1 << 18;  // multiply-adds below which one thread is faster
+constexpr int64_t kBlockBytes = 256 << 10;  // output rows per block: this many bytes of them
 
 typedef float vfloat __attribute__((vector_size(kLanes * sizeof(float))));
 
@@ -36,8 +39,9 @@ inline vfloat load(const float* p) {
 }
 inline void store(float* p, vfloat v) { __builtin_memcpy(p, &v, sizeof(v)); }
 
-// One tile: rows in[0..rows) of x times w[:, col .. col + NV*kLanes), added into out rows.
-template <int NV>
+// One tile: rows in[0..rows) of x times w[:, col .. col + NV*kLanes), added into the out rows
+// (or stored there when kStore: the first contribution of a row, so out needs no zeroing).
+template <int NV, bool kStore>
 void tile(const float* x, int64_t cin, const float* w, int64_t cout, int64_t col,
           const int32_t* in, const int32_t* out_rows, int rows, float* out) {
   vfloat acc[kRows][NV];
@@ -55,11 +59,14 @@ void tile(const float* x, int64_t cin, const float* w, int64_t cout, int64_t col
   }
   for (int r = 0; r < rows; ++r) {
     float* dst = out + (int64_t)out_rows[r] * cout + col;
-    for (int v = 0; v < NV; ++v) store(dst + v * kLanes, load(dst + v * kLanes) + acc[r][v]);
+    for (int v = 0; v < NV; ++v) {
+      store(dst + v * kLanes, kStore ? acc[r][v] : load(dst + v * kLanes) + acc[r][v]);
+    }
   }
 }
 
 // Entries [0, m) of one offset, all of whose outputs this thread owns, times that offset's weight.
+template <bool kStore>
 void entries_times_weight(const float* x, int64_t cin, const float* w, int64_t cout,
                           const int32_t* in, const int32_t* out_rows, int64_t m, float* out) {
   for (int64_t first = 0; first < m; first += kRows) {
@@ -77,13 +84,13 @@ void entries_times_weight(const float* x, int64_t cin, const float* w, int64_t c
       const int32_t* i = in + first;
       const int32_t* o = out_rows + first;
       if (vecs >= 4) {
-        tile<4>(x, cin, w, cout, col, i, o, rows, out);
+        tile<4, kStore>(x, cin, w, cout, col, i, o, rows, out);
       } else if (vecs == 3) {
-        tile<3>(x, cin, w, cout, col, i, o, rows, out);
+        tile<3, kStore>(x, cin, w, cout, col, i, o, rows, out);
       } else if (vecs == 2) {
-        tile<2>(x, cin, w, cout, col, i, o, rows, out);
+        tile<2, kStore>(x, cin, w, cout, col, i, o, rows, out);
       } else {
-        tile<1>(x, cin, w, cout, col, i, o, rows, out);
+        tile<1, kStore>(x, cin, w, cout, col, i, o, rows, out);
       }
     }
   }
@@ -109,27 +116,51 @@ LS_API int ls_fused_lanes_cpu(void) { return kLanes; }
 LS_API int ls_fused_conv_f32_cpu(const float* x, int64_t cin, const float* w, int64_t cout,
                                  const int32_t* in_idx, const int32_t* out_idx,
                                  const int64_t* bounds, const int32_t* kernel_order,
-                                 int64_t num_kernels, int64_t num_out, float* out) {
+                                 int64_t num_kernels, int32_t identity, int64_t num_out,
+                                 float* out) {
   if (cout % kLanes != 0 || cin <= 0 || num_out < 0) return lidarseg::kStatusBadArgument;
-  int64_t entries = 0;
+  int64_t entries = identity >= 0 ? num_out : 0;
   for (int64_t j = 0; j < num_kernels; ++j) {
     const int32_t k = kernel_order[j];
     entries += bounds[k + 1] - bounds[k];
   }
   // Each thread owns a contiguous range of output rows and walks every offset's entries for that
   // range (entries are sorted by output within an offset). No two threads touch the same output
-  // row, so there is no barrier between offsets, and each row adds its offsets in kernel_order.
+  // row, so there is no barrier between offsets, and each row adds its offsets in kernel_order
+  // (after the identity offset, which stores rather than adds, when there is one).
+  //
+  // The range is walked in blocks of output rows that stay in L2 (kBlockBytes), every offset in
+  // turn per block: a row is then read and written back from L2 by all its offsets instead of
+  // once per offset pass over the whole range, and on sorted coordinates the inputs of a block
+  // are a band of nearby rows as well.
+  const int64_t fit = kBlockBytes / (cout * (int64_t)sizeof(float));
+  const int64_t block_rows = fit > 16 ? fit : 16;
 #pragma omp parallel if (entries * cin * cout >= kParallelWork)
   {
     const int64_t threads = omp_get_num_threads(), t = omp_get_thread_num();
     const int64_t lo = num_out * t / threads, hi = num_out * (t + 1) / threads;
+    std::vector<int64_t> cursor(num_kernels);
     for (int64_t j = 0; j < num_kernels; ++j) {
       const int32_t k = kernel_order[j];
-      const int64_t first = lower_bound(out_idx, bounds[k], bounds[k + 1], lo);
-      const int64_t last = lower_bound(out_idx, first, bounds[k + 1], hi);
-      if (last > first) {
-        entries_times_weight(x, cin, w + (int64_t)k * cin * cout, cout, in_idx + first,
-                             out_idx + first, last - first, out);
+      cursor[j] = lower_bound(out_idx, bounds[k], bounds[k + 1], lo);
+    }
+    std::vector<int32_t> rows(block_rows);
+    for (int64_t block = lo; block < hi; block += block_rows) {
+      const int64_t end = block + block_rows < hi ? block + block_rows : hi;
+      if (identity >= 0) {  // in = out = every row of the block
+        for (int64_t r = block; r < end; ++r) rows[r - block] = (int32_t)r;
+        entries_times_weight<true>(x, cin, w + (int64_t)identity * cin * cout, cout, rows.data(),
+                                   rows.data(), end - block, out);
+      }
+      for (int64_t j = 0; j < num_kernels; ++j) {
+        const int32_t k = kernel_order[j];
+        const int64_t first = cursor[j];
+        const int64_t last = lower_bound(out_idx, first, bounds[k + 1], end);
+        cursor[j] = last;
+        if (last > first) {
+          entries_times_weight<false>(x, cin, w + (int64_t)k * cin * cout, cout, in_idx + first,
+                                      out_idx + first, last - first, out);
+        }
       }
     }
   }
