@@ -129,19 +129,18 @@ def _unique_rows(keys: np.ndarray) -> torch.Tensor:
 
 def _ids_in_key_order(slot_of_point: torch.Tensor, keys: np.ndarray) -> torch.Tensor:
     """Renumbers Open3D's slot ids so voxels are in ascending (batch, x, y, z) order."""
-    representative = torch.full((int(slot_of_point.max()) + 1,), -1, dtype=torch.int64)
-    representative[slot_of_point] = torch.arange(len(slot_of_point))  # any point of the slot
-    used = (representative >= 0).nonzero().flatten()
-    slot_keys = keys[representative[used].numpy()].astype(np.int64)
-    lo, span = slot_keys[:, 1:].min(), np.ptp(slot_keys[:, 1:])
-    if span < 2**17 and 0 <= slot_keys[:, 0].min() and slot_keys[:, 0].max() < 2**12:
-        b, x, y, z = (slot_keys - np.array([0, lo, lo, lo])).T  # 12 + 3 x 17 bits: one int64
-        packed = torch.from_numpy(((b << 17 | x) << 17 | y) << 17 | z)
-        order = torch.sort(packed, stable=True).indices
-    else:  # anything else: a lexicographic sort on the columns (np.lexsort's last key is primary)
-        order = torch.from_numpy(np.lexsort(slot_keys[:, ::-1].T))
-    rank = torch.full_like(representative, -1)
-    rank[used[order]] = torch.arange(len(used))
+    k = torch.from_numpy(keys)
+    shifted = (k[:, 1:] - k[:, 1:].amin(dim=0)).long()
+    batch = k[:, 0].long()
+    if int(shifted.max()) >= 2**17 or int(batch.min()) < 0 or int(batch.max()) >= 2**12:
+        # Beyond 12 + 3 x 17 bits: rank the distinct rows lexicographically instead.
+        return torch.unique(k, dim=0, return_inverse=True)[1]
+    packed = ((batch << 17 | shifted[:, 0]) << 17 | shifted[:, 1]) << 17 | shifted[:, 2]
+    slot_key = torch.full((int(slot_of_point.max()) + 1,), -1, dtype=torch.int64)
+    slot_key[slot_of_point] = packed  # every point of a slot has the same key
+    used = (slot_key >= 0).nonzero().flatten()
+    rank = torch.empty_like(slot_key)
+    rank[used[torch.sort(slot_key[used]).indices]] = torch.arange(len(used))
     return rank[slot_of_point]
 
 
