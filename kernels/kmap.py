@@ -222,15 +222,44 @@ def _parent_nbr(coords: torch.Tensor, out_of_row: torch.Tensor, stride: int, num
     return nbr, (nbr >= 0).sum(dim=1)
 
 
+def _sorted_downsample_cpu(coords: torch.Tensor, stride: int):
+    """(out_coords, KernelMap) of a kernel == stride downsample of sorted coords, with no hash
+    table (csrc/sorted_kmap_cpu.cpp); None when the rows are not sorted."""
+    n = coords.shape[0]
+    out_coords = torch.empty(n, 4, dtype=torch.int32)
+    in_idx = torch.empty(n, dtype=torch.int32)
+    out_idx = torch.empty(n, dtype=torch.int32)
+    counts = torch.empty(stride**3, dtype=torch.int64)
+    num_out, applied = torch.zeros(1, dtype=torch.int64), torch.zeros(1, dtype=torch.int64)
+    err = new_error_buffer(coords.device)
+    backend.call("sorted_downsample", coords.device, backend.ptr(coords), backend.i64(n),
+                 backend.i32(stride), backend.ptr(out_coords), backend.ptr(in_idx),
+                 backend.ptr(out_idx), backend.ptr(counts), backend.ptr(num_out),
+                 backend.ptr(applied), backend.ptr(err))
+    raise_for_status(err, coords)
+    if not applied.item():
+        return None
+    m = int(num_out.item())
+    kmap = KernelMap(in_idx=in_idx, out_idx=out_idx, bounds=_prefix(counts.tolist()),
+                     kernel_size=stride, num_in=n, num_out=m)
+    return out_coords[:m].clone(), kmap
+
+
 def downsample(coords: torch.Tensor, table: CoordHashTable | None = None, kernel_size: int = 2,
                stride: int = 2, padding: int = 0):
     """Strided map. Outputs are the unique floor(coords / stride) in ascending (batch, x, y, z)
-    order, whatever the input order (so every coarser level takes the sorted map paths). `table` (a hash table of coords) is
-    only used when downsample_needs_table(); it is built when missing. Returns (out_coords int32
-    [M, 4], out_table over them, KernelMap in -> out)."""
+    order, whatever the input order (so every coarser level takes the sorted map paths).
+    `table` (a hash table of coords) is only used when downsample_needs_table(); it is built
+    when missing. Returns (out_coords int32 [M, 4], a hash table over them or None where none
+    was needed (the CPU path for sorted rows with kernel == stride), KernelMap in -> out)."""
     check_coords(coords)
     coords = coords.contiguous()
     n, device = coords.shape[0], coords.device
+    if device.type == "cpu" and not downsample_needs_table(kernel_size, stride, padding) \
+            and stride <= 8:
+        made = _sorted_downsample_cpu(coords, stride)
+        if made is not None:
+            return made[0], None, made[1]
     coarse = CoordHashTable.empty(n, device, fill_value=INT32_MAX)
     slot_of_row = torch.empty(n, dtype=torch.int64, device=device)
     err = new_error_buffer(device)

@@ -76,7 +76,8 @@ class CoordinateManager:
                     f"level {coarse_stride} already exists; a second downsampling to it with "
                     f"kernel {kernel_size} would give it other coordinates")
             self._coords[coarse_stride] = out_coords
-            self._tables[coarse_stride] = out_table
+            if out_table is not None:  # else built when a map first needs it
+                self._tables[coarse_stride] = out_table
             made = Downsampling(stride, kernel_size, step, kmap)
             self._downsampling[key] = made
             self._parent[coarse_stride] = made

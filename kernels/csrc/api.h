@@ -103,6 +103,18 @@ LS_API int ls_submanifold_compact_sorted_cpu(const int32_t* nbr, int64_t n,
                                              const int64_t* starts, int32_t* in_idx,
                                              int32_t* out_idx);
 
+// Downsampling map with kernel == stride (1..8), padding 0, on coords in strictly ascending
+// (batch, x, y, z) order: out_coords [num_out, 4] are the distinct floor(coords / stride) in
+// ascending order, and every row i is one entry (in = i, out = its parent) of the kernel index
+// of its position in the parent cell; entries offset-major, then by output row (n entries in
+// all, counts [stride^3] per kernel index). Buffers hold n rows. *applied = 0 (not an error)
+// when coords are not sorted: the caller then takes the hash path. err: kStatusOutOfRange /
+// kStatusDuplicate.
+LS_API int ls_sorted_downsample_cpu(const int32_t* coords, int64_t n, int32_t stride,
+                                    int32_t* out_coords, int32_t* in_idx, int32_t* out_idx,
+                                    int64_t* counts, int64_t* num_out, int64_t* applied,
+                                    int64_t* err);
+
 // ---- CUDA twins (cuda/*.cu, liblidarseg_cuda.so): the same arguments as device pointers, plus
 // the stream. Compaction and CSR construction on CUDA use torch ops (nonzero, stable sort) that
 // produce the same order as the CPU functions above, so no _cuda twin exists for them.

@@ -13,8 +13,10 @@
 // same order (ls_submanifold_compact_sorted_cpu writes both halves in one pass).
 #include <omp.h>
 
+#include <algorithm>
 #include <climits>
 #include <memory>
+#include <vector>
 
 #include "api.h"
 #include "cpu_common.h"
@@ -37,6 +39,33 @@ bool on_range_edge(const int32_t* c) {
   return false;
 }
 
+// Packs every row of coords into keys[0, n) and checks them: rows out of the key range and
+// duplicates go to err. Returns true when err is clean and the keys are strictly ascending;
+// *edge tells whether some coordinate lies on the edge of the key range.
+bool pack_sorted_keys(const int32_t* coords, int64_t n, uint64_t* keys, int64_t* err,
+                      bool* edge) {
+  int declined = 0, on_edge = 0;
+#pragma omp parallel for schedule(static) reduction(| : on_edge) if (n >= kParallelRows)
+  for (int64_t i = 0; i < n; ++i) {
+    const int32_t* c = coords + 4 * i;
+    if (!coord_in_range(c[0], c[1], c[2], c[3])) {
+      report_error(err, kStatusOutOfRange, i);
+      keys[i] = 0;
+      continue;
+    }
+    on_edge |= on_range_edge(c);
+    keys[i] = pack_key(c[0], c[1], c[2], c[3]);
+  }
+  *edge = on_edge;
+  if (__atomic_load_n(&err[0], __ATOMIC_RELAXED) != 0) return false;
+#pragma omp parallel for schedule(static) reduction(| : declined) if (n >= kParallelRows)
+  for (int64_t i = 1; i < n; ++i) {
+    if (keys[i] == keys[i - 1]) report_error(err, kStatusDuplicate, i);
+    declined |= keys[i] < keys[i - 1];
+  }
+  return __atomic_load_n(&err[0], __ATOMIC_RELAXED) == 0 && !declined;
+}
+
 // First index in keys[0, n) whose key is >= target (keys ascending).
 int64_t lower_bound(const uint64_t* keys, int64_t n, uint64_t target) {
   int64_t lo = 0, hi = n;
@@ -57,27 +86,10 @@ LS_API int ls_sorted_submanifold_nbr_cpu(const int32_t* coords, int64_t n, int32
   *applied = 0;
   // Keys plus three sentinels above every real key, so the pointers never run off the end.
   std::unique_ptr<uint64_t[]> keys(new uint64_t[n + 3]);
-  int declined = 0;
-#pragma omp parallel for schedule(static) reduction(| : declined) if (n >= kParallelRows)
-  for (int64_t i = 0; i < n; ++i) {
-    const int32_t* c = coords + 4 * i;
-    if (!coord_in_range(c[0], c[1], c[2], c[3])) {
-      report_error(err, kStatusOutOfRange, i);
-      keys[i] = 0;
-      continue;
-    }
-    declined |= on_range_edge(c);
-    keys[i] = pack_key(c[0], c[1], c[2], c[3]);
-  }
-  if (__atomic_load_n(&err[0], __ATOMIC_RELAXED) != 0) return kStatusOk;  // the caller reads err
+  bool edge = false;
+  if (!pack_sorted_keys(coords, n, keys.get(), err, &edge) || edge) return kStatusOk;
   for (int i = 0; i < 3; ++i) keys[n + i] = kEmptyKey;
   const uint64_t* K = keys.get();
-#pragma omp parallel for schedule(static) reduction(| : declined) if (n >= kParallelRows)
-  for (int64_t i = 1; i < n; ++i) {
-    if (K[i] == K[i - 1]) report_error(err, kStatusDuplicate, i);
-    declined |= K[i] < K[i - 1];
-  }
-  if (__atomic_load_n(&err[0], __ATOMIC_RELAXED) != 0 || declined) return kStatusOk;
   *applied = 1;
 #pragma omp parallel if (n >= kParallelRows)
   {
@@ -144,6 +156,120 @@ LS_API int ls_submanifold_compact_sorted_cpu(const int32_t* nbr, int64_t n,
       }
       w += hits;
       m += hits;
+    }
+  }
+  return kStatusOk;
+}
+
+// ---- Downsampling with kernel == stride on sorted coordinates ----
+//
+// Every input row feeds exactly its parent floor(c / stride) through its position inside the
+// parent cell, so the map needs no look-up, only the parents in sorted order. Rows with the same
+// (batch, floor(x / stride)) are contiguous in sorted input ("slabs"); sorting each slab by
+// (parent, position) lists the parents of the slab in ascending order and, per parent, its
+// inputs by kernel index. Slabs are independent, so threads sort contiguous runs of them; one
+// prefix over threads then places every thread's outputs and entries.
+
+namespace {
+
+struct SlabEntry {
+  uint64_t order;  // parent (y, z fields) then kernel index: ascending = the output order
+  int32_t row;
+};
+
+// Kernel index of a row inside its parent cell, and the (y, z) part of the parent key.
+inline uint64_t slab_order(const int32_t* c, int32_t stride, int32_t* kernel_index) {
+  const int32_t px = floor_div(c[1], stride), py = floor_div(c[2], stride);
+  const int32_t pz = floor_div(c[3], stride);
+  *kernel_index = ((c[1] - px * stride) * stride + (c[2] - py * stride)) * stride +
+                  (c[3] - pz * stride);
+  const uint64_t fields = pack_key(0, 0, py, pz);  // y, z of the parent (biased, 36 bits)
+  return fields << 9 | (uint64_t)*kernel_index;    // kernel index < 512 (stride <= 8)
+}
+
+}  // namespace
+
+LS_API int ls_sorted_downsample_cpu(const int32_t* coords, int64_t n, int32_t stride,
+                                    int32_t* out_coords, int32_t* in_idx, int32_t* out_idx,
+                                    int64_t* counts, int64_t* num_out, int64_t* applied,
+                                    int64_t* err) {
+  if (n < 0 || n > INT32_MAX || stride < 1 || stride > 8) return kStatusBadArgument;
+  const int64_t volume = (int64_t)stride * stride * stride;
+  for (int64_t k = 0; k < volume; ++k) counts[k] = 0;
+  *num_out = 0;
+  *applied = 0;
+  std::unique_ptr<uint64_t[]> keys(new uint64_t[n > 0 ? n : 1]);
+  bool edge = false;  // floor division never leaves the range: edges are fine here
+  if (!pack_sorted_keys(coords, n, keys.get(), err, &edge)) return kStatusOk;
+  *applied = 1;
+  if (n == 0) return kStatusOk;
+  // Slab starts: rows where (batch, floor(x / stride)) changes.
+  std::vector<int64_t> slab_start;
+  slab_start.push_back(0);
+  for (int64_t i = 1; i < n; ++i) {
+    const int32_t* c = coords + 4 * i;
+    const int32_t* p = c - 4;
+    if (c[0] != p[0] || floor_div(c[1], stride) != floor_div(p[1], stride)) slab_start.push_back(i);
+  }
+  const int64_t num_slabs = (int64_t)slab_start.size();
+  slab_start.push_back(n);
+  std::unique_ptr<SlabEntry[]> sorted(new SlabEntry[n]);
+  const int threads = n >= kParallelRows ? omp_get_max_threads() : 1;
+  // Per thread: outputs, and entries per kernel index, of its run of slabs.
+  std::vector<int64_t> outputs(threads + 1, 0), tally((threads + 1) * volume, 0);
+#pragma omp parallel num_threads(threads)
+  {
+    const int t = omp_get_thread_num(), nt = omp_get_num_threads();
+    const int64_t s0 = num_slabs * t / nt, s1 = num_slabs * (t + 1) / nt;
+    int64_t* mine = &tally[(t + 1) * volume];
+    for (int64_t s = s0; s < s1; ++s) {
+      SlabEntry* e = sorted.get() + slab_start[s];
+      const int64_t m = slab_start[s + 1] - slab_start[s];
+      for (int64_t j = 0; j < m; ++j) {
+        int32_t k;
+        e[j].row = (int32_t)(slab_start[s] + j);
+        e[j].order = slab_order(coords + 4 * e[j].row, stride, &k);
+        ++mine[k];
+      }
+      std::sort(e, e + m, [](const SlabEntry& a, const SlabEntry& b) { return a.order < b.order; });
+      for (int64_t j = 0; j < m; ++j) outputs[t + 1] += j == 0 || (e[j].order >> 9) != (e[j - 1].order >> 9);
+    }
+#pragma omp barrier
+#pragma omp single
+    {
+      // Exclusive prefixes: outputs over threads; entries over kernel index, then threads.
+      for (int u = 0; u < nt; ++u) outputs[u + 1] += outputs[u];
+      int64_t start = 0;
+      for (int64_t k = 0; k < volume; ++k) {
+        for (int u = 0; u < nt; ++u) {
+          const int64_t c = tally[(u + 1) * volume + k];
+          tally[u * volume + k] = start;  // row u now holds thread u's first entry of k
+          start += c;
+          counts[k] += c;
+        }
+      }
+      *num_out = outputs[nt];
+    }
+    int64_t* cursor = &tally[t * volume];
+    std::vector<int64_t> cur(cursor, cursor + volume);
+    int64_t o = outputs[t] - 1;
+    for (int64_t s = s0; s < s1; ++s) {
+      const SlabEntry* e = sorted.get() + slab_start[s];
+      const int64_t m = slab_start[s + 1] - slab_start[s];
+      for (int64_t j = 0; j < m; ++j) {
+        const int32_t* c = coords + 4 * e[j].row;
+        if (j == 0 || (e[j].order >> 9) != (e[j - 1].order >> 9)) {
+          int32_t* dst = out_coords + 4 * ++o;
+          dst[0] = c[0];
+          dst[1] = floor_div(c[1], stride);
+          dst[2] = floor_div(c[2], stride);
+          dst[3] = floor_div(c[3], stride);
+        }
+        const int64_t k = (int64_t)(e[j].order & 511);
+        in_idx[cur[k]] = e[j].row;
+        out_idx[cur[k]] = (int32_t)o;
+        ++cur[k];
+      }
     }
   }
   return kStatusOk;

@@ -1,13 +1,14 @@
-"""The CPU kernel-3 submanifold map has two paths that must give the same map: merge joins over
-sorted keys (rows in ascending (batch, x, y, z) order, what the voxelizer produces) and 4x4x4
-blocks (any order). Each is checked against the brute-force oracle, and each against the other."""
+"""The CPU maps have two paths each that must give the same map: for rows in ascending (batch, x,
+y, z) order (what the voxelizer and every downsampling produce) merge joins / per-slab sorts with
+no hash table, and for any order 4x4x4 blocks (kernel-3 submanifold) or the hash table
+(downsampling). Each is checked against the brute-force oracle, and each against the other."""
 import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
-from kernels import CoordinateRangeError, DuplicateCoordinateError, submanifold_map
-from kernels.kmap import _sorted_submanifold_map_cpu
-from kernels.reference import brute_force_map, map_entries
+from kernels import CoordinateRangeError, DuplicateCoordinateError, downsample, submanifold_map
+from kernels.kmap import _sorted_downsample_cpu, _sorted_submanifold_map_cpu
+from kernels.reference import brute_force_map, map_entries, unique_floor
 from tests.conftest import FRAMES, frame_id, ours_threads, voxelized_frame
 from tests.kernels.test_kmap import clouds, coords_tensor
 
@@ -73,3 +74,38 @@ def test_both_paths_agree_on_real_frames(name):
     renumbered = {(int(perm[i]), int(perm[o]), k) for i, o, k in map_entries(blocks)}
     assert renumbered == map_entries(fast)
     assert fast.counts == blocks.counts
+
+
+@settings(max_examples=60, deadline=None)
+@given(cloud=clouds(max_points=60, span=5), stride=st.sampled_from([2, 3]))
+def test_sorted_downsample_matches_oracle(cloud, stride):
+    cloud = sort_rows(cloud)
+    made = _sorted_downsample_cpu(cloud, stride)
+    assert made is not None, "sorted rows must take the path without a hash table"
+    out_coords, kmap = made
+    assert torch.equal(out_coords, unique_floor(cloud, stride))
+    assert map_entries(kmap) == brute_force_map(cloud, out_coords, stride, stride, 0)
+    assert sum(kmap.counts) == len(cloud)  # every input feeds exactly its parent
+    coarse, table, same = downsample(cloud, None, stride, stride)
+    assert table is None and torch.equal(coarse, out_coords) and same_map(same, kmap)
+
+
+def test_sorted_downsample_declines_unsorted_rows_and_reports_errors():
+    rows = coords_tensor([(0, 3, 0, 0), (0, 1, 0, 0)])
+    assert _sorted_downsample_cpu(rows, 2) is None
+    with pytest.raises(DuplicateCoordinateError, match="rows \\[1, 2\\]"):
+        downsample(coords_tensor([(0, 0, 0, 0), (0, 1, 2, 3), (0, 1, 2, 3)]), None, 2, 2)
+    with pytest.raises(CoordinateRangeError, match="row 1"):
+        downsample(coords_tensor([(0, 0, 0, 0), (1023, 0, 0, 0)]), None, 2, 2)
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, id=frame_id(n)) for n, _ in FRAMES])
+def test_downsample_paths_agree_on_real_frames(name):
+    coords = voxelized_frame(name, 0.05)
+    perm = torch.randperm(len(coords), generator=torch.Generator().manual_seed(0))
+    with ours_threads():
+        fast_coords, fast = _sorted_downsample_cpu(coords, 2)
+        hashed_coords, table, hashed = downsample(coords[perm], None, 2, 2)
+    assert table is not None and torch.equal(fast_coords, hashed_coords)
+    renumbered = {(int(perm[i]), o, k) for i, o, k in map_entries(hashed)}
+    assert renumbered == map_entries(fast)
