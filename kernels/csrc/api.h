@@ -81,7 +81,8 @@ LS_API int ls_sort_entries_by_out_cpu(const int32_t* in_idx, const int32_t* out_
 
 // Submanifold neighbour table of coords [n, 4] onto themselves for offsets [K, 3] with every
 // component in {-1, 0, 1} (kernel 3, dilation 1), K <= 27: the same nbr [K, n] and counts [K] as
-// ls_kmap_lookup_cpu on a table of coords, computed through 4x4x4 voxel blocks with no voxel table.
+// ls_kmap_lookup_cpu on a table of coords, computed through 4x4x4 voxel blocks with no voxel table
+// (block_kmap_cpu.cpp; rows in any order).
 // err: kStatusOutOfRange / kStatusDuplicate / kStatusProbeLimit with an offending row.
 LS_API int ls_submanifold_nbr_cpu(const int32_t* coords, int64_t n, const int32_t* offsets,
                                   int64_t num_offsets, int32_t* nbr, int64_t* counts,
