@@ -180,8 +180,8 @@ def _fused_conv(src, weight, plan: ExecutionPlan, transposed: bool) -> torch.Ten
 
 
 def _conv(src, weight, plan, transposed: bool, deterministic: bool, workspace) -> torch.Tensor:
-    """The whole conv (transposed: grads flow out -> in): the identity offset, if any, as one
-    mm, plus the other offsets by the plan's dataflow."""
+    """The whole conv (transposed: grads flow out -> in): the identity offset, if any (inside
+    the fused CPU kernel, else one mm), plus the other offsets by the plan's dataflow."""
     if src.device.type == "cpu" and plan.fused:
         dst = _fused_conv(src, weight, plan, transposed)
         if dst is not None:

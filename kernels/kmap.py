@@ -11,6 +11,12 @@ Conventions (fixed for the whole project):
 - Submanifold maps: the centre offset is the identity and is not materialised; only the offsets
   before the centre are looked up, and the map of -d (index K^3 - 1 - k) is the map of d with in
   and out swapped, so count(d) == count(-d) by construction.
+- How entries are found (each path gives the same map, entry for entry): on the CPU, rows in
+  ascending (batch, x, y, z) order (the voxelizer's order, kept by every downsampling) take
+  merge joins over packed keys for kernel-3 submanifold maps and per-slab sorts for kernel ==
+  stride downsampling, with no hash table (csrc/sorted_kmap_cpu.cpp); kernel-3 maps of rows in
+  any other order go through 4x4x4 voxel blocks (csrc/block_kmap_cpu.cpp); everything else,
+  and everything on CUDA, probes the coordinate hash table.
 """
 from __future__ import annotations
 
