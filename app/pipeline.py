@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from models import EngineConfig, SparseTensor
+from models.fold import fold_batchnorm
 from models.minkunet import MinkUNet
 
 from .voxelize import VoxelizeConfig, devoxelize, voxelize
@@ -100,6 +101,9 @@ class SegmentationPipeline:
                  device: str | torch.device = "cpu", engine: EngineConfig | None = None):
         self.device = torch.device(device)
         self.model = model.to(self.device).eval()
+        # What runs: a copy with BatchNorm (and its ReLU) folded into the convs, made once here,
+        # so later changes to `model` do not reach it (models/fold.py).
+        self.network = fold_batchnorm(self.model)
         self.voxel_config = voxel_config or VoxelizeConfig()
         self.engine = engine or EngineConfig()
 
@@ -120,11 +124,11 @@ class SegmentationPipeline:
         with clock.stage("network"):
             if len(batch.coords):
                 if layer_timing:
-                    with layer_clock(self.model, self.device) as layer_ms:
-                        logits = self.model(x).feats
+                    with layer_clock(self.network, self.device) as layer_ms:
+                        logits = self.network(x).feats
                     layer_ms = dict(layer_ms)
                 else:
-                    logits = self.model(x).feats
+                    logits = self.network(x).feats
             else:
                 logits = batch.feats.new_zeros(0, self.model.config.num_classes)
         results = []

@@ -3,7 +3,9 @@
     python -m bench.minkunet [--frames kitti00 nuscenes ouster128] [--cr 1.0 0.5]
                              [--threads 1 2] [--device cpu|cuda] [--runs 5] [--json OUT]
 
-Both networks get the same voxels (our Open3D voxelizer) and the same weights. Ours is timed
+Both networks get the same voxels (our Open3D voxelizer) and the same weights; ours runs as the
+service does, with BatchNorm folded into the convs (models/fold.py), the twin with its
+BatchNorm layers as spconv models have them. Ours is timed
 per stage (voxelize, maps, network, devoxelize); spconv builds its maps inside its forward, so
 its figure is maps + network. spconv's CPU wheel is only correct single-threaded (spconv#679):
 on the CPU it always runs with 1 thread, and ours is printed at every thread count asked for.

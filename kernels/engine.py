@@ -158,7 +158,8 @@ def _weight_grads(feats, grad_out, weight, plan: ExecutionPlan) -> torch.Tensor:
     return grad_w
 
 
-def _fused_conv(src, weight, plan: ExecutionPlan, transposed: bool) -> torch.Tensor | None:
+def _fused_conv(src, weight, plan: ExecutionPlan, transposed: bool, bias=None,
+                relu: bool = False) -> torch.Tensor | None:
     """CPU fused gather-GEMM-scatter (csrc/fused_cpu.cpp), offsets in plan order, the identity
     offset included (computed in the kernel, so no separate mm and no zeroed output). None where
     it does not apply (not fp32, or channels not a multiple of the vector width)."""
@@ -174,18 +175,30 @@ def _fused_conv(src, weight, plan: ExecutionPlan, transposed: bool) -> torch.Ten
     backend.call("fused_conv_f32", src.device, backend.ptr(src), backend.i64(src.shape[1]),
                  backend.ptr(weight), backend.i64(weight.shape[2]), backend.ptr(kmap.in_idx),
                  backend.ptr(kmap.out_idx), backend.ptr(plan.bounds), backend.ptr(order),
-                 backend.i64(order.numel()), backend.i32(identity), backend.i64(num_dst),
-                 backend.ptr(dst))
+                 backend.i64(order.numel()), backend.i32(identity),
+                 backend.ptr(None if bias is None else bias.contiguous()), backend.i32(int(relu)),
+                 backend.i64(num_dst), backend.ptr(dst))
     return dst
 
 
-def _conv(src, weight, plan, transposed: bool, deterministic: bool, workspace) -> torch.Tensor:
+def _conv(src, weight, plan, transposed: bool, deterministic: bool, workspace,
+          epilogue=None) -> torch.Tensor:
     """The whole conv (transposed: grads flow out -> in): the identity offset, if any (inside
-    the fused CPU kernel, else one mm), plus the other offsets by the plan's dataflow."""
+    the fused CPU kernel, else one mm), plus the other offsets by the plan's dataflow; then the
+    epilogue (bias or None, relu), inside the fused kernel or in place afterwards."""
+    bias, relu = epilogue or (None, False)
     if src.device.type == "cpu" and plan.fused:
-        dst = _fused_conv(src, weight, plan, transposed)
+        dst = _fused_conv(src, weight, plan, transposed, bias, relu)
         if dst is not None:
             return dst
+    dst = _unfused_conv(src, weight, plan, transposed, deterministic, workspace)
+    if bias is not None:
+        dst += bias
+    return dst.relu_() if relu else dst
+
+
+def _unfused_conv(src, weight, plan, transposed: bool, deterministic: bool, workspace):
+    """The identity offset as one mm (or zeros), plus the plan's launches."""
     if plan.identity is not None:
         dst = torch.mm(src, weight[plan.identity])                      # [N, Cout]
     else:
@@ -205,9 +218,9 @@ def _conv(src, weight, plan, transposed: bool, deterministic: bool, workspace) -
 class _SparseConvFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, feats, weight, plan: ExecutionPlan, deterministic: bool,
-                workspace: Workspace | None):
+                workspace: Workspace | None, epilogue):
         feats, weight = feats.contiguous(), weight.contiguous()
-        out = _conv(feats, weight, plan, False, deterministic, workspace)  # [N_out, Cout]
+        out = _conv(feats, weight, plan, False, deterministic, workspace, epilogue)  # [N, Cout]
         ctx.save_for_backward(feats, weight)
         ctx.plan, ctx.deterministic = plan, deterministic
         return out
@@ -223,12 +236,14 @@ class _SparseConvFunction(torch.autograd.Function):
             grad_feats = _conv(grad_out, w_t, plan, True, ctx.deterministic, None)
         if ctx.needs_input_grad[1]:
             grad_weight = _weight_grads(feats, grad_out, weight, plan)
-        return grad_feats, grad_weight, None, None, None
+        return grad_feats, grad_weight, None, None, None, None
 
 
 def sparse_conv(feats: torch.Tensor, weight: torch.Tensor, kmap: KernelMap,
-                config: EngineConfig) -> torch.Tensor:
-    """feats [num_in, Cin], weight [K^3, Cin, Cout] -> [num_out, Cout] (autograd-aware)."""
+                config: EngineConfig, bias: torch.Tensor | None = None,
+                relu: bool = False) -> torch.Tensor:
+    """feats [num_in, Cin], weight [K^3, Cin, Cout] -> [num_out, Cout] (autograd-aware), plus
+    bias [Cout] and then ReLU when given (fused into the CPU kernel's epilogue in inference)."""
     if feats.dim() != 2 or feats.shape[0] != kmap.num_in:
         raise ValueError(f"feats must be [{kmap.num_in}, Cin], got {tuple(feats.shape)}")
     if weight.dim() != 3 or weight.shape[0] != kmap.kernel_volume or weight.shape[1] != feats.shape[1]:
@@ -239,7 +254,15 @@ def sparse_conv(feats: torch.Tensor, weight: torch.Tensor, kmap: KernelMap,
     if feats.dtype not in backend.DTYPE_SUFFIX or (
             feats.dtype == torch.float16 and feats.device.type != "cuda"):
         raise ValueError(f"unsupported dtype {feats.dtype} on {feats.device.type}")
+    if bias is not None and (bias.shape != (weight.shape[2],) or bias.dtype != weight.dtype):
+        raise ValueError(f"bias must be [{weight.shape[2]}] {weight.dtype}, got "
+                         f"{tuple(bias.shape)} {bias.dtype}")
     plan = config.plan(kmap, weight.shape[1], weight.shape[2], feats.device)
-    inference = not (torch.is_grad_enabled() and (feats.requires_grad or weight.requires_grad))
-    return _SparseConvFunction.apply(feats, weight, plan, config.deterministic,
-                                     config.workspace if inference else None)
+    grads = torch.is_grad_enabled() and (feats.requires_grad or weight.requires_grad
+                                         or (bias is not None and bias.requires_grad))
+    if not grads:
+        return _SparseConvFunction.apply(feats, weight, plan, config.deterministic,
+                                         config.workspace, (bias, relu))
+    out = _SparseConvFunction.apply(feats, weight, plan, config.deterministic, None, None)
+    out = out + bias if bias is not None else out
+    return torch.relu(out) if relu else out

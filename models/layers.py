@@ -24,16 +24,16 @@ class _SparseConv(nn.Module):
         self.in_channels, self.out_channels, self.kernel_size = cin, cout, kernel_size
         self.weight = nn.Parameter(torch.empty(kernel_size**3, cin, cout))
         self.bias = nn.Parameter(torch.zeros(cout)) if bias else None
+        self.relu = False  # set by models.fold.fold_batchnorm when a ReLU follows
         bound = 1.0 / math.sqrt(cin * kernel_size**3)
         nn.init.uniform_(self.weight, -bound, bound)
 
     def _conv(self, x: SparseTensor, kmap) -> torch.Tensor:
-        out = sparse_conv(x.feats, self.weight, kmap, x.engine)
-        return out + self.bias if self.bias is not None else out
+        return sparse_conv(x.feats, self.weight, kmap, x.engine, self.bias, self.relu)
 
     def extra_repr(self) -> str:
         return (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
-                f"bias={self.bias is not None}")
+                f"bias={self.bias is not None}" + (", relu=True" if self.relu else ""))
 
 
 class SubMConv3d(_SparseConv):

@@ -96,6 +96,20 @@ void entries_times_weight(const float* x, int64_t cin, const float* w, int64_t c
   }
 }
 
+// rows [0, n) of out (cout wide) += bias (when given), then max(0, .) when relu: done per block
+// while its rows are still in L2, instead of two more passes over the whole output.
+void epilogue(const float* bias, bool relu, int64_t cout, float* out, int64_t n) {
+  for (int64_t r = 0; r < n; ++r) {
+    float* row = out + r * cout;
+    for (int64_t c = 0; c < cout; c += kLanes) {
+      vfloat v = load(row + c);
+      if (bias != nullptr) v += load(bias + c);
+      if (relu) v = v > 0 ? v : vfloat{};
+      store(row + c, v);
+    }
+  }
+}
+
 // First position in sorted[lo, hi) whose value is >= v.
 int64_t lower_bound(const int32_t* sorted, int64_t lo, int64_t hi, int64_t v) {
   while (lo < hi) {
@@ -116,8 +130,8 @@ LS_API int ls_fused_lanes_cpu(void) { return kLanes; }
 LS_API int ls_fused_conv_f32_cpu(const float* x, int64_t cin, const float* w, int64_t cout,
                                  const int32_t* in_idx, const int32_t* out_idx,
                                  const int64_t* bounds, const int32_t* kernel_order,
-                                 int64_t num_kernels, int32_t identity, int64_t num_out,
-                                 float* out) {
+                                 int64_t num_kernels, int32_t identity, const float* bias,
+                                 int32_t relu, int64_t num_out, float* out) {
   if (cout % kLanes != 0 || cin <= 0 || num_out < 0) return lidarseg::kStatusBadArgument;
   int64_t entries = identity >= 0 ? num_out : 0;
   for (int64_t j = 0; j < num_kernels; ++j) {
@@ -162,6 +176,7 @@ LS_API int ls_fused_conv_f32_cpu(const float* x, int64_t cin, const float* w, in
                                       out_idx + first, last - first, out);
         }
       }
+      if (bias != nullptr || relu) epilogue(bias, relu != 0, cout, out + block * cout, end - block);
     }
   }
   return lidarseg::kStatusOk;
