@@ -49,6 +49,12 @@ def point_features(points: np.ndarray, config: VoxelizeConfig, sensor: str) -> n
     """[N, F] float32 input features, intensity scaled to 0..1 for the sensor."""
     if points.ndim != 2 or points.shape[1] < 3:
         raise ValueError(f"points must be [N, >=3], got {points.shape}")
+    wanted = [FEATURE_COLUMNS[name] for name in config.features]
+    if wanted == list(range(len(wanted))) and len(wanted) <= points.shape[1]:
+        out = np.array(points[:, :len(wanted)], dtype=np.float32)  # one copy of the leading columns
+        if "intensity" in config.features:
+            out[:, FEATURE_COLUMNS["intensity"]] *= np.float32(INTENSITY_SCALE.get(sensor, 1.0))
+        return out
     cols = []
     for name in config.features:
         col = FEATURE_COLUMNS[name]
@@ -85,7 +91,7 @@ def voxelize(frames: list[np.ndarray], config: VoxelizeConfig, sensor: str | lis
         keep, counts = valid_mask(points, config)
         ignored.append(counts)
         masks.append(keep)
-        kept = points[keep]
+        kept = points if keep.all() else points[keep]
         grid = np.floor(kept[:, :3] / np.float32(config.voxel_size)).astype(np.int32)
         keys.append(np.concatenate([np.full((len(kept), 1), b, np.int32), grid], axis=1))
         feats.append(point_features(kept, config, frame_sensor))
