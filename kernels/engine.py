@@ -158,8 +158,8 @@ def _weight_grads(feats, grad_out, weight, plan: ExecutionPlan) -> torch.Tensor:
     return grad_w
 
 
-def _fused_conv(src, weight, plan: ExecutionPlan, transposed: bool, bias=None,
-                relu: bool = False) -> torch.Tensor | None:
+def _fused_conv(src, weight, plan: ExecutionPlan, transposed: bool, bias=None, relu=False,
+                residual=None) -> torch.Tensor | None:
     """CPU fused gather-GEMM-scatter (csrc/fused_cpu.cpp), offsets in plan order, the identity
     offset included (computed in the kernel, so no separate mm and no zeroed output). None where
     it does not apply (not fp32, or channels not a multiple of the vector width)."""
@@ -176,8 +176,9 @@ def _fused_conv(src, weight, plan: ExecutionPlan, transposed: bool, bias=None,
                  backend.ptr(weight), backend.i64(weight.shape[2]), backend.ptr(kmap.in_idx),
                  backend.ptr(kmap.out_idx), backend.ptr(plan.bounds), backend.ptr(order),
                  backend.i64(order.numel()), backend.i32(identity),
-                 backend.ptr(None if bias is None else bias.contiguous()), backend.i32(int(relu)),
-                 backend.i64(num_dst), backend.ptr(dst))
+                 backend.ptr(None if bias is None else bias.contiguous()),
+                 backend.ptr(None if residual is None else residual.contiguous()),
+                 backend.i32(int(relu)), backend.i64(num_dst), backend.ptr(dst))
     return dst
 
 
@@ -185,15 +186,18 @@ def _conv(src, weight, plan, transposed: bool, deterministic: bool, workspace,
           epilogue=None) -> torch.Tensor:
     """The whole conv (transposed: grads flow out -> in): the identity offset, if any (inside
     the fused CPU kernel, else one mm), plus the other offsets by the plan's dataflow; then the
-    epilogue (bias or None, relu), inside the fused kernel or in place afterwards."""
-    bias, relu = epilogue or (None, False)
+    epilogue (bias or None, relu, residual or None): + bias + residual, then ReLU, inside the
+    fused kernel or in place afterwards."""
+    bias, relu, residual = epilogue or (None, False, None)
     if src.device.type == "cpu" and plan.fused:
-        dst = _fused_conv(src, weight, plan, transposed, bias, relu)
+        dst = _fused_conv(src, weight, plan, transposed, bias, relu, residual)
         if dst is not None:
             return dst
     dst = _unfused_conv(src, weight, plan, transposed, deterministic, workspace)
     if bias is not None:
         dst += bias
+    if residual is not None:
+        dst += residual
     return dst.relu_() if relu else dst
 
 
@@ -240,10 +244,11 @@ class _SparseConvFunction(torch.autograd.Function):
 
 
 def sparse_conv(feats: torch.Tensor, weight: torch.Tensor, kmap: KernelMap,
-                config: EngineConfig, bias: torch.Tensor | None = None,
-                relu: bool = False) -> torch.Tensor:
+                config: EngineConfig, bias: torch.Tensor | None = None, relu: bool = False,
+                residual: torch.Tensor | None = None) -> torch.Tensor:
     """feats [num_in, Cin], weight [K^3, Cin, Cout] -> [num_out, Cout] (autograd-aware), plus
-    bias [Cout] and then ReLU when given (fused into the CPU kernel's epilogue in inference)."""
+    bias [Cout] and residual [num_out, Cout] when given, then ReLU when asked (all fused into
+    the CPU kernel's epilogue in inference)."""
     if feats.dim() != 2 or feats.shape[0] != kmap.num_in:
         raise ValueError(f"feats must be [{kmap.num_in}, Cin], got {tuple(feats.shape)}")
     if weight.dim() != 3 or weight.shape[0] != kmap.kernel_volume or weight.shape[1] != feats.shape[1]:
@@ -257,12 +262,17 @@ def sparse_conv(feats: torch.Tensor, weight: torch.Tensor, kmap: KernelMap,
     if bias is not None and (bias.shape != (weight.shape[2],) or bias.dtype != weight.dtype):
         raise ValueError(f"bias must be [{weight.shape[2]}] {weight.dtype}, got "
                          f"{tuple(bias.shape)} {bias.dtype}")
+    if residual is not None and (residual.shape != (kmap.num_out, weight.shape[2])
+                                 or residual.dtype != weight.dtype):
+        raise ValueError(f"residual must be [{kmap.num_out}, {weight.shape[2]}] {weight.dtype}, "
+                         f"got {tuple(residual.shape)} {residual.dtype}")
     plan = config.plan(kmap, weight.shape[1], weight.shape[2], feats.device)
-    grads = torch.is_grad_enabled() and (feats.requires_grad or weight.requires_grad
-                                         or (bias is not None and bias.requires_grad))
+    extras = [t for t in (bias, residual) if t is not None]
+    grads = torch.is_grad_enabled() and any(t.requires_grad for t in [feats, weight, *extras])
     if not grads:
         return _SparseConvFunction.apply(feats, weight, plan, config.deterministic,
-                                         config.workspace, (bias, relu))
+                                         config.workspace, (bias, relu, residual))
     out = _SparseConvFunction.apply(feats, weight, plan, config.deterministic, None, None)
-    out = out + bias if bias is not None else out
+    for t in extras:
+        out = out + t
     return torch.relu(out) if relu else out

@@ -5,13 +5,15 @@ s = gamma / sqrt(var + eps). After a conv x -> sum_k x_k @ W[k] (+ b) it is the 
 
     W'[k][:, o] = W[k][:, o] * s[o]        b'[o] = (b[o] - mean[o]) * s[o] + beta[o]
 
-and a ReLU that follows becomes the conv's epilogue (computed inside the fused CPU kernel while
-each block of output rows is still in cache, csrc/fused_cpu.cpp). `fold_batchnorm` returns a
-folded copy for inference; the original model, its state_dict and checkpoints, and the weight
-transfers to the spconv twin are untouched. Pairs are folded where a conv and a BatchNorm sit next
-to each other in an nn.Sequential (with a ReLU right after them folded too), and where a module
-names its pairs of attributes in `BN_FOLDS` (SpUNet's BasicBlock, whose ReLU module is shared and
-stays); anything else is left as it is.
+and a ReLU that follows becomes the conv's epilogue, computed inside the fused CPU kernel while
+each block of output rows is still in cache (csrc/fused_cpu.cpp). Residual blocks (MinkUNet's
+ResidualBlock, SpUNet's BasicBlock) become FoldedResidualBlock: relu(conv2(conv1(x)) + shortcut(x))
+with the shortcut added in conv2's epilogue, before the block's ReLU.
+
+`fold_batchnorm` returns a folded copy for inference; the original model, its state_dict and
+checkpoints, and the weight transfers to the spconv twin are untouched. Besides residual blocks,
+pairs are folded where a conv and a BatchNorm sit next to each other in an nn.Sequential (with a
+ReLU right after them folded too); anything else is left as it is.
 """
 from __future__ import annotations
 
@@ -20,13 +22,34 @@ import copy
 import torch
 from torch import nn
 
-from .layers import BatchNorm, ReLU, _SparseConv
+from .layers import BatchNorm, ReLU, SubMConv3d, _SparseConv
+from .minkunet import ResidualBlock
+from .sparse_tensor import SparseTensor
+from .spunet import BasicBlock
+
+
+class FoldedResidualBlock(nn.Module):
+    """relu(conv2(conv1(x)) + shortcut(x)) with the BatchNorms folded: conv1 ends in its ReLU,
+    conv2's epilogue adds the shortcut and applies the block's ReLU."""
+
+    def __init__(self, conv1: SubMConv3d, conv2: SubMConv3d, shortcut: nn.Module):
+        super().__init__()
+        self.conv1, self.conv2, self.shortcut = conv1, conv2, shortcut
+        self.conv1.relu = self.conv2.relu = True
+
+    def forward(self, x: SparseTensor) -> SparseTensor:
+        return self.conv2(self.conv1(x), residual=self.shortcut(x).feats)
 
 
 def fold_batchnorm(model: nn.Module) -> nn.Module:
-    """A copy of `model` in eval mode with every conv -> BatchNorm (-> ReLU) in a Sequential
-    folded into the conv (BatchNorm and ReLU replaced by nn.Identity)."""
+    """A copy of `model` in eval mode with its BatchNorms (and the ReLUs they feed) folded into
+    the convs before them, and its residual blocks folded into FoldedResidualBlock."""
     folded = copy.deepcopy(model).eval()
+    for parent in list(folded.modules()):
+        for name, child in list(parent.named_children()):
+            block = _fold_residual(child)
+            if block is not None:
+                setattr(parent, name, block)
     for seq in [m for m in folded.modules() if isinstance(m, nn.Sequential)]:
         names = list(seq._modules)
         for i in range(len(names) - 1):
@@ -38,11 +61,20 @@ def fold_batchnorm(model: nn.Module) -> nn.Module:
             if i + 2 < len(names) and type(seq._modules[names[i + 2]]) is ReLU:
                 conv.relu = True
                 seq._modules[names[i + 2]] = nn.Identity()
-    for block in folded.modules():
-        for conv_name, norm_name in getattr(block, "BN_FOLDS", ()):
-            _fold_into(getattr(block, conv_name), getattr(block, norm_name))
-            setattr(block, norm_name, nn.Identity())
     return folded
+
+
+def _fold_residual(block: nn.Module) -> FoldedResidualBlock | None:
+    if isinstance(block, ResidualBlock):    # net: conv1, bn1, ReLU, conv2, bn2
+        conv1, bn1, conv2, bn2 = block.net[0], block.net[1], block.net[3], block.net[4]
+        shortcut = block.shortcut
+    elif isinstance(block, BasicBlock):
+        conv1, bn1, conv2, bn2, shortcut = block.conv1, block.bn1, block.conv2, block.bn2, block.proj
+    else:
+        return None
+    _fold_into(conv1, bn1)
+    _fold_into(conv2, bn2)
+    return FoldedResidualBlock(conv1, conv2, shortcut)  # a Sequential shortcut folds later
 
 
 @torch.no_grad()

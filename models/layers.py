@@ -28,8 +28,8 @@ class _SparseConv(nn.Module):
         bound = 1.0 / math.sqrt(cin * kernel_size**3)
         nn.init.uniform_(self.weight, -bound, bound)
 
-    def _conv(self, x: SparseTensor, kmap) -> torch.Tensor:
-        return sparse_conv(x.feats, self.weight, kmap, x.engine, self.bias, self.relu)
+    def _conv(self, x: SparseTensor, kmap, residual: torch.Tensor | None = None) -> torch.Tensor:
+        return sparse_conv(x.feats, self.weight, kmap, x.engine, self.bias, self.relu, residual)
 
     def extra_repr(self) -> str:
         return (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
@@ -46,9 +46,11 @@ class SubMConv3d(_SparseConv):
         super().__init__(cin, cout, kernel_size, bias)
         self.dilation = dilation
 
-    def forward(self, x: SparseTensor) -> SparseTensor:
+    def forward(self, x: SparseTensor, residual: torch.Tensor | None = None) -> SparseTensor:
+        """residual [N, Cout] (optional) is added before the ReLU of a folded block
+        (models/fold.py)."""
         kmap = x.manager.submanifold_map(x.stride, self.kernel_size, self.dilation)
-        return x.replace_feats(self._conv(x, kmap))
+        return x.replace_feats(self._conv(x, kmap, residual))
 
 
 class SparseConv3d(_SparseConv):

@@ -82,8 +82,6 @@ def _bn(channels: int, config: SpUNetConfig) -> BatchNorm:
 class BasicBlock(nn.Module):
     """conv1, bn1, ReLU, conv2, bn2, + proj(x) (identity, or 1x1 SubM + BN), ReLU."""
 
-    BN_FOLDS = (("conv1", "bn1"), ("conv2", "bn2"))  # for models.fold.fold_batchnorm
-
     def __init__(self, cin: int, cout: int, config: SpUNetConfig):
         super().__init__()
         self.proj = (nn.Identity() if cin == cout

@@ -65,8 +65,9 @@ LS_API int ls_scatter_add_unique_f64_cpu(const double* src, int64_t m, int64_t c
 // With identity >= 0 (a submanifold map's centre, num_in == num_out) every row first gets
 // out[q] = x[q] @ w[identity], so out needs no initial values; with identity = -1 the offsets
 // add to what out holds. Each offset's entries must be sorted by out_idx (kmap.py keeps maps
-// that way). Then, per row, out += bias [cout] (when not NULL) and out = max(out, 0) (when
-// relu != 0): a folded BatchNorm and its ReLU (models/fold.py). x [n_in, cin],
+// that way). Then, per row, out += bias [cout] and out += residual [num_out, cout] (each when
+// not NULL), and out = max(out, 0) when relu != 0: a folded BatchNorm, a residual block's
+// shortcut and its ReLU (models/fold.py). x [n_in, cin],
 // w [K, cin, cout], out [num_out, cout]; cout must be a multiple of ls_fused_lanes_cpu() (the
 // vector width this build was compiled for).
 LS_API int ls_fused_lanes_cpu(void);
@@ -74,7 +75,8 @@ LS_API int ls_fused_conv_f32_cpu(const float* x, int64_t cin, const float* w, in
                                  const int32_t* in_idx, const int32_t* out_idx,
                                  const int64_t* bounds, const int32_t* kernel_order,
                                  int64_t num_kernels, int32_t identity, const float* bias,
-                                 int32_t relu, int64_t num_out, float* out);
+                                 const float* residual, int32_t relu, int64_t num_out,
+                                 float* out);
 
 // Per kernel index, the entries reordered by output row (each offset's outputs are distinct).
 LS_API int ls_sort_entries_by_out_cpu(const int32_t* in_idx, const int32_t* out_idx,

@@ -96,14 +96,17 @@ void entries_times_weight(const float* x, int64_t cin, const float* w, int64_t c
   }
 }
 
-// rows [0, n) of out (cout wide) += bias (when given), then max(0, .) when relu: done per block
-// while its rows are still in L2, instead of two more passes over the whole output.
-void epilogue(const float* bias, bool relu, int64_t cout, float* out, int64_t n) {
+// Rows [0, n) of out (cout wide) += bias and += the same rows of residual (each when given),
+// then max(0, .) when relu: done per block while its rows are still in L2, instead of more
+// passes over the whole output.
+void epilogue(const float* bias, const float* residual, bool relu, int64_t cout, float* out,
+              int64_t n) {
   for (int64_t r = 0; r < n; ++r) {
     float* row = out + r * cout;
     for (int64_t c = 0; c < cout; c += kLanes) {
       vfloat v = load(row + c);
       if (bias != nullptr) v += load(bias + c);
+      if (residual != nullptr) v += load(residual + r * cout + c);
       if (relu) v = v > 0 ? v : vfloat{};
       store(row + c, v);
     }
@@ -131,7 +134,8 @@ LS_API int ls_fused_conv_f32_cpu(const float* x, int64_t cin, const float* w, in
                                  const int32_t* in_idx, const int32_t* out_idx,
                                  const int64_t* bounds, const int32_t* kernel_order,
                                  int64_t num_kernels, int32_t identity, const float* bias,
-                                 int32_t relu, int64_t num_out, float* out) {
+                                 const float* residual, int32_t relu, int64_t num_out,
+                                 float* out) {
   if (cout % kLanes != 0 || cin <= 0 || num_out < 0) return lidarseg::kStatusBadArgument;
   int64_t entries = identity >= 0 ? num_out : 0;
   for (int64_t j = 0; j < num_kernels; ++j) {
@@ -176,7 +180,10 @@ LS_API int ls_fused_conv_f32_cpu(const float* x, int64_t cin, const float* w, in
                                       out_idx + first, last - first, out);
         }
       }
-      if (bias != nullptr || relu) epilogue(bias, relu != 0, cout, out + block * cout, end - block);
+      if (bias != nullptr || residual != nullptr || relu) {
+        epilogue(bias, residual == nullptr ? nullptr : residual + block * cout, relu != 0, cout,
+                 out + block * cout, end - block);
+      }
     }
   }
   return lidarseg::kStatusOk;

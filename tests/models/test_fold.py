@@ -9,7 +9,7 @@ from kernels import submanifold_map
 from kernels.engine import EngineConfig, sparse_conv
 from kernels.tuning import GroupingTable
 from models import SparseTensor
-from models.fold import fold_batchnorm
+from models.fold import FoldedResidualBlock, fold_batchnorm
 from models.layers import BatchNorm, ReLU
 from models.minkunet import MinkUNet
 from models.spunet import SpUNet, SpUNetConfig
@@ -25,19 +25,26 @@ def grouped(deterministic: bool = False) -> EngineConfig:
 
 
 @pytest.mark.parametrize("cout", [16, 48, 24])  # 24: not a multiple of the vector width
-def test_conv_epilogue_is_bias_then_relu(cout):
+def test_conv_epilogue_is_bias_residual_then_relu(cout):
     coords = voxelized_frame(KITTI, 0.2)
     kmap = submanifold_map(coords, None, 3)
     gen = torch.Generator().manual_seed(0)
     x = torch.randn(len(coords), 16, generator=gen)
     w = torch.randn(27, 16, cout, generator=gen) * 0.1
     b = torch.randn(cout, generator=gen)
+    res = torch.randn(len(coords), cout, generator=gen)
     with torch.no_grad(), ours_threads():
         plain = sparse_conv(x, w, kmap, grouped())
         for config in (EngineConfig(), grouped()):
             out = sparse_conv(x, w, kmap, config, b, relu=True)
             assert rel_err(out, torch.relu(plain + b)) < 1e-6
             assert rel_err(sparse_conv(x, w, kmap, config, b), plain + b) < 1e-6
+            out = sparse_conv(x, w, kmap, config, b, relu=True, residual=res)
+            assert rel_err(out, torch.relu(plain + b + res)) < 1e-6
+            out = sparse_conv(x, w, kmap, config, residual=res)
+            assert rel_err(out, plain + res) < 1e-6
+        with pytest.raises(ValueError, match="residual must be"):
+            sparse_conv(x, w, kmap, EngineConfig(), residual=res[:-1])
 
 
 def test_epilogue_keeps_gradients():
@@ -46,8 +53,9 @@ def test_epilogue_keeps_gradients():
     x = torch.randn(len(coords), 3, dtype=torch.float64, requires_grad=True)
     w = (torch.randn(27, 3, 2, dtype=torch.float64) * 0.3).requires_grad_()
     b = torch.randn(2, dtype=torch.float64, requires_grad=True)
-    assert torch.autograd.gradcheck(lambda x, w, b: sparse_conv(x, w, kmap, EngineConfig(), b, True),
-                                    (x, w, b))
+    r = torch.randn(len(coords), 2, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(
+        lambda x, w, b, r: sparse_conv(x, w, kmap, EngineConfig(), b, True, r), (x, w, b, r))
 
 
 def _run(model, coords, feats):
@@ -64,6 +72,7 @@ def test_folded_network_matches_the_original(make):
     folded = fold_batchnorm(model)
     assert not any(isinstance(m, BatchNorm) for m in folded.modules())
     assert any(getattr(m, "relu", False) for m in folded.modules())
+    assert any(isinstance(m, FoldedResidualBlock) for m in folded.modules())
     coords = voxelized_frame(KITTI, 0.2)
     feats = torch.randn(len(coords), 4, generator=torch.Generator().manual_seed(1))
     ref, out = _run(model, coords, feats), _run(folded, coords, feats)
