@@ -110,9 +110,15 @@ class Bench:
                               budget_s=self.args.budget)[0]
 
     # (a) ----------------------------------------------------------------
+    def _map_times(self, coords, sp_coords, spatial):
+        """(ours, spconv or None) seconds to build the k3 submanifold map of these rows."""
+        ours = self.t(lambda: submanifold_map(coords, None, 3))
+        sp = self.t(self._spconv_pairs_fn(sp_coords, spatial)) if self.sp_ok else None
+        return ours, sp
+
     def maps(self, coords, sp_coords, spatial, threads_label):
         res = {}
-        ours = self.t(lambda: submanifold_map(coords, None, 3))
+        ours, sp = self._map_times(coords, sp_coords, spatial)
         kmap = submanifold_map(coords, None, 3)
         eps, thr, dataflow = EngineConfig().grouping.choose(self.device.type, 27, 64, 64)
         fused = dataflow == "fused"
@@ -130,8 +136,7 @@ class Bench:
                    plan_for={"epsilon": eps, "S": fmt_s(thr), "dataflow": dataflow})
         line = (f"  (a) map k3   ours {ours * 1e3:8.2f} ms (+plan {plan * 1e3:.2f} ms,"
                 f" {setting_text(eps, thr, dataflow)})")
-        if self.sp_ok:
-            sp = self.t(self._spconv_pairs_fn(sp_coords, spatial))
+        if sp is not None:
             res["spconv_ms"] = sp * 1e3
             res["ratio"] = ours / sp
             res["ratio_with_plan"] = (ours + plan) / sp
@@ -140,13 +145,12 @@ class Bench:
         self.out(line)
         # The same voxels in a random row order (scan order, say): not the sorted fast path.
         perm = torch.randperm(len(coords), generator=torch.Generator().manual_seed(0))
-        shuffled = coords[perm.to(coords.device)].contiguous()
-        ours_shuffled = self.t(lambda: submanifold_map(shuffled, None, 3))
+        ours_shuffled, sp = self._map_times(coords[perm.to(coords.device)].contiguous(),
+                                            sp_coords[perm.to(sp_coords.device)].contiguous(),
+                                            spatial)
         res["shuffled_ours_ms"] = ours_shuffled * 1e3
         line = f"      shuffled ours {ours_shuffled * 1e3:8.2f} ms"
-        if self.sp_ok:
-            sp_shuffled = sp_coords[perm.to(sp_coords.device)].contiguous()
-            sp = self.t(self._spconv_pairs_fn(sp_shuffled, spatial))
+        if sp is not None:
             res.update(shuffled_spconv_ms=sp * 1e3, shuffled_ratio=ours_shuffled / sp)
             line += (f" | spconv {sp * 1e3:8.2f} ms{threads_label} |"
                      f" {ratio_text(ours_shuffled, sp)}")

@@ -165,9 +165,15 @@ def _sorted_submanifold_map_cpu(coords: torch.Tensor) -> KernelMap | None:
     out_idx = torch.empty(total, dtype=torch.int32)
     backend.call("submanifold_compact_sorted", coords.device, backend.ptr(nbr), backend.i64(n),
                  backend.ptr(starts), backend.ptr(in_idx), backend.ptr(out_idx))
+    return _symmetric_map(in_idx, out_idx, half_counts, 3, n)
+
+
+def _symmetric_map(in_idx, out_idx, half_counts: list[int], kernel_size: int, n: int):
+    """A submanifold KernelMap from its entries: the half offsets, then their mirrors."""
     return KernelMap(in_idx=in_idx, out_idx=out_idx,
-                     bounds=_prefix(half_counts + [0] + half_counts[::-1]), kernel_size=3,
-                     num_in=n, num_out=n, identity=13, symmetric=True)
+                     bounds=_prefix(half_counts + [0] + half_counts[::-1]),
+                     kernel_size=kernel_size, num_in=n, num_out=n,
+                     identity=kernel_size**3 // 2, symmetric=True)
 
 
 def submanifold_map(coords: torch.Tensor, table: CoordHashTable | None = None,
@@ -180,7 +186,7 @@ def submanifold_map(coords: torch.Tensor, table: CoordHashTable | None = None,
     coords = coords.contiguous()
     centre = kernel_size**3 // 2
     offsets = kernel_offsets(kernel_size, kernel_size // 2, dilation)[:centre]
-    if coords.device.type == "cpu" and kernel_size == 3 and dilation == 1:
+    if not submanifold_needs_table(coords.device, kernel_size, dilation):
         kmap = _sorted_submanifold_map_cpu(coords)
         if kmap is not None:
             return kmap
@@ -197,14 +203,9 @@ def submanifold_map(coords: torch.Tensor, table: CoordHashTable | None = None,
         torch.cat([out_half[half_bounds[k]:half_bounds[k + 1]] for k in reversed(range(centre))]),
         torch.cat([in_half[half_bounds[k]:half_bounds[k + 1]] for k in reversed(range(centre))]),
         mirror_bounds, coords.shape[0]) if centre else (in_half, out_half)
-    counts_all = half_counts + [0] + half_counts[::-1]
-    n = coords.shape[0]
-    return KernelMap(
-        in_idx=torch.cat([in_half, mirror_in]) if centre else in_half,
-        out_idx=torch.cat([out_half, mirror_out]) if centre else out_half,
-        bounds=_prefix(counts_all), kernel_size=kernel_size, num_in=n, num_out=n,
-        identity=centre, symmetric=True,
-    )
+    return _symmetric_map(torch.cat([in_half, mirror_in]) if centre else in_half,
+                          torch.cat([out_half, mirror_out]) if centre else out_half,
+                          half_counts, kernel_size, coords.shape[0])
 
 
 def submanifold_needs_table(device: torch.device, kernel_size: int, dilation: int = 1) -> bool:

@@ -20,4 +20,39 @@ inline void report_error(int64_t* err, int status, int64_t row) {
   }
 }
 
+// Calls emit(in, out, m) for each chunk of the hits (v >= 0) of row[0, n), in order: in[j] is a
+// hit's value and out[j] its position. Hits and misses alternate unpredictably, so the loop has
+// no branch on them: every entry goes to a small staging buffer and the cursor only advances past
+// hits.
+template <typename Emit>
+inline void for_each_hit_chunk(const int32_t* row, int64_t n, Emit emit) {
+  constexpr int64_t kChunk = 512;
+  int32_t in_buf[kChunk], out_buf[kChunk];
+  for (int64_t q0 = 0; q0 < n; q0 += kChunk) {
+    const int64_t q1 = (n - q0 < kChunk) ? n : q0 + kChunk;
+    int64_t m = 0;
+    for (int64_t q = q0; q < q1; ++q) {
+      const int32_t v = row[q];
+      in_buf[m] = v;
+      out_buf[m] = (int32_t)q;
+      m += v >= 0;
+    }
+    emit(in_buf, out_buf, m);
+  }
+}
+
+// First position in sorted[lo, hi) whose value is >= v.
+template <typename T, typename V>
+inline int64_t lower_bound(const T* sorted, int64_t lo, int64_t hi, V v) {
+  while (lo < hi) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    if (sorted[mid] < v) {
+      lo = mid + 1;
+    } else {
+      hi = mid;
+    }
+  }
+  return lo;
+}
+
 }  // namespace lidarseg

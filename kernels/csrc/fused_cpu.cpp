@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "api.h"
+#include "cpu_common.h"
 
 namespace {
 
@@ -113,19 +114,6 @@ void epilogue(const float* bias, const float* residual, bool relu, int64_t cout,
   }
 }
 
-// First position in sorted[lo, hi) whose value is >= v.
-int64_t lower_bound(const int32_t* sorted, int64_t lo, int64_t hi, int64_t v) {
-  while (lo < hi) {
-    const int64_t mid = lo + (hi - lo) / 2;
-    if (sorted[mid] < v) {
-      lo = mid + 1;
-    } else {
-      hi = mid;
-    }
-  }
-  return lo;
-}
-
 }  // namespace
 
 LS_API int ls_fused_lanes_cpu(void) { return kLanes; }
@@ -160,7 +148,7 @@ LS_API int ls_fused_conv_f32_cpu(const float* x, int64_t cin, const float* w, in
     std::vector<int64_t> cursor(num_kernels);
     for (int64_t j = 0; j < num_kernels; ++j) {
       const int32_t k = kernel_order[j];
-      cursor[j] = lower_bound(out_idx, bounds[k], bounds[k + 1], lo);
+      cursor[j] = lidarseg::lower_bound(out_idx, bounds[k], bounds[k + 1], lo);
     }
     std::vector<int32_t> rows(block_rows);
     for (int64_t block = lo; block < hi; block += block_rows) {
@@ -173,7 +161,7 @@ LS_API int ls_fused_conv_f32_cpu(const float* x, int64_t cin, const float* w, in
       for (int64_t j = 0; j < num_kernels; ++j) {
         const int32_t k = kernel_order[j];
         const int64_t first = cursor[j];
-        const int64_t last = lower_bound(out_idx, first, bounds[k + 1], end);
+        const int64_t last = lidarseg::lower_bound(out_idx, first, bounds[k + 1], end);
         cursor[j] = last;
         if (last > first) {
           entries_times_weight<false>(x, cin, w + (int64_t)k * cin * cout, cout, in_idx + first,

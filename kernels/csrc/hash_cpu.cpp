@@ -121,28 +121,15 @@ LS_API int ls_kmap_lookup_cpu(const Slot* table, int64_t capacity, const int32_t
 
 LS_API int ls_kmap_compact_cpu(const int32_t* nbr, int64_t num_offsets, int64_t n_out,
                                const int64_t* starts, int32_t* in_idx, int32_t* out_idx) {
-  // Hits and misses alternate unpredictably, so the loop has no branch on them: every entry is
-  // written to a small staging buffer and the cursor only advances past hits; each chunk's hits
-  // are then copied out in one go.
-  constexpr int64_t kChunk = 512;
 #pragma omp parallel for schedule(dynamic, 1)
   for (int64_t k = 0; k < num_offsets; ++k) {
-    const int32_t* row = nbr + k * n_out;
-    int32_t in_buf[kChunk], out_buf[kChunk];
     int64_t w = starts[k];
-    for (int64_t q0 = 0; q0 < n_out; q0 += kChunk) {
-      const int64_t q1 = (n_out - q0 < kChunk) ? n_out : q0 + kChunk;
-      int64_t m = 0;
-      for (int64_t q = q0; q < q1; ++q) {
-        const int32_t v = row[q];
-        in_buf[m] = v;
-        out_buf[m] = (int32_t)q;
-        m += v >= 0;
-      }
-      std::memcpy(in_idx + w, in_buf, sizeof(int32_t) * m);
-      std::memcpy(out_idx + w, out_buf, sizeof(int32_t) * m);
+    for_each_hit_chunk(nbr + k * n_out, n_out, [&](const int32_t* in, const int32_t* out,
+                                                   int64_t m) {
+      std::memcpy(in_idx + w, in, sizeof(int32_t) * m);
+      std::memcpy(out_idx + w, out, sizeof(int32_t) * m);
       w += m;
-    }
+    });
   }
   return kStatusOk;
 }

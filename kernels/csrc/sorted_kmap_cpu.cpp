@@ -66,17 +66,6 @@ bool pack_sorted_keys(const int32_t* coords, int64_t n, uint64_t* keys, int64_t*
   return __atomic_load_n(&err[0], __ATOMIC_RELAXED) == 0 && !declined;
 }
 
-// First index in keys[0, n) whose key is >= target (keys ascending).
-int64_t lower_bound(const uint64_t* keys, int64_t n, uint64_t target) {
-  int64_t lo = 0, hi = n;
-  while (lo < hi) {
-    const int64_t mid = lo + (hi - lo) / 2;
-    if (keys[mid] < target) lo = mid + 1;
-    else hi = mid;
-  }
-  return lo;
-}
-
 }  // namespace
 
 LS_API int ls_sorted_submanifold_nbr_cpu(const int32_t* coords, int64_t n, int32_t* nbr,
@@ -98,7 +87,7 @@ LS_API int ls_sorted_submanifold_nbr_cpu(const int32_t* coords, int64_t n, int32
     const int64_t q0 = n * t / threads, q1 = n * (t + 1) / threads;
     int64_t cursor[kColumns];
     for (int col = 0; col < kColumns; ++col) {
-      cursor[col] = q0 < q1 ? lower_bound(K, n, K[q0] + kColumnDelta[col] - 1) : 0;
+      cursor[col] = q0 < q1 ? lower_bound(K, 0, n, K[q0] + kColumnDelta[col] - 1) : 0;
     }
     for (int64_t q = q0; q < q1; ++q) {
       const uint64_t key = K[q];
@@ -133,30 +122,19 @@ LS_API int ls_submanifold_compact_sorted_cpu(const int32_t* nbr, int64_t n,
   // starts[0..13]: prefix sums of the half counts; the mirror of kernel index k (index 26 - k)
   // follows the half in reverse kernel order, so it begins at 2 * total - starts[k + 1].
   const int64_t total = starts[kHalfOffsets];
-  constexpr int64_t kChunk = 512;
 #pragma omp parallel for schedule(dynamic, 1) if (n * kHalfOffsets >= kParallelRows)
   for (int64_t k = 0; k < kHalfOffsets; ++k) {
-    const int32_t* row = nbr + k * n;
     int64_t w = starts[k], m = 2 * total - starts[k + 1];
-    int32_t in_buf[kChunk], out_buf[kChunk];
-    for (int64_t q0 = 0; q0 < n; q0 += kChunk) {
-      const int64_t q1 = (n - q0 < kChunk) ? n : q0 + kChunk;
-      int64_t hits = 0;
-      for (int64_t q = q0; q < q1; ++q) {  // branch-free: the cursor only passes hits
-        const int32_t v = row[q];
-        in_buf[hits] = v;
-        out_buf[hits] = (int32_t)q;
-        hits += v >= 0;
-      }
+    for_each_hit_chunk(nbr + k * n, n, [&](const int32_t* in, const int32_t* out, int64_t hits) {
       for (int64_t j = 0; j < hits; ++j) {
-        in_idx[w + j] = in_buf[j];
-        out_idx[w + j] = out_buf[j];
-        in_idx[m + j] = out_buf[j];
-        out_idx[m + j] = in_buf[j];
+        in_idx[w + j] = in[j];
+        out_idx[w + j] = out[j];
+        in_idx[m + j] = out[j];
+        out_idx[m + j] = in[j];
       }
       w += hits;
       m += hits;
-    }
+    });
   }
   return kStatusOk;
 }
