@@ -1,4 +1,4 @@
 """`python -m app`: see app/cli.py."""
-from .cli import main
+from app.cli import main
 
 raise SystemExit(main())

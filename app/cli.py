@@ -2,7 +2,7 @@
 
     python -m app [serve] [--host H] [--port P] [--device auto|cpu|cuda] [--weights W]
                                          start the HTTP service (every option is also an
-                                         environment variable LIDARSEG_<OPTION>, see app/config.py)
+                                         environment variable LIDARSEG_<OPTION>, see app/service/config.py)
     python -m app client FRAME --url URL [--format F] [--repeat N --concurrency C]
                                          POST a frame to a running service: per-class counts and
                                          timing, or with --repeat latency percentiles + throughput
@@ -25,9 +25,9 @@ import torch
 
 from models.minkunet import MinkUNet
 
-from .frames import read_frame
-from .pipeline import IGNORE_LABEL, SegmentationPipeline
-from .voxelize import VoxelizeConfig
+from app.codecs.files import read_frame
+from app.inference.pipeline import IGNORE_LABEL, SegmentationPipeline
+from app.inference.voxelize import VoxelizeConfig
 
 DEFAULT_FRAME = (Path(__file__).resolve().parents[2] / "shared" / "data" / "real" / "semantickitti"
                  / "seq00_000000.bin")
@@ -96,7 +96,7 @@ def cmd_segment(args) -> int:
 
 
 def cmd_crosscheck(args) -> int:
-    from .crosscheck import crosscheck
+    from app.inference.crosscheck import crosscheck
 
     points, sensor = read_frame(args.frame, args.format)
     model, _, voxel = load_model(args.weights, args.cr)
@@ -116,8 +116,8 @@ def serve(overrides: dict) -> int:
     import uvicorn
     from pydantic import ValidationError
 
-    from .config import Settings
-    from .main import create_app
+    from app.service.config import Settings
+    from app.service.main import create_app
 
     try:
         settings = Settings(**overrides)
@@ -161,7 +161,7 @@ def cmd_serve(args) -> int:
 
 
 def cmd_client(args) -> int:
-    from .client import main as client_main
+    from app.client import main as client_main
 
     return client_main(args)
 
@@ -206,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
         p.add_argument("--layers", action="store_true", help="per-layer network timing")
         p.set_defaults(func=func)
-    from .evaluate import cmd_evaluate
+    from app.inference.scoring import cmd_evaluate
 
     eval_p = sub.add_parser("evaluate", help="mIoU on a labelled KITTI frame (.bin + .label)")
     eval_p.add_argument("frame")

@@ -20,8 +20,8 @@ import time
 
 import torch
 
-from app.pipeline import SegmentationPipeline
-from app.voxelize import VoxelizeConfig, voxelize
+from app.inference.pipeline import SegmentationPipeline
+from app.inference.voxelize import VoxelizeConfig, voxelize
 from bench import common
 from models.minkunet import MinkUNet
 
@@ -51,7 +51,7 @@ def bench_ours(pipeline, points, sensor, runs) -> dict:
 
 
 def bench_spconv(model, points, sensor, voxel, device, dtype, runs) -> dict:
-    from app.crosscheck import spconv_twin_of
+    from app.inference.crosscheck import spconv_twin_of
     from models.spconv_twin import run_spconv
 
     twin = spconv_twin_of(model).to(dtype)

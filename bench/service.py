@@ -30,8 +30,8 @@ import torch
 
 from app.cli import load_model
 from app.client import server_timing
-from app.pipeline import SegmentationPipeline
-from app.voxelize import VoxelizeConfig
+from app.inference.pipeline import SegmentationPipeline
+from app.inference.voxelize import VoxelizeConfig
 from bench import common
 
 # what the server's codec reports for the raw format: a raw kitti-layout body is sensor "kitti"

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from app.voxelize import VoxelizeConfig, voxelize
+from app.inference.voxelize import VoxelizeConfig, voxelize
 from synth.generate import generate_frame
 from synth.sensor import PROFILES
 

@@ -23,10 +23,10 @@ from pathlib import Path
 import numpy as np
 
 from app.cli import load_model
-from app.evaluate import confusion, iou_metrics, metrics_from_confusion, read_labels
-from app.frames import read_frame
-from app.pipeline import SegmentationPipeline
-from app.voxelize import VoxelizeConfig
+from app.inference.scoring import confusion, iou_metrics, metrics_from_confusion, read_labels
+from app.codecs.files import read_frame
+from app.inference.pipeline import SegmentationPipeline
+from app.inference.voxelize import VoxelizeConfig
 
 from .data import HELDOUT_SEED_START, heldout_seeds, synthetic_frame
 

@@ -28,7 +28,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from app.voxelize import VoxelizeConfig
+from app.inference.voxelize import VoxelizeConfig
 from models import SparseTensor
 from models.checkpoints import make_meta, save_checkpoint
 from models.minkunet import MinkUNet

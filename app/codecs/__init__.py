@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import struct
 
-from . import binary, json_points, las, npy, pcd, ply, pointcloud2
-from .base import DecodeError, Frame, check_count
-from .sniff import infer_format
+from app.codecs import binary, json_points, las, npy, pcd, ply, pointcloud2
+from app.codecs.base import DecodeError, Frame, check_count
+from app.codecs.sniff import infer_format
 
 __all__ = ["DecodeError", "Frame", "FORMATS", "decode", "infer_format"]
 

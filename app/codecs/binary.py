@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import DecodeError, Frame, check_count
+from app.codecs.base import DecodeError, Frame, check_count
 
 # format -> (float32 fields per point, sensor)
 LAYOUTS = {"kitti": (4, "kitti"), "nuscenes": (5, "nuscenes"), "xyz": (3, "kitti")}

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import binary, json_points, las, npy, pcd, ply, pointcloud2
+from app.codecs import binary, json_points, las, npy, pcd, ply, pointcloud2
 
 _ENCODERS = {"pcd": pcd.encode, "ply": ply.encode, "npy": npy.encode, "las": las.encode,
              "pointcloud2": pointcloud2.encode, "json": json_points.encode}

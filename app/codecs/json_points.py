@@ -10,7 +10,7 @@ import json
 
 import numpy as np
 
-from .base import Frame, check_count, malformed, sensor_for, unusable
+from app.codecs.base import Frame, check_count, malformed, sensor_for, unusable
 
 FMT = "json"
 CONTENT_TYPE = "application/json"

@@ -14,7 +14,7 @@ import struct
 
 import numpy as np
 
-from .base import DecodeError, Frame, check_count, malformed, sensor_for
+from app.codecs.base import DecodeError, Frame, check_count, malformed, sensor_for
 
 try:
     import laspy

@@ -9,7 +9,7 @@ import io
 
 import numpy as np
 
-from .base import Frame, check_count, malformed, sensor_for, unusable
+from app.codecs.base import Frame, check_count, malformed, sensor_for, unusable
 
 FMT = "npy"
 CONTENT_TYPE = "application/x-npy"

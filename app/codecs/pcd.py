@@ -12,8 +12,8 @@ import struct
 
 import numpy as np
 
-from . import lzf
-from .base import Frame, check_count, columns_frame, find_intensity, malformed, require_xyz
+from app.codecs import lzf
+from app.codecs.base import Frame, check_count, columns_frame, find_intensity, malformed, require_xyz
 
 FMT = "pcd"
 CONTENT_TYPE = "application/x-pcd"

@@ -11,8 +11,8 @@ import re
 
 import numpy as np
 
-from .base import Frame, check_count, columns_frame, find_intensity, malformed, require_xyz
-from .base import unusable
+from app.codecs.base import Frame, check_count, columns_frame, find_intensity, malformed, require_xyz
+from app.codecs.base import unusable
 
 FMT = "ply"
 CONTENT_TYPE = "application/x-ply"

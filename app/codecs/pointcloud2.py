@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .base import Frame, check_count, columns_frame, find_intensity, malformed, require_xyz
+from app.codecs.base import Frame, check_count, columns_frame, find_intensity, malformed, require_xyz
 
 FMT = "pointcloud2"
 CONTENT_TYPE = "application/x-ros2-pointcloud2"

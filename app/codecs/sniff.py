@@ -60,8 +60,8 @@ def weak_format(body: bytes) -> str | None:
     if stripped[:1] in (b"{", b"[") and _PRINTABLE.fullmatch(head):
         return "json"
     if body[:2] in (b"\x00\x00", b"\x00\x01") and len(body) >= 4:
-        from . import pointcloud2
-        from .base import DecodeError
+        from app.codecs import pointcloud2
+        from app.codecs.base import DecodeError
         try:
             pointcloud2.parse(body)
         except DecodeError:

@@ -8,7 +8,7 @@ import sys
 import numpy as np
 import pytest
 
-from app.evaluate import iou_metrics, map_raw_labels
+from app.inference.scoring import iou_metrics, map_raw_labels
 from tests.conftest import REPO_ROOT, require_real_data
 
 

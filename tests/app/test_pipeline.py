@@ -3,9 +3,9 @@ import numpy as np
 import pytest
 import torch
 
-from app.frames import read_frame
-from app.pipeline import IGNORE_LABEL, SegmentationPipeline
-from app.voxelize import VoxelizeConfig, voxelize
+from app.codecs.files import read_frame
+from app.inference.pipeline import IGNORE_LABEL, SegmentationPipeline
+from app.inference.voxelize import VoxelizeConfig, voxelize
 from models.minkunet import MinkUNet
 from tests.conftest import FRAMES, REAL_DATA, frame_id, require_real_data
 

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from app.cli import load_model
-from app.pipeline import SegmentationPipeline
-from app.voxelize import VoxelizeConfig
+from app.inference.pipeline import SegmentationPipeline
+from app.inference.voxelize import VoxelizeConfig
 from tests.conftest import load_frame, require_real_data
 
 from tests.app.service_helpers import Server, metric_value, parse_server_timing

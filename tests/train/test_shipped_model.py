@@ -8,9 +8,9 @@ import sys
 import pytest
 
 from app.cli import load_model, load_model_meta
-from app.config import Settings
-from app.pipeline import SegmentationPipeline
-from app.voxelize import VoxelizeConfig
+from app.service.config import Settings
+from app.inference.pipeline import SegmentationPipeline
+from app.inference.voxelize import VoxelizeConfig
 from models.weights import DEFAULT_WEIGHTS, MODEL_CARD, resolve_weights
 from tests.conftest import REPO_ROOT, require_real_data
 from train.evaluate import FIXED_FRAME_SEED, fixed_frame_miou

@@ -8,8 +8,8 @@ import torch
 
 from models.minkunet import MinkUNet
 
-from .pipeline import SegmentationPipeline
-from .voxelize import VoxelizeConfig, devoxelize, voxelize
+from app.inference.pipeline import SegmentationPipeline
+from app.inference.voxelize import VoxelizeConfig, devoxelize, voxelize
 
 
 def spconv_twin_of(model: MinkUNet):

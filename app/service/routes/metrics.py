@@ -4,7 +4,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from .deps import Service
+from app.service.routes.deps import Service
 
 router = APIRouter(tags=["metrics"])
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 from fastapi import APIRouter
 from pydantic import BaseModel
 
-from .deps import ERROR_RESPONSES, ApiKey, Service
+from app.service.routes.deps import ERROR_RESPONSES, ApiKey, Service
 
 router = APIRouter(prefix="/v1", tags=["model"], dependencies=[ApiKey])
 

@@ -18,7 +18,7 @@ from models import EngineConfig, SparseTensor
 from models.fold import fold_batchnorm
 from models.minkunet import MinkUNet
 
-from .voxelize import VoxelizeConfig, devoxelize, voxelize
+from app.inference.voxelize import VoxelizeConfig, devoxelize, voxelize
 
 IGNORE_LABEL = 255
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .pipeline import FrameResult, SegmentationPipeline
+from app.inference.pipeline import FrameResult, SegmentationPipeline
 
 log = logging.getLogger("lidarseg.worker")
 

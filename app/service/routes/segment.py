@@ -19,11 +19,11 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response
 from pydantic import BaseModel
 
-from ..codecs import DecodeError, decode
-from ..pipeline import IGNORE_LABEL
-from ..voxelize import valid_mask
-from ..worker import DeadlineExceeded, QueueFull, WorkerStopped
-from .deps import ERROR_RESPONSES, ApiKey, Service, ServiceError, ServiceState
+from app.codecs import DecodeError, decode
+from app.inference.pipeline import IGNORE_LABEL
+from app.inference.voxelize import valid_mask
+from app.service.worker import DeadlineExceeded, QueueFull, WorkerStopped
+from app.service.routes.deps import ERROR_RESPONSES, ApiKey, Service, ServiceError, ServiceState
 
 router = APIRouter(prefix="/v1", tags=["segment"], dependencies=[ApiKey])
 

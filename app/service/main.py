@@ -15,9 +15,9 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from .config import Settings
-from .routes import ROUTERS
-from .routes.deps import ServiceError, ServiceState
+from app.service.config import Settings
+from app.service.routes import ROUTERS
+from app.service.routes.deps import ServiceError, ServiceState
 
 log = logging.getLogger("lidarseg")
 
@@ -36,10 +36,10 @@ def load_service(service: ServiceState) -> None:
     """Loads the model, builds the pipeline and the worker, runs a warm-up forward."""
     from kernels.tuning import DEFAULT_PATH
 
-    from .cli import load_model_meta
-    from .pipeline import SegmentationPipeline
-    from .voxelize import VoxelizeConfig
-    from .worker import InferenceWorker, WorkerStats
+    from app.cli import load_model_meta
+    from app.inference.pipeline import SegmentationPipeline
+    from app.inference.voxelize import VoxelizeConfig
+    from app.service.worker import InferenceWorker, WorkerStats
 
     settings = service.settings
     t0 = time.perf_counter()

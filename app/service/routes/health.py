@@ -4,7 +4,7 @@ from __future__ import annotations
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
-from .deps import Service
+from app.service.routes.deps import Service
 
 router = APIRouter(tags=["health"])
 

@@ -77,10 +77,10 @@ def iou_metrics(gt: np.ndarray, pred: np.ndarray, names: list[str]) -> dict:
 
 def evaluate(frame_path, label_path, weights: str | None = None, cr: float = 1.0,
              device: str = "cpu", fmt: str | None = None) -> dict:
-    from .cli import load_model
-    from .frames import read_frame
-    from .pipeline import SegmentationPipeline
-    from .voxelize import VoxelizeConfig
+    from app.cli import load_model
+    from app.codecs.files import read_frame
+    from app.inference.pipeline import SegmentationPipeline
+    from app.inference.voxelize import VoxelizeConfig
 
     points, sensor = read_frame(str(frame_path), fmt)
     gt = read_labels(label_path)

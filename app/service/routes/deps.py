@@ -9,8 +9,8 @@ from typing import Annotated, Any
 from fastapi import Depends, Request
 from pydantic import BaseModel
 
-from ..config import Settings
-from ..metrics import Metrics
+from app.service.config import Settings
+from app.service.metrics import Metrics
 
 
 class ServiceError(Exception):

@@ -1,0 +1,3 @@
+"""The inference pipeline: voxelize (Open3D), kernel maps, network and devoxelize as timed stages
+(pipeline.py), scoring against labelled frames (scoring.py) and the spconv cross-check
+(crosscheck.py). It uses models and kernels, never the HTTP service or the command line."""
