@@ -149,7 +149,8 @@ def serve(overrides: dict) -> int:
             self.should_exit = True
 
     config = uvicorn.Config(app, host=settings.host, port=settings.port, lifespan="on",
-                            log_level=settings.log_level, timeout_graceful_shutdown=30)
+                            log_level=settings.log_level, timeout_graceful_shutdown=30,
+                            access_log=settings.access_log == "off")  # else ours (access_log.py)
     DrainingServer(config).run()
     return 0
 

@@ -31,6 +31,11 @@ class Settings(BaseSettings):
     api_keys: Annotated[tuple[str, ...], NoDecode] = ()   # comma-separated in the environment
     drain_timeout_s: float = Field(60.0, ge=0)   # SIGTERM: wait at most this for in-flight work
     log_level: Literal["critical", "error", "warning", "info", "debug"] = "info"
+    # observability (app/service/observe.py); traces are switched on by the OTEL_* variables
+    access_log: Literal["auto", "json", "text", "off"] = "auto"  # auto: text on a terminal
+    exemplars: bool = True                       # trace ids on histogram observations
+    dashboard_requests: int = Field(200, ge=0, le=100_000)  # recent requests kept; 0: none
+    dashboard_points_mb: float = Field(64.0, ge=0)  # their points for the 3D view; 0: none
 
     @field_validator("api_keys", mode="before")
     @classmethod

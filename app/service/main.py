@@ -15,6 +15,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from app.service import observe
 from app.service.config import Settings
 from app.service.routes import ROUTERS
 from app.service.routes.deps import ServiceError, ServiceState
@@ -60,7 +61,8 @@ def load_service(service: ServiceState) -> None:
     service.worker = InferenceWorker(
         pipeline, settings.queue_size, settings.max_batch, settings.max_wait_ms / 1e3,
         WorkerStats(on_batch=metrics.batch_size.observe, on_depth=metrics.queue_depth.set,
-                    on_drop=metrics.dropped.inc))
+                    on_drop=metrics.dropped.inc,
+                    on_run=service.observe.on_run if service.observe else None))
     metrics.model.info({"name": service.model_name, "version": service.model_version,
                         "device": service.device, "voxel_size": str(service.voxel_size),
                         "classes": str(len(service.class_names))})
@@ -92,6 +94,7 @@ async def lifespan(app: FastAPI):
         await asyncio.to_thread(loader.join)
         if service.worker is not None:
             await asyncio.to_thread(service.worker.stop, service.settings.drain_timeout_s)
+        service.observe.tracing.shutdown()  # flushes spans still batched for export
         log.info("drained; bye")
 
 
@@ -142,7 +145,7 @@ def _error(status: int, code: str, detail: str, headers: dict | None = None) -> 
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or Settings()
     app = FastAPI(
-        title="lidarseg", version=API_VERSION, lifespan=lifespan,
+        title="lidarseg", version=API_VERSION, lifespan=lifespan, docs_url=None, redoc_url=None,
         description="LiDAR semantic segmentation: POST a point-cloud frame, get a label per "
                     "point. Errors are JSON {\"error\": code, \"detail\": text}. With "
                     "LIDARSEG_API_KEYS set, /v1/* needs `Authorization: Bearer <key>`.")
@@ -151,6 +154,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     for router in ROUTERS:
         app.include_router(router)
     app.add_middleware(RequestAccounting, service=service)
+    observe.install(app, service)  # traces, access log, /dashboard, /v1/requests, local /docs
 
     @app.exception_handler(ServiceError)
     async def service_error(_request: Request, exc: ServiceError):

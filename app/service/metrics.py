@@ -32,6 +32,6 @@ class Metrics:
         self.model = Info("lidarseg_model", "The loaded model", registry=r)
         self.ready = Gauge("lidarseg_ready", "1 once the model is loaded and warmed", registry=r)
 
-    def observe_stages(self, timing_ms: dict[str, float]) -> None:
+    def observe_stages(self, timing_ms: dict[str, float], exemplar: dict | None = None) -> None:
         for stage, ms in timing_ms.items():
-            self.stage.labels(stage=stage).observe(ms / 1e3)
+            self.stage.labels(stage=stage).observe(ms / 1e3, exemplar)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
+import contextlib
 import logging
 import threading
 import time
@@ -42,6 +43,7 @@ class Job:
     future: concurrent.futures.Future = field(default_factory=concurrent.futures.Future)
     queue_ms: float = 0.0
     batch_size: int = 0
+    trace: object = None                  # the request's trace (the pipeline run links to it)
 
 
 @dataclass
@@ -49,6 +51,7 @@ class WorkerStats:
     on_batch: object = None               # callback(batch_size) for metrics
     on_depth: object = None               # callback(queue depth)
     on_drop: object = None                # callback() per job dropped unrun (deadline)
+    on_run: object = None                 # callback(jobs) -> context manager around a run
 
 
 class InferenceWorker:
@@ -66,8 +69,8 @@ class InferenceWorker:
 
     # ---- route side ----------------------------------------------------------------------
     def submit(self, points: np.ndarray, sensor: str, deadline: float,
-               layer_timing: bool = False) -> Job:
-        job = Job(points, sensor, layer_timing, deadline)
+               layer_timing: bool = False, trace: object = None) -> Job:
+        job = Job(points, sensor, layer_timing, deadline, trace=trace)
         with self._cond:
             if self._stopping:
                 raise WorkerStopped("the worker is shutting down")
@@ -170,10 +173,12 @@ class InferenceWorker:
             job.batch_size = len(live)
         if self.stats.on_batch:
             self.stats.on_batch(len(live))
+        around = self.stats.on_run(live) if self.stats.on_run else contextlib.nullcontext()
         try:
-            results: list[FrameResult] = self.pipeline.run(
-                [j.points for j in live], [j.sensor for j in live],
-                layer_timing=live[0].layer_timing)
+            with around:
+                results: list[FrameResult] = self.pipeline.run(
+                    [j.points for j in live], [j.sensor for j in live],
+                    layer_timing=live[0].layer_timing)
         except Exception as e:  # noqa: BLE001 - delivered to every waiting request
             log.exception("pipeline failed on a batch of %d", len(live))
             for job in live:

@@ -1,6 +1,8 @@
 """What the routers share: the service state, errors as JSON, typed dependencies, API keys."""
 from __future__ import annotations
 
+import base64
+import binascii
 import hmac
 import threading
 from dataclasses import dataclass, field
@@ -44,6 +46,7 @@ class ServiceState:
     draining: bool = False
     load_error: str | None = None
     in_flight: int = 0
+    observe: Any = None               # app.service.observe.Observability (traces, log, ring)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
@@ -83,6 +86,12 @@ def require_api_key(request: Request, settings: SettingsDep) -> None:
         return
     scheme, _, token = request.headers.get("authorization", "").partition(" ")
     token = token.strip().encode()
+    if scheme.lower() == "basic":  # a browser (the dashboard): any user name, the key as password
+        try:
+            token = base64.b64decode(token, validate=True).partition(b":")[2]
+        except (binascii.Error, ValueError):
+            token = b""
+        scheme = "bearer"
     ok = False
     if scheme.lower() == "bearer" and token:
         for key in settings.api_keys:  # compare with every key: timing does not reveal which

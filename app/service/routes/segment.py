@@ -22,6 +22,7 @@ from pydantic import BaseModel
 from app.codecs import DecodeError, decode
 from app.inference.pipeline import IGNORE_LABEL
 from app.inference.voxelize import valid_mask
+from app.service import observe
 from app.service.worker import DeadlineExceeded, QueueFull, WorkerStopped
 from app.service.routes.deps import ERROR_RESPONSES, ApiKey, Service, ServiceError, ServiceState
 
@@ -207,7 +208,8 @@ async def segment(
     decode_ms = (time.perf_counter() - t_body) * 1e3
 
     try:
-        job = service.worker.submit(points, sensor, deadline, layer_timing=detail == "layers")
+        job = service.worker.submit(points, sensor, deadline, layer_timing=detail == "layers",
+                                    trace=observe.trace_of(request))
     except QueueFull as e:
         raise ServiceError(503, "queue_full", f"server busy: {e}", service.retry_after()) from None
     except WorkerStopped as e:
@@ -256,8 +258,11 @@ async def segment(
         payload = ('{"labels":' + labels_json + "," + json.dumps(rest)[1:]).encode()
         headers["Server-Timing"] = server_timing(timing)
         media_type = "application/json"
+    exemplar = observe.record(request, timing=timing, result=result, batch_size=job.batch_size,
+                              fmt=fmt, body=body, content_type=content_type, points=points,
+                              t_body=t_body, t_enc=t_enc)
     metrics = service.metrics
-    metrics.observe_stages(timing)
-    metrics.points.observe(result.num_points)
-    metrics.voxels.observe(result.num_voxels)
+    metrics.observe_stages(timing, exemplar)
+    metrics.points.observe(result.num_points, exemplar)
+    metrics.voxels.observe(result.num_voxels, exemplar)
     return Response(payload, media_type=media_type, headers=headers)
