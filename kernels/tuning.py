@@ -1,4 +1,4 @@
-"""The tuned grouping choice per layer shape and device, as saved by kernels/tuner.py.
+"""The tuned grouping choice per layer shape and device, as saved by bench/tuner.py (which measures them).
 
 File format (JSON):
     {"version": 1,

@@ -10,7 +10,7 @@
 #   bench_cuda.txt   python -m bench.layers --device cuda (then the CUDA tuner's output)
 #   bench_cuda.json  its figures
 #   pytest_all.log   the whole suite (only if time is left)
-#   grouping.json    kernels/tuned/grouping.json with cuda entries from kernels.tuner (if time)
+#   grouping.json    kernels/tuned/grouping.json with cuda entries from bench.tuner (if time)
 # Total budget: 8 minutes (BUDGET_S), every step under `timeout`; a failing step is logged and
 # the script goes on. Exit code: 0 only if every step that ran passed.
 set -u
@@ -141,7 +141,7 @@ step bench-minkunet 120 "$OUT/bench_cuda.txt" "$PY" -m bench.minkunet --device c
 step pytest-all 240 "$OUT/pytest_all.log" "$PY" -m pytest -q -rs tests \
   --durations=10
 cp "$ROOT/kernels/tuned/grouping.json" "$OUT/grouping.json" 2>/dev/null || true
-step tuner-cuda 120 "$OUT/bench_cuda.txt" "$PY" -m kernels.tuner --device cuda --data "$DATA" \
+step tuner-cuda 120 "$OUT/bench_cuda.txt" "$PY" -m bench.tuner --device cuda --data "$DATA" \
   --runs 5 --out "$OUT/grouping.json"
 
 note "total $(( $(date +%s) - T0 ))s; failed=$FAILED"

@@ -1,6 +1,6 @@
 """Measures the dataflow and grouping parameters (epsilon, S) per layer shape and saves the fastest.
 
-    python -m kernels.tuner [--device cpu] [--frames ...] [--channels 16 32 64 128]
+    python -m bench.tuner [--device cpu] [--frames ...] [--channels 16 32 64 128]
                             [--pairs 32x64 64x128] [--out kernels/tuned/grouping.json]
 
 Shapes: kernel volume 27 (k3 submanifold maps) and 8 (k2 s2 downsampling maps), Cin = Cout = C for
@@ -46,11 +46,13 @@ from pathlib import Path
 
 import torch
 
-from .engine import EngineConfig, Workspace, sparse_conv
-from .grouping import plan_launches
-from .hashtable import CoordHashTable
-from .kmap import KernelMap, downsample, submanifold_map
-from .tuning import BUILTIN_DEFAULTS, DEFAULT_PATH, GroupingTable, shape_key
+from bench import common
+from kernels import backend
+from kernels.engine import EngineConfig, Workspace, sparse_conv
+from kernels.grouping import plan_launches
+from kernels.hashtable import CoordHashTable
+from kernels.kmap import KernelMap, downsample, submanifold_map
+from kernels.tuning import BUILTIN_DEFAULTS, DEFAULT_PATH, GroupingTable, shape_key
 
 EPSILONS = (0.0, 0.1, 0.2, 0.3, 0.5, 1.0)
 THRESHOLDS = (0.0, 4096.0, 16384.0, 65536.0, math.inf)
@@ -78,7 +80,6 @@ def fused_applies(device: torch.device, cout: int) -> bool:
     """Whether the engine runs the fused dataflow for this output width (CPU, fp32)."""
     if device.type != "cpu":
         return False
-    from . import backend
     return cout % backend.library("cpu").ls_fused_lanes_cpu() == 0
 
 
@@ -89,8 +90,6 @@ def entry_of(setting) -> dict:
 
 def sample_maps(specs, data, device) -> dict[int, list[tuple[str, KernelMap]]]:
     """{kernel volume: [(label, map)]}: per spec, the k3 submanifold map and the k2s2 map."""
-    from bench import common  # frame loading and voxelization shared with the benchmarks
-
     maps: dict[int, list[tuple[str, KernelMap]]] = {27: [], 8: []}
     for spec in specs:
         name, voxel, keep = (spec.split(":") + ["1"])[:3]
@@ -185,8 +184,7 @@ def main(argv=None) -> int:
         print("--device cuda but no CUDA device is available", file=sys.stderr)
         return 2
     if args.threads:
-        from bench.common import set_threads
-        set_threads(args.threads)
+        common.set_threads(args.threads)
     thresholds = [math.inf if str(s) == "inf" else float(s) for s in args.thresholds]
     specs = [f"{f}:0.05:1" for f in args.frames] if args.frames else args.maps
     shapes = [(c, c) for c in args.channels] + [tuple(map(int, s.split("x"))) for s in args.pairs]
@@ -203,7 +201,7 @@ def main(argv=None) -> int:
     # One fused candidate: its offset order is the same for every (epsilon, S). It takes the
     # default's (epsilon, S) when the default is fused (so the default is a candidate as it is).
     fused = default if default[2] == "fused" else (0.0, 0.0, "fused")
-    print(f"# kernels.tuner device={device.type} threads={torch.get_num_threads()} "
+    print(f"# bench.tuner device={device.type} threads={torch.get_num_threads()} "
           f"runs={args.runs} torch={torch.__version__}; device default {cand_name(*default)}"
           f"; fused candidate: {use_fused}")
     workspace = Workspace()
@@ -290,7 +288,7 @@ def main(argv=None) -> int:
         "threads": torch.get_num_threads(), "torch": torch.__version__, "runs": args.runs,
         "margin": args.margin, "ms": "sum over the sample maps of the median forward time",
         "candidates": "grouped (eps, S)" + (" + fused" if use_fused else ""),
-        "command": "python -m kernels.tuner " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "command": "python -m bench.tuner " + " ".join(argv if argv is not None else sys.argv[1:]),
         "maps": [label for v in args.kernel_volumes for label, _ in maps[v]],
     }
     GroupingTable.from_json(data)  # what the engine will load must parse
