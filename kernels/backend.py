@@ -1,4 +1,11 @@
-"""Thin ctypes binding of the kernel libraries (csrc/api.h): pointers in, status code out.
+"""Checked ctypes binding of the kernel libraries (csrc/api.h): tensors in, status code out.
+
+Every function's argument types come from its declaration in csrc/api.h, so a call with the wrong
+number of arguments raises TypeError, and every tensor is checked against the C type, the op's
+device and contiguity before its pointer reaches C (a CPU pointer in a CUDA kernel would kill the
+process's CUDA context). CUDA ops run under their tensors' device (torch.cuda.device) on its
+current stream; with LIDARSEG_CUDA_SYNC=1 every CUDA call is followed by a synchronisation, so a
+fault inside a kernel raises here, with the CUDA error text and the op's name.
 
 The libraries are built on first use (kernels/build.py) and loaded once per process; `library()`
 memoises the handle. torch is imported first so the CPU library shares PyTorch's OpenMP runtime.
@@ -6,73 +13,202 @@ memoises the handle. torch is imported first so the CPU library shares PyTorch's
 from __future__ import annotations
 
 import ctypes
+import enum
 import functools
+import operator
+import os
 import re
+from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
+API_H = Path(__file__).resolve().parent / "csrc" / "api.h"
+
+
+class Status(enum.IntEnum):
+    """The status codes of csrc/common.h (tests/kernels/test_bindings.py checks them)."""
+
+    OK = 0
+    OUT_OF_RANGE = 1
+    DUPLICATE = 2
+    PROBE_LIMIT = 3
+    BAD_ARGUMENT = 4
+    CUDA_ERROR = 5
+
+
 STATUS_MESSAGES = {
-    1: "coordinate out of range",
-    2: "duplicate coordinate",
-    3: "hash probe limit exceeded",
-    4: "bad argument",
-    5: "CUDA error",
+    Status.OUT_OF_RANGE: "coordinate out of range",
+    Status.DUPLICATE: "duplicate coordinate",
+    Status.PROBE_LIMIT: "hash probe limit exceeded",
+    Status.BAD_ARGUMENT: "bad argument",
+    Status.CUDA_ERROR: "CUDA error",
 }
 
 
 class KernelError(RuntimeError):
-    """A kernel returned a non-zero status."""
+    """A kernel returned a non-zero status (for CUDA errors, with the CUDA error text)."""
 
 
-def _declared_names(suffix: str) -> list[str]:
-    from . import build  # imported lazily so `python -m kernels.build` runs without a warning
+# C pointee type -> the dtype of the tensor that may be passed for it (uint16_t: fp16 bits;
+# lidarseg::Slot: the hash table's int64 [capacity, 2] slots).
+POINTEE_DTYPES = {
+    "int32_t": torch.int32, "int64_t": torch.int64, "float": torch.float32,
+    "double": torch.float64, "uint16_t": torch.float16, "lidarseg::Slot": torch.int64,
+}
+SCALAR_TYPES = {"int32_t": ctypes.c_int32, "int64_t": ctypes.c_int64}
 
-    text = (build.CSRC / "api.h").read_text()
-    return re.findall(rf"LS_API int (ls_\w+_{suffix})\(", text)
+
+@dataclass(frozen=True)
+class Param:
+    name: str
+    ctype: str           # the C type without const, e.g. "int32_t*" or "int64_t"
+
+    @property
+    def pointer(self) -> bool:
+        return self.ctype.endswith("*")
+
+
+def _param(text: str) -> Param:
+    m = re.fullmatch(r"(?:const\s+)?([\w:]+)\s*(\*?)\s*(\w+)", text.strip())
+    if m is None:
+        raise ValueError(f"api.h: cannot read parameter {text!r}")
+    return Param(m.group(3), m.group(1) + m.group(2))
+
+
+@functools.lru_cache(maxsize=None)
+def signatures() -> dict[str, tuple[Param, ...]]:
+    """Every function api.h declares: name -> parameters in order."""
+    text = re.sub(r"//[^\n]*", "", API_H.read_text())
+    found = {}
+    for name, params in re.findall(r"LS_API\s+int\s+(ls_\w+)\s*\(([^)]*)\)\s*;", text):
+        params = params.strip()
+        found[name] = () if params in ("", "void") else tuple(map(_param, params.split(",")))
+    return found
 
 
 @functools.lru_cache(maxsize=None)
 def library(device_type: str) -> ctypes.CDLL:
-    """The loaded kernel library for 'cpu' or 'cuda' (built on first use)."""
-    from . import build
+    """The loaded kernel library for 'cpu' or 'cuda' (built on first use), every function
+    declared with its argument types."""
+    from . import build  # imported lazily so `python -m kernels.build` runs without a warning
 
     if device_type == "cpu":
         path = build.build_cpu()
     elif device_type == "cuda":
+        if not torch.cuda.is_available():
+            raise KernelError("a CUDA kernel was asked for, but torch sees no CUDA device")
         path = build.build_cuda()
     else:
         raise ValueError(f"no kernels for device type {device_type!r}")
+    return bind(path, device_type)
+
+
+def bind(path, device_type: str) -> ctypes.CDLL:
+    """Loads a kernel library and declares the argument and result types of every function
+    api.h declares for `device_type`."""
     lib = ctypes.CDLL(str(path))
-    for name in _declared_names(device_type):
-        getattr(lib, name).restype = ctypes.c_int
+    for name, params in signatures().items():
+        if name.endswith("_" + device_type):
+            fn = getattr(lib, name)
+            fn.restype = ctypes.c_int
+            fn.argtypes = [ctypes.c_void_p if p.pointer else SCALAR_TYPES[p.ctype]
+                           for p in params]
     return lib
 
 
-def ptr(t: torch.Tensor | None) -> ctypes.c_void_p:
-    """Raw data pointer of a contiguous tensor (None -> NULL)."""
-    if t is None:
-        return ctypes.c_void_p(0)
+def _check_tensor(op: str, p: Param, t: torch.Tensor, device: torch.device) -> None:
+    want = POINTEE_DTYPES.get(p.ctype[:-1])
+    if want is None:
+        raise TypeError(f"{op}: {p.name} ({p.ctype}) takes no tensor")
+    if t.dtype != want:
+        raise TypeError(f"{op}: {p.name} must be {want}, got {t.dtype}")
+    if t.device != device:
+        raise ValueError(f"{op}: {p.name} is on {t.device}, the op runs on {device}")
     if not t.is_contiguous():
-        raise ValueError("kernel arguments must be contiguous")
-    return ctypes.c_void_p(t.data_ptr())
+        raise ValueError(f"{op}: {p.name} must be contiguous")
 
 
-def i64(v: int) -> ctypes.c_int64:
-    return ctypes.c_int64(int(v))
+def _convert(op: str, p: Param, value, device: torch.device):
+    if isinstance(value, torch.Tensor):
+        if not p.pointer:
+            raise TypeError(f"{op}: {p.name} ({p.ctype}) takes a number, got a tensor")
+        _check_tensor(op, p, value, device)
+        return ctypes.c_void_p(value.data_ptr())
+    if p.pointer:
+        if value is None:
+            return ctypes.c_void_p(0)
+        if isinstance(value, (ctypes.Array, ctypes.c_void_p)):  # host buffers (error text)
+            return value
+        raise TypeError(f"{op}: {p.name} ({p.ctype}) takes a tensor, got {type(value).__name__}")
+    try:
+        value = operator.index(value)
+    except TypeError:
+        raise TypeError(f"{op}: {p.name} ({p.ctype}) takes an int, got {type(value).__name__}") \
+            from None
+    bits = ctypes.sizeof(SCALAR_TYPES[p.ctype]) * 8
+    if not -(1 << (bits - 1)) <= value < (1 << (bits - 1)):
+        raise ValueError(f"{op}: {p.name} = {value} does not fit {p.ctype}")
+    return value
 
 
-def i32(v: int) -> ctypes.c_int32:
-    return ctypes.c_int32(int(v))
+def _device_of(device) -> torch.device:
+    device = torch.device(device)
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+    return device
 
 
-def call(op: str, device: torch.device, *args) -> None:
-    """Calls ls_<op>_<device type>(*args), appending the current stream on CUDA."""
-    lib = library(device.type)
-    if device.type == "cuda":
-        args = (*args, ctypes.c_void_p(torch.cuda.current_stream(device).cuda_stream))
-    status = getattr(lib, f"ls_{op}_{device.type}")(*args)
-    if status != 0:
-        raise KernelError(f"ls_{op}_{device.type}: {STATUS_MESSAGES.get(status, status)}")
+def sync_after_each_launch() -> bool:
+    """LIDARSEG_CUDA_SYNC=1: synchronise after every CUDA call and raise on a kernel fault."""
+    return os.environ.get("LIDARSEG_CUDA_SYNC", "0") not in ("", "0")
+
+
+def last_cuda_error() -> str:
+    """Text of the last CUDA error the CUDA library saw on this thread ('' if none)."""
+    buf = ctypes.create_string_buffer(512)
+    library("cuda").ls_last_error_cuda(buf, len(buf))
+    return buf.value.decode(errors="replace")
+
+
+def call(op: str, device, *args) -> None:
+    """Calls ls_<op>_<device type>(*args): tensors (checked), None (NULL) and ints, in api.h's
+    order; on CUDA under the device and with its current stream appended."""
+    device = torch.device(device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise KernelError(f"ls_{op}_cuda: a CUDA op was asked for, but torch sees no CUDA device")
+    device = _device_of(device)
+    name = f"ls_{op}_{device.type}"
+    params = signatures().get(name)
+    if params is None:
+        raise KernelError(f"{name} is not declared in {API_H.name}")
+    cuda = device.type == "cuda"
+    given = params[:-1] if cuda and params and params[-1].name == "stream" else params
+    if len(args) != len(given):
+        raise TypeError(f"{name} takes {len(given)} arguments ({', '.join(p.name for p in given)})"
+                        f", got {len(args)}")
+    c_args = [_convert(name, p, a, device) for p, a in zip(given, args)]
+    if not cuda:
+        _raise_for(name, getattr(library("cpu"), name)(*c_args), device)
+        return
+    lib = library("cuda")
+    with torch.cuda.device(device):
+        stream = ctypes.c_void_p(torch.cuda.current_stream(device).cuda_stream)
+        if len(given) < len(params):
+            c_args.append(stream)
+        status = getattr(lib, name)(*c_args)
+        if status == 0 and sync_after_each_launch():
+            status = lib.ls_sync_cuda(stream)
+    _raise_for(name, status, device)
+
+
+def _raise_for(name: str, status: int, device: torch.device) -> None:
+    if status == Status.OK:
+        return
+    text = STATUS_MESSAGES.get(status, f"status {status}")
+    if status == Status.CUDA_ERROR and device.type == "cuda":
+        text = f"{text}: {last_cuda_error()}"
+    raise KernelError(f"{name}: {text}")
 
 
 DTYPE_SUFFIX = {torch.float32: "f32", torch.float64: "f64", torch.float16: "f16"}

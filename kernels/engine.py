@@ -69,9 +69,8 @@ def gather_rows(src: torch.Tensor, idx: torch.Tensor, dst: torch.Tensor | None =
     src = src.contiguous()
     if dst is None:
         dst = torch.empty(idx.numel(), src.shape[1], dtype=src.dtype, device=src.device)
-    backend.call(f"gather_rows_{backend.DTYPE_SUFFIX[src.dtype]}", src.device, backend.ptr(src),
-                 backend.i64(src.shape[0]), backend.i64(src.shape[1]), backend.ptr(idx),
-                 backend.i64(idx.numel()), backend.ptr(dst))
+    backend.call(f"gather_rows_{backend.DTYPE_SUFFIX[src.dtype]}", src.device, src, src.shape[0],
+                 src.shape[1], idx, idx.numel(), dst)
     return dst
 
 
@@ -83,13 +82,10 @@ def scatter_add_rows(src: torch.Tensor, dst: torch.Tensor, idx: torch.Tensor,
     c = src.shape[1]
     if csr is not None:
         ptr, rows = csr
-        backend.call(f"scatter_add_csr_{suffix}", src.device, backend.ptr(src), backend.i64(c),
-                     backend.ptr(ptr), backend.ptr(rows), backend.i64(dst.shape[0]),
-                     backend.ptr(dst))
+        backend.call(f"scatter_add_csr_{suffix}", src.device, src, c, ptr, rows, dst.shape[0], dst)
         return dst
     acc = dst.float() if src.dtype == torch.float16 else dst
-    backend.call(f"scatter_add_atomic_{suffix}", src.device, backend.ptr(src),
-                 backend.i64(src.shape[0]), backend.i64(c), backend.ptr(idx), backend.ptr(acc))
+    backend.call(f"scatter_add_atomic_{suffix}", src.device, src, src.shape[0], c, idx, acc)
     if acc is not dst:
         dst.copy_(acc)
     return dst
@@ -98,9 +94,8 @@ def scatter_add_rows(src: torch.Tensor, dst: torch.Tensor, idx: torch.Tensor,
 def scatter_add_unique(src: torch.Tensor, dst: torch.Tensor, idx: torch.Tensor) -> None:
     """dst[idx[i]] += src[i] where the non-negative idx are distinct (one kernel offset's rows):
     no atomics, no ordering needed (CPU)."""
-    backend.call(f"scatter_add_unique_{backend.DTYPE_SUFFIX[src.dtype]}", src.device,
-                 backend.ptr(src), backend.i64(src.shape[0]), backend.i64(src.shape[1]),
-                 backend.ptr(idx), backend.ptr(dst))
+    backend.call(f"scatter_add_unique_{backend.DTYPE_SUFFIX[src.dtype]}", src.device, src,
+                 src.shape[0], src.shape[1], idx, dst)
 
 
 def _matmul(buffer: torch.Tensor, weight: torch.Tensor, launch: Launch, out: torch.Tensor) -> None:
@@ -172,13 +167,10 @@ def _fused_conv(src, weight, plan: ExecutionPlan, transposed: bool, bias=None, r
     identity = -1 if plan.identity is None else plan.identity
     dst = src.new_empty(num_dst, weight.shape[2]) if identity >= 0 else \
         src.new_zeros(num_dst, weight.shape[2])
-    backend.call("fused_conv_f32", src.device, backend.ptr(src), backend.i64(src.shape[1]),
-                 backend.ptr(weight), backend.i64(weight.shape[2]), backend.ptr(kmap.in_idx),
-                 backend.ptr(kmap.out_idx), backend.ptr(plan.bounds), backend.ptr(order),
-                 backend.i64(order.numel()), backend.i32(identity),
-                 backend.ptr(None if bias is None else bias.contiguous()),
-                 backend.ptr(None if residual is None else residual.contiguous()),
-                 backend.i32(int(relu)), backend.i64(num_dst), backend.ptr(dst))
+    backend.call("fused_conv_f32", src.device, src, src.shape[1], weight, weight.shape[2],
+                 kmap.in_idx, kmap.out_idx, plan.bounds, order, order.numel(), identity,
+                 None if bias is None else bias.contiguous(),
+                 None if residual is None else residual.contiguous(), int(relu), num_dst, dst)
     return dst
 
 

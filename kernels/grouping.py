@@ -140,8 +140,7 @@ def csr_by_key(keys: torch.Tensor, num_keys: int) -> tuple[torch.Tensor, torch.T
     if keys.device.type == "cpu":
         ptr = torch.empty(num_keys + 1, dtype=torch.int64)
         rows = torch.empty(int((keys >= 0).sum()), dtype=torch.int32)
-        backend.call("csr_by_key", keys.device, backend.ptr(keys), backend.i64(keys.numel()),
-                     backend.i64(num_keys), backend.ptr(ptr), backend.ptr(rows))
+        backend.call("csr_by_key", keys.device, keys, keys.numel(), num_keys, ptr, rows)
         return ptr, rows
     valid = keys >= 0
     sort_keys = torch.where(valid, keys.long(), num_keys)

@@ -17,11 +17,26 @@ import torch
 
 from . import backend
 
-BATCH_MAX = 1022
-COORD_MIN = -(1 << 17)
-COORD_MAX = (1 << 17) - 1
+# The key layout, limits and error word of csrc/common.h (tests/kernels/test_bindings.py checks
+# every one against the header).
+COORD_BITS = 18
+BATCH_BITS = 10
+BATCH_MAX = (1 << BATCH_BITS) - 2
+COORD_MIN = -(1 << (COORD_BITS - 1))
+COORD_MAX = (1 << (COORD_BITS - 1)) - 1
 MAX_PROBES = 512
+EMPTY = -1                # an empty slot's key word and a missing value (kEmptyKey, kMiss)
+ERROR_ROW_BITS = 48       # err = (status << ERROR_ROW_BITS) | row, or NO_ERROR
+NO_ERROR = -1
 INT32_MAX = 2**31 - 1
+
+
+def pack_key(coords: torch.Tensor) -> torch.Tensor:
+    """int64 [N]: the packed keys of int32 [N, 4] coords in range, as the kernels store them."""
+    c = coords.long()
+    biased = [c[:, a] - COORD_MIN for a in (1, 2, 3)]
+    return (c[:, 0] << 3 * COORD_BITS) | (biased[0] << 2 * COORD_BITS) | \
+        (biased[1] << COORD_BITS) | biased[2]
 
 
 class CoordinateError(ValueError):
@@ -56,30 +71,44 @@ def check_coords(coords: torch.Tensor) -> None:
 
 
 def new_error_buffer(device: torch.device) -> torch.Tensor:
-    return torch.tensor([0, -1], dtype=torch.int64, device=device)
+    """The kernels' error word (csrc/common.h: report_error), set to NO_ERROR."""
+    return torch.full((1,), NO_ERROR, dtype=torch.int64, device=device)
+
+
+def _first_duplicate_rows(coords: torch.Tensor) -> list[int]:
+    """The rows sharing the coordinate of the first row that has a twin (any device)."""
+    _, inverse, counts = torch.unique(coords, dim=0, return_inverse=True, return_counts=True)
+    twinned = (counts[inverse] > 1).nonzero().flatten()
+    first = int(twinned[0])
+    return (inverse == inverse[first]).nonzero().flatten().tolist()
 
 
 def raise_for_status(err: torch.Tensor, coords: torch.Tensor, what: str = "coordinate") -> None:
-    status, row = err.tolist()
-    if status == 0:
+    """Raises the error the kernels recorded in err: the lowest status and, for it, the smallest
+    row, so the same input raises the same error on every path and device. Which of two equal
+    rows a parallel insert calls the duplicate depends on timing, so duplicates are named by the
+    first row that has a twin, found here."""
+    word = int(err.item())
+    if word == NO_ERROR:
         return
-    value = coords[row].tolist() if row >= 0 else None
-    if status == 1:
+    status, row = word >> ERROR_ROW_BITS, word & ((1 << ERROR_ROW_BITS) - 1)
+    value = coords[row].tolist() if 0 <= row < len(coords) else None
+    if status == backend.Status.OUT_OF_RANGE:
         raise CoordinateRangeError(
             f"{what} {value} at row {row} is outside the supported range: batch in [0, {BATCH_MAX}],"
             f" x, y, z in [{COORD_MIN}, {COORD_MAX}]"
         )
-    if status == 2:
-        same = (coords == coords[row]).all(dim=1).nonzero().flatten().tolist()
+    if status == backend.Status.DUPLICATE:
+        same = _first_duplicate_rows(coords)
         raise DuplicateCoordinateError(
-            f"duplicate coordinate {value} (batch, x, y, z) at rows {same}: voxelize first so each"
-            " voxel appears once"
+            f"duplicate coordinate {coords[same[0]].tolist()} (batch, x, y, z) at rows {same}:"
+            " voxelize first so each voxel appears once"
         )
-    if status == 3:
+    if status == backend.Status.PROBE_LIMIT:
         raise HashProbeError(
             f"hash insert of {value} (row {row}) needed more than {MAX_PROBES} probes"
         )
-    raise backend.KernelError(f"hash kernel failed with status {status}")
+    raise backend.KernelError(f"hash kernel failed with status {status} at row {row}")
 
 
 @dataclass(frozen=True, eq=False)
@@ -104,7 +133,7 @@ class CoordHashTable:
 
     @classmethod
     def empty(cls, num_keys: int, device: torch.device, fill_value: int = -1) -> "CoordHashTable":
-        slots = torch.full((capacity_for(num_keys), 2), -1, dtype=torch.int64, device=device)
+        slots = torch.full((capacity_for(num_keys), 2), EMPTY, dtype=torch.int64, device=device)
         if fill_value != -1:
             slots[:, 1] = fill_value  # high word 0, low word = fill value
         return cls(slots, num_keys)
@@ -116,8 +145,8 @@ class CoordHashTable:
         coords = coords.contiguous()
         table = cls.empty(coords.shape[0], coords.device)
         err = new_error_buffer(coords.device)
-        backend.call("hash_build", coords.device, backend.ptr(coords), backend.i64(len(coords)),
-                     backend.ptr(table.slots), backend.i64(table.capacity), backend.ptr(err))
+        backend.call("hash_build", coords.device, coords, len(coords), table.slots, table.capacity,
+                     err)
         raise_for_status(err, coords)
         return table
 
@@ -132,8 +161,6 @@ class CoordHashTable:
         query = query.contiguous()
         nbr = torch.empty(len(offsets), len(query), dtype=torch.int32, device=self.device)
         counts = torch.empty(len(offsets), dtype=torch.int64, device=self.device)
-        backend.call("kmap_lookup", self.device, backend.ptr(self.slots), backend.i64(self.capacity),
-                     backend.ptr(query), backend.i64(len(query)), backend.i32(stride),
-                     backend.ptr(offsets), backend.i64(len(offsets)), backend.ptr(nbr),
-                     backend.ptr(counts))
+        backend.call("kmap_lookup", self.device, self.slots, self.capacity, query, len(query),
+                     stride, offsets, len(offsets), nbr, counts)
         return nbr, counts

@@ -93,9 +93,8 @@ def sort_by_out(in_idx: torch.Tensor, out_idx: torch.Tensor, bounds: tuple[int, 
     if in_idx.device.type == "cpu":
         in_sorted, out_sorted = torch.empty_like(in_idx), torch.empty_like(out_idx)
         bounds_t = torch.tensor(bounds, dtype=torch.int64)
-        backend.call("sort_entries_by_out", in_idx.device, backend.ptr(in_idx),
-                     backend.ptr(out_idx), backend.ptr(bounds_t), backend.i64(len(bounds) - 1),
-                     backend.i64(num_out), backend.ptr(in_sorted), backend.ptr(out_sorted))
+        backend.call("sort_entries_by_out", in_idx.device, in_idx, out_idx, bounds_t,
+                     len(bounds) - 1, num_out, in_sorted, out_sorted)
         return in_sorted, out_sorted
     counts = torch.tensor([b - a for a, b in zip(bounds[:-1], bounds[1:])], device=in_idx.device)
     segment = torch.repeat_interleave(torch.arange(len(counts), device=in_idx.device), counts)
@@ -111,9 +110,8 @@ def _compact(nbr: torch.Tensor, counts: torch.Tensor) -> tuple[torch.Tensor, tor
         starts = torch.tensor([0] + count_list[:-1], dtype=torch.int64).cumsum(0)
         in_idx = torch.empty(total, dtype=torch.int32)
         out_idx = torch.empty(total, dtype=torch.int32)
-        backend.call("kmap_compact", nbr.device, backend.ptr(nbr), backend.i64(nbr.shape[0]),
-                     backend.i64(nbr.shape[1]), backend.ptr(starts), backend.ptr(in_idx),
-                     backend.ptr(out_idx))
+        backend.call("kmap_compact", nbr.device, nbr, nbr.shape[0], nbr.shape[1], starts, in_idx,
+                     out_idx)
     else:  # nonzero is row-major, which is the same order as the CPU compaction
         k, q = (nbr >= 0).nonzero(as_tuple=True)
         in_idx = nbr[k, q].to(torch.int32)
@@ -137,9 +135,8 @@ def _submanifold_nbr_cpu(coords: torch.Tensor, offsets: torch.Tensor):
     nbr = torch.empty(len(offsets), n, dtype=torch.int32)
     counts = torch.empty(len(offsets), dtype=torch.int64)
     err = new_error_buffer(coords.device)
-    backend.call("submanifold_nbr", coords.device, backend.ptr(coords), backend.i64(n),
-                 backend.ptr(offsets), backend.i64(len(offsets)), backend.ptr(nbr),
-                 backend.ptr(counts), backend.ptr(err))
+    backend.call("submanifold_nbr", coords.device, coords, n, offsets, len(offsets), nbr, counts,
+                 err)
     raise_for_status(err, coords)
     return nbr, counts
 
@@ -153,8 +150,7 @@ def _sorted_submanifold_map_cpu(coords: torch.Tensor) -> KernelMap | None:
     counts = torch.empty(13, dtype=torch.int64)
     applied = torch.zeros(1, dtype=torch.int64)
     err = new_error_buffer(coords.device)
-    backend.call("sorted_submanifold_nbr", coords.device, backend.ptr(coords), backend.i64(n),
-                 backend.ptr(nbr), backend.ptr(counts), backend.ptr(applied), backend.ptr(err))
+    backend.call("sorted_submanifold_nbr", coords.device, coords, n, nbr, counts, applied, err)
     raise_for_status(err, coords)
     if not applied.item():
         return None
@@ -163,8 +159,7 @@ def _sorted_submanifold_map_cpu(coords: torch.Tensor) -> KernelMap | None:
     total = 2 * int(starts[-1])
     in_idx = torch.empty(total, dtype=torch.int32)
     out_idx = torch.empty(total, dtype=torch.int32)
-    backend.call("submanifold_compact_sorted", coords.device, backend.ptr(nbr), backend.i64(n),
-                 backend.ptr(starts), backend.ptr(in_idx), backend.ptr(out_idx))
+    backend.call("submanifold_compact_sorted", coords.device, nbr, n, starts, in_idx, out_idx)
     return _symmetric_map(in_idx, out_idx, half_counts, 3, n)
 
 
@@ -239,10 +234,8 @@ def _sorted_downsample_cpu(coords: torch.Tensor, stride: int):
     counts = torch.empty(stride**3, dtype=torch.int64)
     num_out, applied = torch.zeros(1, dtype=torch.int64), torch.zeros(1, dtype=torch.int64)
     err = new_error_buffer(coords.device)
-    backend.call("sorted_downsample", coords.device, backend.ptr(coords), backend.i64(n),
-                 backend.i32(stride), backend.ptr(out_coords), backend.ptr(in_idx),
-                 backend.ptr(out_idx), backend.ptr(counts), backend.ptr(num_out),
-                 backend.ptr(applied), backend.ptr(err))
+    backend.call("sorted_downsample", coords.device, coords, n, stride, out_coords, in_idx,
+                 out_idx, counts, num_out, applied, err)
     raise_for_status(err, coords)
     if not applied.item():
         return None
@@ -270,9 +263,8 @@ def downsample(coords: torch.Tensor, table: CoordHashTable | None = None, kernel
     coarse = CoordHashTable.empty(n, device, fill_value=INT32_MAX)
     slot_of_row = torch.empty(n, dtype=torch.int64, device=device)
     err = new_error_buffer(device)
-    backend.call("hash_insert_min", device, backend.ptr(coords), backend.i64(n),
-                 backend.i32(stride), backend.ptr(coarse.slots), backend.i64(coarse.capacity),
-                 backend.ptr(slot_of_row), backend.ptr(err))
+    backend.call("hash_insert_min", device, coords, n, stride, coarse.slots, coarse.capacity,
+                 slot_of_row, err)
     raise_for_status(err, coords)
     values = coarse.values
     first = values[slot_of_row] == torch.arange(n, dtype=torch.int32, device=device)

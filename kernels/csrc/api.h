@@ -2,9 +2,11 @@
 // *_cpu.cpp) and the CUDA twin (liblidarseg_cuda.so, cuda/*.cu) export the same names with the
 // suffix _cpu / _cuda; CUDA variants take the stream as a trailing `void* stream` and device
 // pointers everywhere. Python binds them with ctypes (kernels/backend.py) so neither build needs
-// the PyTorch C++ headers. Every function returns a status code from common.h (0 = ok); errors
-// found inside kernels are reported through `err`, an int64[2] buffer {status, row} that the
-// caller fills with {0, -1} (device memory for CUDA).
+// the PyTorch C++ headers; backend.py reads this file to declare every function's argument types,
+// so keep one declaration per function in the form `LS_API int name(type name, ...);`. Every
+// function returns a status code from common.h (0 = ok); errors found inside kernels are reported
+// through `err`, one int64 word that the caller fills with kNoError (-1) and the kernels lower to
+// the packed minimum over (status, row) (common.h: report_error; device memory for CUDA).
 #pragma once
 #include <stdint.h>
 
@@ -19,7 +21,8 @@ LS_API int ls_hash_build_cpu(const int32_t* coords, int64_t n, lidarseg::Slot* t
 
 // Inserts each row's coarse key (floor(x / stride), batch kept) and keeps, per key, the smallest
 // row index as the value (the table's values must start at INT32_MAX). slot_of_row[n] receives
-// the slot of each row's key.
+// the slot of each row's key. err: kStatusOutOfRange (for the row's own coordinate, as every
+// other entry point checks it) / kStatusProbeLimit with an offending row.
 LS_API int ls_hash_insert_min_cpu(const int32_t* coords, int64_t n, int32_t stride,
                                   lidarseg::Slot* table, int64_t capacity, int64_t* slot_of_row,
                                   int64_t* err);
@@ -119,6 +122,15 @@ LS_API int ls_sorted_downsample_cpu(const int32_t* coords, int64_t n, int32_t st
                                     int32_t* out_coords, int32_t* in_idx, int32_t* out_idx,
                                     int64_t* counts, int64_t* num_out, int64_t* applied,
                                     int64_t* err);
+
+// ---- CUDA error reporting (cuda/status_cuda.cu). Every CUDA entry point records the text of a
+// CUDA error it meets; ls_last_error_cuda copies the last one this host thread saw (the failing
+// CUDA call and cudaGetErrorString) into buf (NUL-terminated, size bytes at most) and returns its
+// cudaError_t (0: none). ls_sync_cuda waits for the stream and returns kStatusCudaError when
+// something on it failed (kernels/backend.py calls it after every launch when LIDARSEG_CUDA_SYNC=1,
+// so a fault inside a kernel is blamed on the op that launched it).
+LS_API int ls_last_error_cuda(char* buf, int64_t size);
+LS_API int ls_sync_cuda(void* stream);
 
 // ---- CUDA twins (cuda/*.cu, liblidarseg_cuda.so): the same arguments as device pointers, plus
 // the stream. Compaction and CSR construction on CUDA use torch ops (nonzero, stable sort) that

@@ -206,7 +206,7 @@ bool build_block_index(const int32_t* coords, int64_t n, BlockIndex* idx, int64_
     idx->table.assign(capacity, BlockSlot{kEmptyKey, 0, 0, 0});
     const bool last_try = room >= n;
     const bool fits = insert_blocks(coords, n, idx, slot_of.data(), last_try, err);
-    if (__atomic_load_n(&err[0], __ATOMIC_RELAXED) != 0) return false;
+    if (has_error(err)) return false;
     const int64_t num_blocks = (int64_t)idx->blocks.size();
     if (fits && (last_try || (uint64_t)num_blocks * 5 <= capacity * 3)) break;  // load <= 0.6
     room = fits ? num_blocks : n;

@@ -43,6 +43,14 @@ constexpr int kStatusProbeLimit = 3;   // an insert needed more than kMaxProbes 
 constexpr int kStatusBadArgument = 4;  // shapes, sizes or capacity are inconsistent
 constexpr int kStatusCudaError = 5;    // a CUDA launch or copy failed
 
+// Errors found inside kernels go to one int64 word `err` that the caller fills with kNoError
+// (all ones, -1 as int64). A report stores pack_error(status, row) when it is below what the word
+// holds, so the word ends as the minimum over every report: the lowest status and, for it, the
+// smallest row. That is one answer for any thread schedule, on the CPU and on CUDA alike, and the
+// row always belongs to the status reported.
+constexpr int kErrorRowBits = 48;  // rows below 2^48; the status sits above them
+constexpr uint64_t kNoError = ~0ull;
+
 struct Slot {
   uint64_t key;
   int32_t value;
@@ -98,6 +106,23 @@ LS_HD void atomic_min_i32(int32_t* addr, int32_t v) {
 #else
   int32_t cur = __atomic_load_n(addr, __ATOMIC_RELAXED);
   while (v < cur && !__atomic_compare_exchange_n(addr, &cur, v, true, __ATOMIC_ACQ_REL,
+                                                 __ATOMIC_RELAXED)) {
+  }
+#endif
+}
+
+LS_HD uint64_t pack_error(int status, int64_t row) {
+  return ((uint64_t)status << kErrorRowBits) | ((uint64_t)row & ((1ull << kErrorRowBits) - 1));
+}
+
+LS_HD void report_error(int64_t* err, int status, int64_t row) {
+  const uint64_t v = pack_error(status, row);
+#if defined(__CUDA_ARCH__)
+  atomicMin(reinterpret_cast<unsigned long long*>(err), (unsigned long long)v);
+#else
+  uint64_t* word = reinterpret_cast<uint64_t*>(err);
+  uint64_t cur = __atomic_load_n(word, __ATOMIC_RELAXED);
+  while (v < cur && !__atomic_compare_exchange_n(word, &cur, v, true, __ATOMIC_ACQ_REL,
                                                  __ATOMIC_RELAXED)) {
   }
 #endif

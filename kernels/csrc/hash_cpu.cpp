@@ -54,7 +54,7 @@ LS_API int ls_hash_insert_min_cpu(const int32_t* coords, int64_t n, int32_t stri
     const int32_t x = floor_div(c[1], stride), y = floor_div(c[2], stride);
     const int32_t z = floor_div(c[3], stride);
     slot_of_row[i] = -1;
-    if (!coord_in_range(c[0], x, y, z)) {
+    if (!coord_in_range(c[0], c[1], c[2], c[3])) {  // then the coarse key is in range too
       report_error(err, kStatusOutOfRange, i);
       continue;
     }

@@ -57,13 +57,13 @@ bool pack_sorted_keys(const int32_t* coords, int64_t n, uint64_t* keys, int64_t*
     keys[i] = pack_key(c[0], c[1], c[2], c[3]);
   }
   *edge = on_edge;
-  if (__atomic_load_n(&err[0], __ATOMIC_RELAXED) != 0) return false;
+  if (has_error(err)) return false;
 #pragma omp parallel for schedule(static) reduction(| : declined) if (n >= kParallelRows)
   for (int64_t i = 1; i < n; ++i) {
     if (keys[i] == keys[i - 1]) report_error(err, kStatusDuplicate, i);
     declined |= keys[i] < keys[i - 1];
   }
-  return __atomic_load_n(&err[0], __ATOMIC_RELAXED) == 0 && !declined;
+  return !has_error(err) && !declined;
 }
 
 }  // namespace

@@ -12,19 +12,6 @@ namespace {
 
 bool valid_capacity(int64_t capacity) { return capacity > 0 && (capacity & (capacity - 1)) == 0; }
 
-// Records an error found by row `row` in err = {status, row} (device memory, {0, -1} on entry):
-// the first status wins, and err[1] keeps the smallest offending row (-1 means unset).
-__device__ void report(int64_t* err, int status, int64_t row) {
-  unsigned long long* e = reinterpret_cast<unsigned long long*>(err);
-  atomicCAS(&e[0], 0ull, (unsigned long long)(int64_t)status);
-  unsigned long long cur = e[1];
-  while ((int64_t)cur < 0 || row < (int64_t)cur) {
-    const unsigned long long seen = atomicCAS(&e[1], cur, (unsigned long long)row);
-    if (seen == cur) break;  // our row is stored
-    cur = seen;              // someone else wrote first: retry only if we are still smaller
-  }
-}
-
 __global__ void hash_build_kernel(const int32_t* coords, int64_t n, Slot* table, uint64_t mask,
                                   int64_t* err) {
   const int64_t step = (int64_t)gridDim.x * blockDim.x;
@@ -32,15 +19,15 @@ __global__ void hash_build_kernel(const int32_t* coords, int64_t n, Slot* table,
     const int32_t* c = coords + 4 * i;
     const int32_t b = c[0], x = c[1], y = c[2], z = c[3];
     if (!coord_in_range(b, x, y, z)) {
-      report(err, kStatusOutOfRange, i);
+      report_error(err, kStatusOutOfRange, i);
       continue;
     }
     bool inserted = false;
     const int64_t slot = insert_or_find(table, mask, pack_key(b, x, y, z), &inserted);
     if (slot < 0) {
-      report(err, kStatusProbeLimit, i);
+      report_error(err, kStatusProbeLimit, i);
     } else if (!inserted) {
-      report(err, kStatusDuplicate, i);
+      report_error(err, kStatusDuplicate, i);
     } else {
       table[slot].value = (int32_t)i;
     }
@@ -57,14 +44,14 @@ __global__ void hash_insert_min_kernel(const int32_t* coords, int64_t n, int32_t
     const int32_t x = floor_div(c[1], stride), y = floor_div(c[2], stride);
     const int32_t z = floor_div(c[3], stride);
     slot_of_row[i] = -1;
-    if (!coord_in_range(b, x, y, z)) {
-      report(err, kStatusOutOfRange, i);
+    if (!coord_in_range(b, c[1], c[2], c[3])) {  // then the coarse key is in range too
+      report_error(err, kStatusOutOfRange, i);
       continue;
     }
     bool inserted = false;
     const int64_t slot = insert_or_find(table, mask, pack_key(b, x, y, z), &inserted);
     if (slot < 0) {
-      report(err, kStatusProbeLimit, i);
+      report_error(err, kStatusProbeLimit, i);
       continue;
     }
     slot_of_row[i] = slot;
@@ -142,9 +129,10 @@ LS_API int ls_kmap_lookup_cuda(const Slot* table, int64_t capacity, const int32_
   }
   const cudaStream_t s = cuda::as_stream(stream);
   // counts is zeroed even when there are no outputs, like the CPU twin.
-  if (num_offsets > 0 &&
-      cudaMemsetAsync(counts, 0, sizeof(int64_t) * (size_t)num_offsets, s) != cudaSuccess) {
-    return kStatusCudaError;
+  if (num_offsets > 0) {
+    const int status = cuda::check(
+        cudaMemsetAsync(counts, 0, sizeof(int64_t) * (size_t)num_offsets, s), "cudaMemsetAsync");
+    if (status != kStatusOk) return status;
   }
   if (n_out == 0 || num_offsets == 0) return kStatusOk;
   const uint64_t mask = (uint64_t)capacity - 1;

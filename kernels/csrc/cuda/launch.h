@@ -40,10 +40,12 @@ inline RowLaunch row_launch(int64_t rows, int64_t cols) {
   return l;
 }
 
+// Records a failed CUDA call for ls_last_error_cuda (status_cuda.cu) and returns kStatusCudaError;
+// cudaSuccess returns kStatusOk.
+int check(cudaError_t e, const char* what);
+
 // Status for the launch just issued (a bad configuration or an earlier sticky error).
-inline int launch_status() {
-  return cudaGetLastError() == cudaSuccess ? kStatusOk : kStatusCudaError;
-}
+inline int launch_status() { return check(cudaGetLastError(), "kernel launch"); }
 
 }  // namespace cuda
 }  // namespace lidarseg
