@@ -105,19 +105,17 @@ def cmd_crosscheck(args) -> int:
 
 
 def serve(overrides: dict) -> int:
-    """Runs uvicorn on create_app(Settings(env + overrides)). SIGTERM / SIGINT: readiness turns
-    503 and new work is refused, in-flight requests finish (at most LIDARSEG_DRAIN_TIMEOUT_S),
-    then uvicorn's graceful shutdown runs the lifespan, which stops the worker; exit status 0.
-    A second signal exits at once."""
+    """Runs uvicorn on create_app(Settings(env + overrides)) (app/service/server.py: timeouts,
+    connection cap). SIGTERM / SIGINT: readiness turns 503 and new work is refused, in-flight
+    requests finish, all within LIDARSEG_SHUTDOWN_BUDGET_S; exit status 0. A second signal
+    exits at once."""
     import logging
-    import threading
-    import time
 
-    import uvicorn
     from pydantic import ValidationError
 
     from app.service.config import Settings
     from app.service.main import create_app
+    from app.service.server import run
 
     try:
         settings = Settings(**overrides)
@@ -126,32 +124,7 @@ def serve(overrides: dict) -> int:
         return 2
     logging.basicConfig(level=settings.log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    app = create_app(settings)
-    service = app.state.service
-
-    class DrainingServer(uvicorn.Server):
-        def handle_exit(self, sig, frame):
-            if service.draining:  # second signal: stop now
-                self.should_exit = self.force_exit = True
-                return
-            service.draining = True
-            service.metrics.ready.set(0)
-            threading.Thread(target=self._drain, daemon=True).start()
-
-        def _drain(self):
-            end = time.monotonic() + settings.drain_timeout_s
-            while time.monotonic() < end:
-                with service.lock:
-                    busy = service.in_flight
-                if not busy and (service.worker is None or service.worker.idle):
-                    break
-                time.sleep(0.02)
-            self.should_exit = True
-
-    config = uvicorn.Config(app, host=settings.host, port=settings.port, lifespan="on",
-                            log_level=settings.log_level, timeout_graceful_shutdown=30,
-                            access_log=settings.access_log == "off")  # else ours (access_log.py)
-    DrainingServer(config).run()
+    run(create_app(settings))
     return 0
 
 

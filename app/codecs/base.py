@@ -1,12 +1,17 @@
 """Shared types and helpers of the wire codecs (imported by every format module)."""
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import numpy as np
 
 # Intensity names a point cloud may use for its reflectance channel, in order of preference.
 INTENSITY_NAMES = ("intensity", "i", "reflectivity")
+# Text values are parsed this many bytes at a time: bounded scratch memory, and no single C call
+# holds the GIL for long (the event loop keeps answering probes during a large decode).
+TEXT_CHUNK = 64 * 1024
+_SPACE = re.compile(rb"\s")
 
 
 class DecodeError(ValueError):
@@ -77,3 +82,58 @@ def require_xyz(names: list[str], fmt: str) -> list[str]:
     if missing:
         raise unusable(fmt, f"no {'/'.join(missing)} field (fields: {', '.join(names) or 'none'})")
     return [lower[a] for a in "xyz"]
+
+
+def text_chunks(data: bytes, start: int = 0, end: int | None = None):
+    """Slices of data[start:end] of about TEXT_CHUNK bytes, cut at whitespace (a token is never
+    split; one longer token makes one longer chunk)."""
+    end = len(data) if end is None else end
+    pos = start
+    while pos < end:
+        cut = min(pos + TEXT_CHUNK, end)
+        if cut < end:
+            m = _SPACE.search(data, cut, end)
+            cut = m.start() if m else end
+        yield data[pos:cut]
+        pos = cut
+
+
+def text_columns(data: bytes, n: int, per: int, cols: list[int], fmt: str,
+                 start: int = 0, end: int | None = None) -> list[np.ndarray]:
+    """Columns `cols` of n rows x `per` whitespace-separated numbers in data[start:end], parsed a
+    chunk at a time (memory: the kept columns plus one chunk, whatever the tokens' lengths or
+    the declared counts). 400 unless there are exactly n * per numbers."""
+    end = len(data) if end is None else end
+    if n * per > (end - start + 1) // 2:  # every value takes a character and a separator
+        raise malformed(fmt, f"text data truncated: {end - start} bytes cannot hold {n} points "
+                             f"x {per} values")
+    out = np.empty((len(cols), n), dtype=np.float32)
+    seen, total = 0, n * per
+    for chunk in text_chunks(data, start, end):
+        tokens = chunk.split()
+        if not tokens:
+            continue
+        if seen + len(tokens) > total:
+            raise malformed(fmt, f"more than the {total} values expected ({n} x {per})")
+        try:
+            values = np.array(tokens, dtype=np.float64)
+        except (ValueError, OverflowError):
+            bad = next(t for t in tokens if not _is_number(t))
+            raise malformed(fmt, f"non-numeric value {bad[:20]!r}") from None
+        for j, c in enumerate(cols):
+            first = (c - seen) % per
+            picked = values[first::per]
+            row = (seen + first) // per
+            out[j, row:row + len(picked)] = picked
+        seen += len(tokens)
+    if seen != total:
+        raise malformed(fmt, f"{seen} values, expected {n} points x {per}")
+    return list(out)
+
+
+def _is_number(token: bytes) -> bool:
+    try:
+        float(token)
+    except ValueError:
+        return False
+    return True

@@ -1,27 +1,104 @@
 """JSON: {"points": [[x, y, z, intensity, ...], ...]} or the bare list [[x, y, z, ...], ...].
 
-Every row needs the same number (3 or more) of numbers; NaN / Infinity literals are accepted.
-Non-numeric values (strings, null, nested lists of numbers where a number belongs...) are a
-syntax error for this format (400); a well-formed list of the wrong shape is 422.
+Every row needs the same number (3 or more) of numbers; NaN / Infinity literals are accepted,
+and so are integers of any size (read as numbers, like any other value). Non-numeric values
+(strings, null, booleans, nested lists where a number belongs...) are a syntax error for this
+format (400); a well-formed list of the wrong shape is 422.
+
+Bodies in exactly these two shapes (the usual case) are read without building Python objects:
+the bracket-and-comma skeleton is checked, then the numbers parsed a chunk at a time (bounded
+memory, the GIL released between chunks). Other JSON (extra keys, or a malformed body) goes to
+the json module, up to SLOW_PATH_BYTES; beyond that such a body is refused (400).
 """
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 
-from app.codecs.base import Frame, check_count, malformed, sensor_for, unusable
+from app.codecs.base import DecodeError, Frame, check_count, malformed, sensor_for, text_columns, unusable
 
 FMT = "json"
 CONTENT_TYPE = "application/json"
+SLOW_PATH_BYTES = 1 << 20
+_CHUNK = 1 << 20
+_OBJECT = re.compile(rb'\s*\{\s*"points"\s*:\s*(?=\[)')
+_WHITESPACE = b" \t\r\n"
+_LEAD = re.compile(rb"[ \t\r\n]*")
+_TO_SPACE = bytes.maketrans(b"[],", b"   ")
+_NOT_SKELETON = bytes(sorted(set(range(256)) - set(b"[],")))
+_EMPTY_SLOT = (b"[,", b",,", b",]", b"[]")
+
+
 
 
 def decode(body: bytes, max_points: int | None = None) -> Frame:
     if isinstance(body, str):
         body = body.encode()
+    if max_points is not None and body.count(b"[") - 1 > max_points:  # one '[' per row
+        raise DecodeError(413, "too_many_points", f"{FMT}: more than {max_points} rows (the "
+                                                  "limit)")
+    frame = _fast(body, max_points)
+    if frame is not None:
+        return frame
+    if len(body) > SLOW_PATH_BYTES:
+        raise malformed(FMT, f"a body over {SLOW_PATH_BYTES} bytes must be exactly "
+                             "[[x, y, z, ...], ...] or {\"points\": [[x, y, z, ...], ...]} with "
+                             "rows of equal length")
+    return _slow(body, max_points)
+
+
+def _array_span(body: bytes) -> tuple[int, int] | None:
+    """(start, end) of the points array when the body is the bare array or {"points": array}."""
+    end = len(body.rstrip(_WHITESPACE))
+    m = _OBJECT.match(body)
+    if m:
+        return (m.end(), end - 1) if body[end - 1:end] == b"}" else None
+    start = _LEAD.match(body).end()
+    return (start, end) if body[start:start + 1] == b"[" else None
+
+
+def _compact(body: bytes, start: int, end: int) -> bytes:
+    """body[start:end] without whitespace, a chunk at a time."""
+    return b"".join(body[k:min(k + _CHUNK, end)].translate(None, _WHITESPACE)
+                    for k in range(start, end, _CHUNK))
+
+
+def _fast(body: bytes, max_points: int | None) -> Frame | None:
+    """The frame of a canonical body, or None when the body is not in a canonical shape."""
+    span = _array_span(body)
+    if span is None:
+        return None
+    text = _compact(body, *span)
+    skeleton = b"".join(text[k:k + _CHUNK].translate(None, _NOT_SKELETON)
+                        for k in range(0, len(text), _CHUNK))
+    if skeleton == b"[]" and text == b"[]":
+        return Frame(np.zeros((0, 3), np.float32), "kitti", FMT)
+    width = skeleton.find(b"]") - 1  # "[[" + (width - 1) commas + "]"
+    if not skeleton.startswith(b"[[") or width < 1:
+        return None
+    row = b"[" + b"," * (width - 1) + b"]"
+    rows = (len(skeleton) - 1) // (len(row) + 1)
+    if skeleton != b"[" + (row + b",") * (rows - 1) + row + b"]":
+        return None
+    check_count(rows, max_points, FMT)
+    for k in range(0, len(text), _CHUNK):  # overlapping by one byte: no slot is missed
+        part = text[k:k + _CHUNK + 1]
+        if any(e in part for e in _EMPTY_SLOT):
+            return None
+    if width < 3:
+        raise unusable(FMT, f"points have {width} values; need at least x, y, z")
+    spaced = b"".join(text[k:k + _CHUNK].translate(_TO_SPACE) for k in range(0, len(text), _CHUNK))
+    cols = text_columns(spaced, rows, width, list(range(width)), FMT)
+    points = np.stack(cols, axis=1) if cols else np.zeros((rows, width), np.float32)
+    return Frame(points, sensor_for(points), FMT)
+
+
+def _slow(body: bytes, max_points: int | None) -> Frame:
     try:
         doc = json.loads(body)
-    except (ValueError, UnicodeDecodeError) as e:
+    except (ValueError, UnicodeDecodeError, RecursionError) as e:
         raise malformed(FMT, f"invalid JSON: {e}") from None
     if isinstance(doc, dict):
         if "points" not in doc:
@@ -40,17 +117,14 @@ def decode(body: bytes, max_points: int | None = None) -> Frame:
         raise unusable(FMT, "points have different numbers of values")
     if width < 3:
         raise unusable(FMT, f"points have {width} values; need at least x, y, z")
-    try:
-        arr = np.array(doc)
-    except (ValueError, TypeError, OverflowError) as e:  # a nested list in a row
-        raise malformed(FMT, f"non-numeric value in points ({e})") from None
-    has_bool = (b"true" in body or b"false" in body) and any(
-        isinstance(v, bool) for row in doc for v in row)  # np.array would read them as 1 / 0
-    if arr.dtype.kind not in "iuf" or arr.ndim != 2 or has_bool:
-        bad = next((v for row in doc for v in row
-                    if isinstance(v, bool) or not isinstance(v, (int, float))), None)
+    bad = next((v for row in doc for v in row
+                if isinstance(v, bool) or not isinstance(v, (int, float))), ())
+    if bad != ():
         raise malformed(FMT, f"non-numeric value in points: {bad!r}")
-    points = arr.astype(np.float32)
+    try:
+        points = np.array(doc, dtype=np.float64).astype(np.float32)
+    except OverflowError:
+        raise malformed(FMT, "a number in points is too large for a float") from None
     return Frame(points, sensor_for(points), FMT)
 
 

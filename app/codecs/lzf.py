@@ -11,14 +11,18 @@ from __future__ import annotations
 MAX_LITERAL = 32
 MAX_OFFSET = 1 << 13
 MAX_REF = 7 + 255 + 2
+MAX_RATIO = MAX_REF // 3 + 1  # the most a stream can expand: a 3-byte reference to 264 bytes
 
 
 class LZFError(ValueError):
     pass
 
 
-def decompress(data: bytes, size: int) -> bytes:
-    """Decompresses `data` to exactly `size` bytes; LZFError on a corrupt or short stream."""
+def decompress(data: bytes, size: int) -> bytearray:
+    """Decompresses `data` to exactly `size` bytes; LZFError on a corrupt or short stream (and,
+    before allocating, on a size that no stream of len(data) bytes can reach)."""
+    if size > MAX_RATIO * len(data):
+        raise LZFError(f"{len(data)} bytes cannot expand to {size} (at most {MAX_RATIO}:1)")
     out = bytearray(size)
     src, op, end = memoryview(data), 0, len(data)
     ip = 0
@@ -59,7 +63,7 @@ def decompress(data: bytes, size: int) -> bytes:
         op += n
     if op != size:
         raise LZFError(f"decompressed to {op} bytes, expected {size}")
-    return bytes(out)
+    return out
 
 
 def compress(data: bytes, matches: bool = False) -> bytes:

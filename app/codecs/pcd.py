@@ -13,7 +13,8 @@ import struct
 import numpy as np
 
 from app.codecs import lzf
-from app.codecs.base import Frame, check_count, columns_frame, find_intensity, malformed, require_xyz
+from app.codecs.base import DecodeError, Frame, check_count, columns_frame, find_intensity, malformed, require_xyz
+from app.codecs.base import text_columns
 
 FMT = "pcd"
 CONTENT_TYPE = "application/x-pcd"
@@ -23,6 +24,8 @@ TYPES = {("F", 2): "f2", ("F", 4): "f4", ("F", 8): "f8",
 KEYS = ("VERSION", "FIELDS", "SIZE", "TYPE", "COUNT", "WIDTH", "HEIGHT", "VIEWPOINT", "POINTS",
         "DATA")
 MAX_HEADER = 64 * 1024
+# binary_compressed: at most this many uncompressed bytes per allowed point (16 float32 fields)
+MAX_POINT_BYTES = 64
 
 
 def _header(body: bytes) -> tuple[dict[str, list[str]], int]:
@@ -103,27 +106,22 @@ def decode(body: bytes, max_points: int | None = None) -> Frame:
     data = memoryview(body)[start:]
     idx = {name: names.index(name) for name in wanted}
     if kind == "ascii":
-        cols = _ascii(bytes(data), n, counts, idx)
+        cols = _ascii(body, start, n, counts, idx)
     elif kind == "binary":
         cols = _binary(data, n, names, dtypes, counts, idx)
     elif kind == "binary_compressed":
-        cols = _compressed(data, n, dtypes, counts, idx)
+        cols = _compressed(data, n, dtypes, counts, idx, max_points)
     else:
         raise malformed(FMT, f"unknown DATA kind {kind!r} (ascii, binary, binary_compressed)")
     return columns_frame([cols[name] for name in wanted], FMT)
 
 
-def _ascii(data: bytes, n: int, counts: list[int], idx: dict) -> dict:
-    per = sum(counts)
-    tokens = data.split()
-    if len(tokens) != n * per:
-        raise malformed(FMT, f"ascii data has {len(tokens)} values, expected {n} points x {per}")
-    try:
-        values = np.array(tokens, dtype=np.bytes_).astype(np.float64).reshape(n, per)
-    except ValueError as e:
-        raise malformed(FMT, f"ascii data has a non-numeric value ({e})") from None
+def _ascii(body: bytes, start: int, n: int, counts: list[int], idx: dict) -> dict:
     starts = np.cumsum([0] + counts)
-    return {name: values[:, starts[j]] for name, j in idx.items()}
+    names = list(idx)
+    cols = text_columns(body, n, int(starts[-1]), [int(starts[idx[k]]) for k in names], FMT,
+                        start)
+    return dict(zip(names, cols))
 
 
 def _binary(data: memoryview, n: int, names: list[str], dtypes: list, counts: list[int],
@@ -140,7 +138,8 @@ def _binary(data: memoryview, n: int, names: list[str], dtypes: list, counts: li
     return {name: col[:, 0] if col.ndim == 2 else col for name, col in cols.items()}
 
 
-def _compressed(data: memoryview, n: int, dtypes: list, counts: list[int], idx: dict) -> dict:
+def _compressed(data: memoryview, n: int, dtypes: list, counts: list[int], idx: dict,
+                max_points: int | None) -> dict:
     if len(data) < 8:
         raise malformed(FMT, "binary_compressed data has no size words")
     csize, usize = struct.unpack_from("<II", data)
@@ -151,8 +150,15 @@ def _compressed(data: memoryview, n: int, dtypes: list, counts: list[int], idx: 
         raise malformed(FMT, f"compressed data truncated: {len(data) - 8} of {csize} bytes")
     if usize and not csize:
         raise malformed(FMT, "compressed size is 0")
+    if usize > lzf.MAX_RATIO * csize:
+        raise malformed(FMT, f"uncompressed size {usize} is more than LZF can expand {csize} "
+                             f"bytes to ({lzf.MAX_RATIO}:1)")
+    if max_points is not None and usize > max_points * MAX_POINT_BYTES:
+        raise DecodeError(413, "too_many_points",
+                          f"{FMT}: {usize} uncompressed bytes exceed the limit of "
+                          f"{max_points} points x {MAX_POINT_BYTES} bytes")
     try:
-        raw = lzf.decompress(bytes(data[8:8 + csize]), usize)
+        raw = lzf.decompress(data[8:8 + csize], usize)
     except lzf.LZFError as e:
         raise malformed(FMT, f"corrupt LZF data: {e}") from None
     out, offset = {}, 0

@@ -3,7 +3,9 @@
 The header ('ply', 'format ...', 'element NAME COUNT', 'property TYPE NAME',
 'property list COUNT_TYPE ITEM_TYPE NAME', 'end_header') declares elements whose items follow in
 order; the 'vertex' element gives x, y, z[, intensity] (any scalar types). Elements before the
-vertex are skipped (lists included); whatever follows the vertices is not read.
+vertex are skipped (lists included: at most MAX_LIST_ITEMS items in binary, whose sizes are
+only known item by item); whatever follows the vertices is not read. ASCII data has one element
+item per line.
 """
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ import re
 import numpy as np
 
 from app.codecs.base import Frame, check_count, columns_frame, find_intensity, malformed, require_xyz
-from app.codecs.base import unusable
+from app.codecs.base import TEXT_CHUNK, text_columns, unusable
 
 FMT = "ply"
 CONTENT_TYPE = "application/x-ply"
@@ -22,6 +24,7 @@ SCALARS = {"char": "i1", "int8": "i1", "uchar": "u1", "uint8": "u1", "short": "i
            "float64": "f8"}
 ENCODINGS = {"ascii": None, "binary_little_endian": "<", "binary_big_endian": ">"}
 MAX_HEADER = 64 * 1024
+MAX_LIST_ITEMS = 4096  # binary items with list properties skipped before the vertex element
 
 
 class _Element:
@@ -85,7 +88,7 @@ def decode(body: bytes, max_points: int | None = None) -> Frame:
     check_count(vertex.count, max_points, FMT)
     before = elements[:elements.index(vertex)]
     if encoding == "ascii":
-        return _ascii(body[start:], before, vertex, wanted)
+        return _ascii(body, start, before, vertex, wanted)
     return _binary(memoryview(body)[start:], ENCODINGS[encoding], before, vertex, wanted)
 
 
@@ -108,6 +111,10 @@ def _skip_binary(data: memoryview, pos: int, order: str, el: _Element) -> int:
         if pos + size > len(data):
             raise malformed(FMT, f"element {el.name} truncated")
         return pos + size
+    if el.count > MAX_LIST_ITEMS:  # each item's size is in its data: one step per item
+        raise unusable(FMT, f"element {el.name} before the vertices has {el.count} items with "
+                            f"list properties (at most {MAX_LIST_ITEMS}; put the vertex "
+                            "element first)")
     for _ in range(el.count):
         for _, t, count_t in el.props:
             size = np.dtype(t).itemsize
@@ -126,27 +133,35 @@ def _skip_binary(data: memoryview, pos: int, order: str, el: _Element) -> int:
     return pos
 
 
-def _ascii(data: bytes, before: list, vertex: _Element, wanted: list) -> Frame:
-    tokens = data.split()
-    pos = 0
-    try:
-        for el in before:
-            for _ in range(el.count if el.props else 0):
-                for _, _, count_t in el.props:
-                    pos += 1 + (int(tokens[pos]) if count_t is not None else 0)
-    except (ValueError, IndexError):
-        raise malformed(FMT, f"ascii element {el.name} is malformed or truncated") from None
-    per = len(vertex.props)
-    need = vertex.count * per
-    if len(tokens) - pos < need:
-        raise malformed(FMT, f"ascii vertex data truncated: {len(tokens) - pos} of {need} values")
-    try:
-        values = np.array(tokens[pos:pos + need], dtype=np.bytes_).astype(np.float64)
-    except ValueError as e:
-        raise malformed(FMT, f"ascii vertex data has a non-numeric value ({e})") from None
-    values = values.reshape(vertex.count, per)
+def _skip_lines(data: bytes, pos: int, lines: int) -> int:
+    """The offset after `lines` more newlines from pos (counted a chunk at a time)."""
+    while lines > 0:
+        chunk_end = min(pos + TEXT_CHUNK, len(data))
+        found = data.count(b"\n", pos, chunk_end)
+        if found < lines:
+            if chunk_end == len(data):
+                raise malformed(FMT, "ascii data truncated before the vertices end")
+            lines -= found
+            pos = chunk_end
+            continue
+        for _ in range(lines):  # at most TEXT_CHUNK newlines in this chunk
+            pos = data.index(b"\n", pos) + 1
+        lines = 0
+    return pos
+
+
+def _ascii(data: bytes, start: int, before: list, vertex: _Element, wanted: list) -> Frame:
+    """ASCII PLY: one element item per line (as the format writes them); the lines of elements
+    before the vertices are skipped, the vertex lines parsed; what follows is not read."""
+    pos = _skip_lines(data, start, sum(el.count for el in before if el.props))
+    end = _skip_lines(data, pos, vertex.count - 1) if vertex.count else pos
+    if vertex.count:
+        nl = data.find(b"\n", end)
+        end = len(data) if nl < 0 else nl
     names = [p[0] for p in vertex.props]
-    return columns_frame([values[:, names.index(name)] for name in wanted], FMT)
+    cols = text_columns(data, vertex.count, len(names), [names.index(w) for w in wanted], FMT,
+                        pos, end)
+    return columns_frame(cols, FMT)
 
 
 def encode(points: np.ndarray, encoding: str = "binary_little_endian",

@@ -19,6 +19,7 @@ class Settings(BaseSettings):
     weights: str = "default"             # "default" (shipped model), "random", or a checkpoint path
     cr: float = Field(1.0, gt=0, le=4)   # channel ratio of the random model (tests use 0.25)
 
+    threads: int = Field(0, ge=0)                # compute threads; 0: cgroup quota, else CPUs
     queue_size: int = Field(16, ge=1)            # requests waiting for the worker, beyond: 503
     deadline_s: float = Field(30.0, gt=0)        # per request, queue + inference: beyond, 504
     max_batch: int = Field(4, ge=1, le=64)       # frames per pipeline.run
@@ -29,7 +30,16 @@ class Settings(BaseSettings):
     max_points: int = Field(2_000_000, ge=1)
     range_policy: Literal["ignore", "reject"] = "ignore"
     api_keys: Annotated[tuple[str, ...], NoDecode] = ()   # comma-separated in the environment
-    drain_timeout_s: float = Field(60.0, ge=0)   # SIGTERM: wait at most this for in-flight work
+    open_docs: bool = False                      # /docs, /openapi.json open even with API keys
+
+    # limits and timeouts (README "Limits and hardening")
+    decode_concurrency: int = Field(0, ge=0)     # decodes at once, beyond: 503; 0: thread count
+    body_timeout_s: float = Field(30.0, gt=0)    # the whole body must arrive within: else 408
+    header_timeout_s: float = Field(10.0, gt=0)  # request line + headers within: else closed
+    idle_timeout_s: float = Field(5.0, gt=0)     # keep-alive connection idle: closed
+    max_connections: int = Field(256, ge=1)      # connections + requests at once, beyond: 503
+    shutdown_budget_s: float = Field(25.0, ge=1, le=300)  # SIGTERM to exit: drain + close
+    trim_after_points: int = Field(500_000, ge=0)  # malloc_trim after a batch this large; 0: off
     log_level: Literal["critical", "error", "warning", "info", "debug"] = "info"
     # observability (app/service/observe.py); traces are switched on by the OTEL_* variables
     access_log: Literal["auto", "json", "text", "off"] = "auto"  # auto: text on a terminal
@@ -75,3 +85,13 @@ class Settings(BaseSettings):
 
             return "cuda" if torch.cuda.is_available() else "cpu"
         return self.device
+
+    @property
+    def compute_threads(self) -> int:
+        from app.threads import default_threads
+
+        return self.threads or default_threads()
+
+    @property
+    def decode_slots(self) -> int:
+        return self.decode_concurrency or self.compute_threads

@@ -1,13 +1,18 @@
 """The FastAPI app: create_app(settings) only builds it; the lifespan loads and warms the model
-(in a background thread, so /healthz answers and /readyz says 503 meanwhile), starts the worker,
-and on shutdown drains it."""
+(in a background thread, so /healthz answers and /readyz says 503 meanwhile), starts the worker
+and the decode pool, and on shutdown drains them within the shutdown budget."""
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
+import ctypes
+import ctypes.util
 import logging
+import re
 import threading
 import time
+import uuid
 
 import numpy as np
 from fastapi import FastAPI, Request
@@ -18,11 +23,25 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from app.service import observe
 from app.service.config import Settings
 from app.service.routes import ROUTERS
-from app.service.routes.deps import ServiceError, ServiceState
+from app.service.routes.deps import ServiceError, ServiceState, key_valid, unauthorized
 
 log = logging.getLogger("lidarseg")
 
 API_VERSION = "1.0.0"
+_REQUEST_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
+DOC_PATHS = ("/docs", "/openapi.json")
+
+
+def _malloc_trim():
+    """glibc's malloc_trim(0), or None where there is no glibc."""
+    name = ctypes.util.find_library("c")
+    try:
+        return ctypes.CDLL(name).malloc_trim if name else None
+    except (OSError, AttributeError):
+        return None
+
+
+MALLOC_TRIM = _malloc_trim()
 
 
 def warmup_frame(n: int = 4000, seed: int = 0) -> np.ndarray:
@@ -41,9 +60,11 @@ def load_service(service: ServiceState) -> None:
     from app.inference.pipeline import SegmentationPipeline
     from app.inference.voxelize import VoxelizeConfig
     from app.service.worker import InferenceWorker, WorkerStats
+    from app.threads import apply_threads
 
     settings = service.settings
     t0 = time.perf_counter()
+    apply_threads(settings.compute_threads)
     model, meta = load_model_meta(settings.weights, settings.cr)
     service.device = settings.torch_device
     service.class_names = list(meta["class_names"])
@@ -51,7 +72,7 @@ def load_service(service: ServiceState) -> None:
     service.voxel_size = float(meta["voxel_size"])
     service.input_features = list(meta["input_features"])
     service.model_name, service.model_version = meta["name"], meta["version"]
-    service.grouping_file = str(DEFAULT_PATH) if DEFAULT_PATH.exists() else None
+    service.grouping_file = DEFAULT_PATH.name if DEFAULT_PATH.exists() else None  # no paths
     pipeline = SegmentationPipeline(
         model, VoxelizeConfig(voxel_size=service.voxel_size,
                               features=tuple(service.input_features)), service.device)
@@ -61,8 +82,9 @@ def load_service(service: ServiceState) -> None:
     service.worker = InferenceWorker(
         pipeline, settings.queue_size, settings.max_batch, settings.max_wait_ms / 1e3,
         WorkerStats(on_batch=metrics.batch_size.observe, on_depth=metrics.queue_depth.set,
-                    on_drop=metrics.dropped.inc,
-                    on_run=service.observe.on_run if service.observe else None))
+                    on_drop=metrics.dropped.inc, on_restart=metrics.worker_restarts.inc,
+                    on_run=service.observe.on_run if service.observe else None),
+        after_batch=_trimmer(settings.trim_after_points))
     metrics.model.info({"name": service.model_name, "version": service.model_version,
                         "device": service.device, "voxel_size": str(service.voxel_size),
                         "classes": str(len(service.class_names))})
@@ -70,6 +92,18 @@ def load_service(service: ServiceState) -> None:
     metrics.ready.set(1)
     log.info("model %s on %s loaded and warmed in %.1f s", service.model_tag, service.device,
              time.perf_counter() - t0)
+
+
+def _trimmer(points: int):
+    """After a batch of at least `points` points, hand freed heap back to the OS (glibc keeps
+    it in per-thread arenas otherwise: RSS climbs under mixed load; README, Limits)."""
+    if not points or MALLOC_TRIM is None:
+        return None
+
+    def trim(batch_points: int) -> None:
+        if batch_points >= points:
+            MALLOC_TRIM(0)
+    return trim
 
 
 def _load_in_background(service: ServiceState) -> None:
@@ -83,24 +117,31 @@ def _load_in_background(service: ServiceState) -> None:
 @contextlib.asynccontextmanager
 async def lifespan(app: FastAPI):
     service: ServiceState = app.state.service
+    service.loop = asyncio.get_running_loop()
+    service.decoder = concurrent.futures.ThreadPoolExecutor(
+        service.settings.decode_slots, thread_name_prefix="lidarseg-decode")
     loader = threading.Thread(target=_load_in_background, args=(service,), name="lidarseg-load",
                               daemon=True)
     loader.start()
     try:
         yield
     finally:
-        service.draining = True
-        service.metrics.ready.set(0)
-        await asyncio.to_thread(loader.join)
+        if not service.draining:
+            service.begin_drain(time.monotonic() + service.settings.shutdown_budget_s)
+        await asyncio.to_thread(loader.join, service.drain_left())
         if service.worker is not None:
-            await asyncio.to_thread(service.worker.stop, service.settings.drain_timeout_s)
+            await asyncio.to_thread(service.worker.stop, service.drain_left())
+        service.decoder.shutdown(wait=False, cancel_futures=True)
         service.observe.tracing.shutdown()  # flushes spans still batched for export
         log.info("drained; bye")
 
 
 class RequestAccounting:
-    """Pure ASGI middleware: counts /v1 requests in flight (the SIGTERM drain waits on it) and by
-    status, and gives every response a Server-Timing header (at least `total`)."""
+    """Pure ASGI middleware: gives every request an id (X-Request-Id when it is sane, else a new
+    one), counts /v1 requests in flight (the SIGTERM drain waits on it) and by status, gives every
+    response a Server-Timing header (at least `total`), closes the connection on an error sent
+    before the body was read (so the rest is never read), and turns an unexpected exception into
+    a fixed 500 (details only in the log, with the request id)."""
 
     def __init__(self, app, service: ServiceState):
         self.app, self.service = app, service
@@ -109,33 +150,78 @@ class RequestAccounting:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         t0 = time.perf_counter()
+        rid = next((v.decode("latin-1") for k, v in scope["headers"] if k == b"x-request-id"), "")
+        rid = rid if _REQUEST_ID.match(rid) else uuid.uuid4().hex
+        scope.setdefault("state", {})["request_id"] = rid
         counted = scope["path"].startswith("/v1/")
         service = self.service
+        if scope["path"] in DOC_PATHS and not self._docs_allowed(scope):
+            exc = unauthorized()
+            return await _error(exc.status, exc.code, exc.detail, exc.headers)(
+                scope, receive, send)
         if counted:
-            with service.lock:
-                service.in_flight += 1
-                service.metrics.in_flight.set(service.in_flight)
-        status = 500
+            self._count(+1)
+        state = {"status": 500, "started": False, "body_done": not _has_body(scope)}
+
+        async def receive_wrapper():
+            message = await receive()
+            if message["type"] == "http.request" and not message.get("more_body", False):
+                state["body_done"] = True
+            return message
 
         async def send_wrapper(message):
-            nonlocal status
             if message["type"] == "http.response.start":
-                status = message["status"]
-                headers = list(message.get("headers", []))
-                if not any(k.lower() == b"server-timing" for k, _ in headers):
-                    dur = (time.perf_counter() - t0) * 1e3
-                    headers.append((b"server-timing", f"total;dur={dur:.3f}".encode()))
-                    message = {**message, "headers": headers}
+                state["status"], state["started"] = message["status"], True
+                message = {**message, "headers": self._headers(message, t0, state)}
             await send(message)
 
         try:
-            await self.app(scope, receive, send_wrapper)
+            await self.app(scope, receive_wrapper, send_wrapper)
+        except asyncio.CancelledError:
+            state["status"] = 499  # the server cancelled it (forced exit): not a server error
+            raise
+        except Exception:  # noqa: BLE001 - answered with a fixed message, logged with the id
+            log.exception("request %s: unhandled error", rid)
+            if not state["started"]:
+                await _error(500, "internal_error", f"internal error (request id {rid})",
+                             {"X-Request-Id": rid})(scope, receive, send_wrapper)
         finally:
             if counted:
-                service.metrics.requests.labels(status=str(status)).inc()
-                with service.lock:
-                    service.in_flight -= 1
-                    service.metrics.in_flight.set(service.in_flight)
+                service.metrics.requests.labels(status=str(state["status"])).inc()
+                self._count(-1)
+
+    def _docs_allowed(self, scope) -> bool:
+        settings = self.service.settings
+        if settings.open_docs or not settings.api_keys:
+            return True
+        auth = next((v.decode("latin-1") for k, v in scope["headers"] if k == b"authorization"),
+                    "")
+        return key_valid(auth, settings.api_keys)
+
+    def _count(self, step: int) -> None:
+        with self.service.lock:
+            self.service.in_flight += step
+            self.service.metrics.in_flight.set(self.service.in_flight)
+
+    @staticmethod
+    def _headers(message, t0: float, state: dict) -> list:
+        headers = list(message.get("headers", []))
+        names = {k.lower() for k, _ in headers}
+        if b"server-timing" not in names:
+            dur = (time.perf_counter() - t0) * 1e3
+            headers.append((b"server-timing", f"total;dur={dur:.3f}".encode()))
+        if message["status"] >= 400 and not state["body_done"] and b"connection" not in names:
+            headers.append((b"connection", b"close"))
+        return headers
+
+
+def _has_body(scope) -> bool:
+    for k, v in scope["headers"]:
+        if k == b"content-length":
+            return v.strip() not in (b"0", b"")
+        if k == b"transfer-encoding":
+            return True
+    return False
 
 
 def _error(status: int, code: str, detail: str, headers: dict | None = None) -> JSONResponse:
@@ -145,14 +231,17 @@ def _error(status: int, code: str, detail: str, headers: dict | None = None) -> 
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or Settings()
     app = FastAPI(
-        title="lidarseg", version=API_VERSION, lifespan=lifespan, docs_url=None, redoc_url=None,
+        title="lidarseg", version=API_VERSION, lifespan=lifespan,
+        docs_url=None, redoc_url=None, openapi_url=None,
         description="LiDAR semantic segmentation: POST a point-cloud frame, get a label per "
                     "point. Errors are JSON {\"error\": code, \"detail\": text}. With "
-                    "LIDARSEG_API_KEYS set, /v1/* needs `Authorization: Bearer <key>`.")
+                    "LIDARSEG_API_KEYS set, /v1/* (and /docs, /openapi.json unless "
+                    "LIDARSEG_OPEN_DOCS) need `Authorization: Bearer <key>`.")
     service = ServiceState(settings)
     app.state.service = service
     for router in ROUTERS:
         app.include_router(router)
+    _add_openapi(app)
     app.add_middleware(RequestAccounting, service=service)
     observe.install(app, service)  # traces, access log, /dashboard, /v1/requests, local /docs
 
@@ -171,9 +260,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
         return _error(exc.status_code, code, str(exc.detail), getattr(exc, "headers", None))
 
-    @app.exception_handler(Exception)
-    async def internal_error(_request: Request, exc: Exception):
-        log.exception("unhandled error")
-        return _error(500, "internal_error", f"{type(exc).__name__}: {exc}")
-
     return app
+
+
+def _add_openapi(app: FastAPI) -> None:
+    """/openapi.json (and /docs, from the dashboard routes) stay behind the API key when keys
+    are set, unless LIDARSEG_OPEN_DOCS (RequestAccounting checks DOC_PATHS)."""
+    app.openapi_url = "/openapi.json"  # for /docs; FastAPI's own route is not added
+
+    @app.get("/openapi.json", include_in_schema=False)
+    async def openapi() -> JSONResponse:
+        return JSONResponse(app.openapi())

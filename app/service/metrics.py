@@ -29,6 +29,8 @@ class Metrics:
                                "passed before they ran (never run)", registry=r)
         self.batch_size = Histogram("lidarseg_batch_size", "Frames per pipeline run",
                                     buckets=(1, 2, 3, 4, 6, 8, 16, 32, 64), registry=r)
+        self.worker_restarts = Counter("lidarseg_worker_restarts", "Restarts of the supervised "
+                                       "worker loop after an exception", registry=r)
         self.model = Info("lidarseg_model", "The loaded model", registry=r)
         self.ready = Gauge("lidarseg_ready", "1 once the model is loaded and warmed", registry=r)
 

@@ -1,8 +1,16 @@
 """One inference thread per device, fed by a bounded queue; waiting frames run as one batch.
 
 submit() never blocks: a full queue raises QueueFull at once (the route answers 503). Every job
-carries a deadline; the worker drops a job whose deadline passed while it waited (it never runs),
-and a route that gives up on a job cancels it, which frees its slot immediately.
+carries a deadline, and the worker admits only work that can still finish in time: it measures
+what a point costs (an average over the batches it ran) and estimates each batch before running
+it. Under contention (other work queued or running), a job that cannot finish by its deadline is
+refused (DeadlineExceeded) without running: at submit when the work ahead already rules it out,
+else when the worker takes it; a batch only grows while every frame in it can still finish. A
+job alone always runs, so a stale estimate cannot refuse work forever. A route whose client gave up cancels its job,
+which frees the slot and the job never runs (if it has not started).
+
+The loop is supervised: an exception outside a batch's pipeline run is logged, the jobs it held
+fail, and the loop starts again; `alive` says whether the thread runs (/readyz checks it).
 """
 from __future__ import annotations
 
@@ -33,6 +41,27 @@ class WorkerStopped(Exception):
     pass
 
 
+class CostModel:
+    """Milliseconds per point: the least of the last `keep` batches' (None until one ran).
+    Optimistic on purpose: a slow outlier (a first run, a noisy neighbour) never makes the worker
+    refuse work it could do; under steady load the batches agree and the estimate is close."""
+
+    def __init__(self, keep: int = 8):
+        self.recent: collections.deque[float] = collections.deque(maxlen=keep)
+
+    @property
+    def ms_per_point(self) -> float | None:
+        return min(self.recent) if self.recent else None
+
+    def observe(self, points: int, ms: float) -> None:
+        if points > 0:
+            self.recent.append(ms / points)
+
+    def seconds(self, points: int) -> float:
+        per = self.ms_per_point
+        return 0.0 if per is None else per * points / 1e3
+
+
 @dataclass
 class Job:
     points: np.ndarray
@@ -45,6 +74,10 @@ class Job:
     batch_size: int = 0
     trace: object = None                  # the request's trace (the pipeline run links to it)
 
+    @property
+    def size(self) -> int:
+        return len(self.points)
+
 
 @dataclass
 class WorkerStats:
@@ -52,18 +85,24 @@ class WorkerStats:
     on_depth: object = None               # callback(queue depth)
     on_drop: object = None                # callback() per job dropped unrun (deadline)
     on_run: object = None                 # callback(jobs) -> context manager around a run
+    on_restart: object = None             # callback() per restart of the supervised loop
 
 
 class InferenceWorker:
     def __init__(self, pipeline: SegmentationPipeline, queue_size: int, max_batch: int = 1,
-                 max_wait_s: float = 0.0, stats: WorkerStats | None = None):
+                 max_wait_s: float = 0.0, stats: WorkerStats | None = None,
+                 after_batch=None):
         self.pipeline, self.queue_size = pipeline, queue_size
         self.max_batch, self.max_wait_s = max_batch, max_wait_s
         self.stats = stats or WorkerStats()
+        self.cost = CostModel()
+        self.after_batch = after_batch    # callback(points in the batch), e.g. a heap trim
+        self.restarts = 0
         self._jobs: collections.deque[Job] = collections.deque()
         self._cond = threading.Condition()
         self._stopping = False
-        self._busy = 0                    # jobs taken off the queue and not finished yet
+        self._busy: list[Job] = []        # jobs taken off the queue and not finished yet
+        self._busy_until = 0.0            # estimated end of the running batch (monotonic)
         self._thread = threading.Thread(target=self._loop, name="lidarseg-worker", daemon=True)
         self._thread.start()
 
@@ -76,6 +115,14 @@ class InferenceWorker:
                 raise WorkerStopped("the worker is shutting down")
             if len(self._jobs) >= self.queue_size:
                 raise QueueFull(f"{len(self._jobs)} requests already waiting")
+            ahead = sum(j.size for j in self._jobs) + job.size
+            start = max(time.monotonic(), self._busy_until)
+            busy = bool(self._jobs or self._busy)
+            need = start + self.cost.seconds(ahead) - time.monotonic()
+            if busy and need > deadline - time.monotonic():
+                self._dropped()
+                raise DeadlineExceeded(f"cannot finish before the deadline: the work queued "
+                                       f"ahead and this frame are estimated at {need:.1f} s")
             self._jobs.append(job)
             self._depth()
             self._cond.notify()
@@ -101,6 +148,10 @@ class InferenceWorker:
         with self._cond:
             return not self._jobs and not self._busy
 
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
     def stop(self, timeout: float | None = None) -> None:
         """Finishes the queued work, then ends the thread."""
         with self._cond:
@@ -117,45 +168,89 @@ class InferenceWorker:
         if self.stats.on_depth:
             self.stats.on_depth(len(self._jobs))
 
+    def _refuse(self, job: Job, now: float, contended: bool = True) -> bool:
+        """True (and the job failed) when it cannot finish by its deadline if started now.
+        Estimates refuse work only under contention: a job alone runs (and so refreshes the
+        estimate; a stale one cannot refuse work forever)."""
+        if job.future.cancelled():
+            self._dropped()
+            return True
+        if now < job.deadline and (not contended
+                                   or now + self.cost.seconds(job.size) <= job.deadline):
+            return False
+        what = "passed while queued" if now >= job.deadline else "cannot be met"
+        job.future.set_exception(DeadlineExceeded(f"deadline {what}"))
+        self._dropped()
+        return True
+
     def _take_batch(self) -> list[Job] | None:
         with self._cond:
-            while not self._jobs:
-                if self._stopping:
-                    return None
-                self._cond.wait()
-            first = self._jobs.popleft()
-            batch = [first]
-            wait_until = time.monotonic() + self.max_wait_s
-            while len(batch) < self.max_batch:
-                same = next((j for j in self._jobs if j.layer_timing == first.layer_timing), None)
-                if same is not None:
-                    self._jobs.remove(same)
-                    batch.append(same)
-                    continue
-                remaining = wait_until - time.monotonic()
-                if remaining <= 0 or self._stopping:
+            first = None
+            while first is None:
+                while not self._jobs:
+                    if self._stopping:
+                        return None
+                    self._cond.wait()
+                job = self._jobs.popleft()
+                first = None if self._refuse(job, time.monotonic(), bool(self._jobs)) else job
+            batch, wait_until = [first], time.monotonic() + self.max_wait_s
+            while len(batch) < self.max_batch and self._jobs:
+                if not self._grow(batch) and not self._wait_more(wait_until):
                     break
-                self._cond.wait(remaining)
-            self._busy = len(batch)
+            self._busy = batch
+            self._busy_until = time.monotonic() + self.cost.seconds(sum(j.size for j in batch))
             self._depth()
             return batch
 
+    def _grow(self, batch: list[Job]) -> bool:
+        """Adds one waiting job that every frame of the batch can afford; False when none."""
+        now = time.monotonic()
+        total = sum(j.size for j in batch)
+        for job in list(self._jobs):
+            if job.layer_timing != batch[0].layer_timing:
+                continue
+            if self._refuse(job, now):
+                self._jobs.remove(job)
+                continue
+            end = now + self.cost.seconds(total + job.size)
+            if end <= min(j.deadline for j in (*batch, job)):
+                self._jobs.remove(job)
+                batch.append(job)
+                return True
+        return False
+
+    def _wait_more(self, wait_until: float) -> bool:
+        remaining = wait_until - time.monotonic()
+        if remaining <= 0 or self._stopping:
+            return False
+        self._cond.wait(remaining)
+        return True
+
     def _loop(self):
         while True:
-            batch = self._take_batch()
-            if batch is None:
-                return
             try:
+                batch = self._take_batch()
+                if batch is None:
+                    return
                 self._run(batch)
+            except Exception as e:  # noqa: BLE001 - supervised: log, fail the batch, go on
+                log.exception("worker loop failed; restarting it")
+                self.restarts += 1
+                for job in self._busy:
+                    if not job.future.done():
+                        job.future.set_exception(e)
+                if self.stats.on_restart:
+                    self.stats.on_restart()
+                time.sleep(0.05)
             finally:
                 with self._cond:
-                    self._busy = 0
+                    self._busy, self._busy_until = [], 0.0
 
     def _run(self, batch: list[Job]):
         now = time.monotonic()
         live = []
         for job in batch:
-            if job.future.cancelled():
+            if job.future.cancelled():  # the client gave up while the batch formed
                 self._dropped()
                 continue
             if now >= job.deadline:  # expired while queued: never run
@@ -165,7 +260,6 @@ class InferenceWorker:
             if not job.future.set_running_or_notify_cancel():
                 continue
             job.queue_ms = (now - job.enqueued) * 1e3
-            job.batch_size = 0
             live.append(job)
         if not live:
             return
@@ -174,6 +268,8 @@ class InferenceWorker:
         if self.stats.on_batch:
             self.stats.on_batch(len(live))
         around = self.stats.on_run(live) if self.stats.on_run else contextlib.nullcontext()
+        points = sum(j.size for j in live)
+        t0 = time.perf_counter()
         try:
             with around:
                 results: list[FrameResult] = self.pipeline.run(
@@ -184,5 +280,8 @@ class InferenceWorker:
             for job in live:
                 job.future.set_exception(e)
             return
+        self.cost.observe(points, (time.perf_counter() - t0) * 1e3)
         for job, result in zip(live, results):
             job.future.set_result(result)
+        if self.after_batch is not None:
+            self.after_batch(points)

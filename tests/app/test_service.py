@@ -274,7 +274,7 @@ def test_queue_full_gives_503_at_once():
     """One frame running, one queued (queue of 1): every other request gets 503 + Retry-After
     at once, and the two admitted ones still complete."""
     require_real_data()
-    srv = Server(queue_size=1, max_batch=1, deadline_s=120)
+    srv = Server(queue_size=1, max_batch=1, deadline_s=120, decode_concurrency=8)
     body = _big_frame(3)
     try:
         with srv.client() as c, concurrent.futures.ThreadPoolExecutor(1) as pool:

@@ -1,10 +1,12 @@
 """What the routers share: the service state, errors as JSON, typed dependencies, API keys."""
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import hmac
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Annotated, Any
 
@@ -48,43 +50,70 @@ class ServiceState:
     in_flight: int = 0
     observe: Any = None               # app.service.observe.Observability (traces, log, ring)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    decoding: int = 0                        # decodes running or waiting for a decode thread
+    decoder: Any = None                      # the decode thread pool (LIDARSEG_DECODE_CONCURRENCY)
+    uploads: dict = field(default_factory=dict)  # task -> stop(reason): bodies being read
+    loop: Any = None                         # the event loop (set by the lifespan)
+    shutdown_deadline: float = 0.0           # time.monotonic() by which the process exits
+
+    def begin_drain(self, deadline: float) -> None:
+        """SIGTERM: not ready, new work refused, uploads still arriving stopped (503)."""
+        self.draining, self.shutdown_deadline = True, deadline
+        self.metrics.ready.set(0)
+        if self.loop is not None:
+            self.loop.call_soon_threadsafe(self._stop_uploads)
+
+    def _stop_uploads(self) -> None:
+        for stop in list(self.uploads.values()):
+            stop("draining")
+
+    def drain_left(self) -> float:
+        """Seconds left of the shutdown budget (the full budget before a drain began)."""
+        if not self.draining:
+            return self.settings.shutdown_budget_s
+        return max(0.0, self.shutdown_deadline - time.monotonic())
 
     @property
     def model_tag(self) -> str:
         return f"{self.model_name}:{self.model_version}"
 
-    def retry_after(self) -> dict[str, str]:
-        return {"Retry-After": str(self.settings.retry_after_s)}
+    def retry_after(self, close: bool = False) -> dict[str, str]:
+        """Retry-After (and Connection: close when the body is left unread)."""
+        return {"Retry-After": str(self.settings.retry_after_s),
+                **({"Connection": "close"} if close else {})}
 
     def require_ready(self) -> None:
         if self.draining:
             raise ServiceError(503, "draining", "the server is shutting down",
-                               self.retry_after())
+                               self.retry_after(close=True))
         if not self.ready:
-            detail = (f"model failed to load: {self.load_error}" if self.load_error
+            detail = ("the model failed to load (see the server log)" if self.load_error
                       else "the model is still loading")
-            raise ServiceError(503, "not_ready", detail, self.retry_after())
+            raise ServiceError(503, "not_ready", detail, self.retry_after(close=True))
+
+    @property
+    def worker_alive(self) -> bool:
+        return self.worker is not None and self.worker.alive
 
 
-def get_service(request: Request) -> ServiceState:
+async def get_service(request: Request) -> ServiceState:  # async: no pool thread
     return request.app.state.service
 
 
 Service = Annotated[ServiceState, Depends(get_service)]
 
 
-def get_settings(service: Service) -> Settings:
+async def get_settings(service: Service) -> Settings:
     return service.settings
 
 
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 
 
-def require_api_key(request: Request, settings: SettingsDep) -> None:
-    """Authorization: Bearer <key> when LIDARSEG_API_KEYS is set (constant-time compare)."""
-    if not settings.api_keys:
-        return
-    scheme, _, token = request.headers.get("authorization", "").partition(" ")
+def key_valid(authorization: str, keys: tuple[str, ...]) -> bool:
+    """Whether an Authorization header carries one of `keys` (Bearer, or Basic with the key as
+    the password); compared with every key in constant time."""
+    scheme, _, token = authorization.partition(" ")
     token = token.strip().encode()
     if scheme.lower() == "basic":  # a browser (the dashboard): any user name, the key as password
         try:
@@ -94,11 +123,23 @@ def require_api_key(request: Request, settings: SettingsDep) -> None:
         scheme = "bearer"
     ok = False
     if scheme.lower() == "bearer" and token:
-        for key in settings.api_keys:  # compare with every key: timing does not reveal which
+        for key in keys:  # compare with every key: timing does not reveal which
             ok |= hmac.compare_digest(token, key.encode())
-    if not ok:
-        raise ServiceError(401, "unauthorized", "missing or invalid API key "
-                           "(Authorization: Bearer <key>)", {"WWW-Authenticate": "Bearer"})
+    return ok
+
+
+def unauthorized() -> ServiceError:
+    """401; it closes the connection (the body is never read)."""
+    return ServiceError(401, "unauthorized", "missing or invalid API key "
+                        "(Authorization: Bearer <key>)",
+                        {"WWW-Authenticate": "Bearer", "Connection": "close"})
+
+
+async def require_api_key(request: Request, settings: SettingsDep) -> None:
+    """Authorization: Bearer <key> when LIDARSEG_API_KEYS is set (constant-time compare)."""
+    if settings.api_keys and not key_valid(request.headers.get("authorization", ""),
+                                           settings.api_keys):
+        raise unauthorized()
 
 
 ApiKey = Depends(require_api_key)
@@ -106,7 +147,8 @@ ApiKey = Depends(require_api_key)
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     code: {"model": ErrorBody, "description": text} for code, text in (
         (400, "Malformed body or parameters"), (401, "Missing or invalid API key"),
+        (408, "The body did not arrive within the body timeout"),
         (413, "Body over the size limit, or too many points"), (415, "Unknown format"),
         (422, "Unusable values (no finite point, coordinates out of range)"),
-        (503, "Queue full, starting or draining (see Retry-After)"),
+        (503, "Queue full, decoders busy, starting or draining (see Retry-After)"),
         (504, "Deadline passed before the frame was segmented"))}

@@ -15,7 +15,7 @@ router = APIRouter(tags=["metrics"])
             responses={200: {"content": {CONTENT_TYPE_LATEST: {"schema": {"type": "string"}},
                                          openmetrics.CONTENT_TYPE_LATEST: {
                                              "schema": {"type": "string"}}}}})
-def metrics(request: Request, service: Service) -> Response:
+async def metrics(request: Request, service: Service) -> Response:  # event loop, no pool thread
     service.metrics.queue_depth.set(service.worker.depth if service.worker else 0)
     if "application/openmetrics-text" in request.headers.get("accept", ""):
         return Response(openmetrics.generate_latest(service.metrics.registry),

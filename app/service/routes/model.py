@@ -17,7 +17,7 @@ class ClassInfo(BaseModel):
 
 class EngineInfo(BaseModel):
     device: str
-    grouping_plan_file: str | None   # None: built-in defaults (no tuning file loaded)
+    grouping_plan_file: str | None   # file name (never a path); None: built-in defaults
     deterministic: bool
 
 
@@ -35,7 +35,7 @@ class ModelInfo(BaseModel):
 
 @router.get("/model", response_model=ModelInfo, summary="The loaded model",
             responses={k: ERROR_RESPONSES[k] for k in (401, 503)})
-def model_info(service: Service) -> ModelInfo:
+async def model_info(service: Service) -> ModelInfo:
     service.require_ready()
     engine = service.pipeline.engine
     return ModelInfo(

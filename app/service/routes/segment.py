@@ -1,35 +1,38 @@
 """POST /v1/segment: one frame in (raw body, multipart file part, or JSON), one label per point out.
 
-The body is read as a stream and refused (413) as soon as it passes the size limit, with or
-without Content-Length. Decoding runs in the thread pool; the frame then waits in the worker's
-bounded queue (503 at once when full) under the request's deadline (504).
+Before the body is read: readiness, a full queue and busy decoders are answered 503 with
+Retry-After (and Connection: close). The body is read under the limits of routes/body.py.
+Decoding runs on the decode pool, at most LIDARSEG_DECODE_CONCURRENCY at once (beyond: 503), and
+stops at LIDARSEG_MAX_POINTS before converting data (413). The frame then waits in the worker's
+bounded queue under the request's deadline (504); a client that disconnects meanwhile has its
+frame dropped unrun.
 """
 from __future__ import annotations
 
 import asyncio
 import json
-import re
+import logging
 import time
-import uuid
 from typing import Annotated, Literal
 
 import numpy as np
 from fastapi import APIRouter, Query, Request
-from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response
 from pydantic import BaseModel
 
 from app.codecs import DecodeError, decode
 from app.inference.pipeline import IGNORE_LABEL
-from app.inference.voxelize import valid_mask
+from app.inference.voxelize import INTENSITY_SCALE, valid_mask
 from app.service import observe
-from app.service.worker import DeadlineExceeded, QueueFull, WorkerStopped
+from app.service.routes.body import file_part, read_body
 from app.service.routes.deps import ERROR_RESPONSES, ApiKey, Service, ServiceError, ServiceState
+from app.service.worker import DeadlineExceeded, QueueFull, WorkerStopped
+
+log = logging.getLogger("lidarseg")
 
 router = APIRouter(prefix="/v1", tags=["segment"], dependencies=[ApiKey])
 
 TIMING_STAGES = ("decode", "queue", "voxelize", "maps", "network", "devoxelize", "encode", "total")
-_REQUEST_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 BINARY_TYPES = ("application/octet-stream",)
 
 _BINARY_SCHEMA = {"type": "string", "format": "binary"}
@@ -81,45 +84,7 @@ RESPONSES = {
 }
 
 
-async def read_body(request: Request, limit: int) -> bytes:
-    """The whole body, refusing (413) as soon as it passes `limit` bytes."""
-    length = request.headers.get("content-length")
-    if length is not None:
-        try:
-            declared = int(length)
-        except ValueError:
-            raise ServiceError(400, "bad_content_length", f"Content-Length {length!r}") from None
-        if declared > limit:
-            raise ServiceError(413, "body_too_large",
-                               f"body of {declared} bytes is over the limit of {limit} bytes")
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise ServiceError(413, "body_too_large",
-                               f"body passed the limit of {limit} bytes while streaming")
-        chunks.append(chunk)
-    return b"".join(chunks)
-
-
-async def file_part(request: Request, body: bytes) -> tuple[bytes, str | None]:
-    """(file bytes, its content type) of a multipart body with exactly one file part."""
-    async def replay():
-        return {"type": "http.request", "body": body, "more_body": False}
-
-    try:
-        form = await Request(request.scope, replay).form(max_files=1, max_fields=16)
-    except Exception as e:  # noqa: BLE001 - any parser failure is the client's malformed body
-        raise ServiceError(400, "malformed_multipart", f"multipart body: {e}") from None
-    files = [v for _, v in form.multi_items() if hasattr(v, "read")]
-    if len(files) != 1:
-        raise ServiceError(400, "malformed_multipart",
-                           f"expected exactly one file part, got {len(files)}")
-    data = await files[0].read()
-    return data, files[0].content_type
-
-
-def check_points(service: ServiceState, points: np.ndarray) -> np.ndarray:
+def check_points(service: ServiceState, points: np.ndarray, sensor: str) -> np.ndarray:
     settings = service.settings
     if not isinstance(points, np.ndarray) or points.ndim != 2 or points.shape[1] < 3:
         shape = getattr(points, "shape", None)
@@ -137,22 +102,98 @@ def check_points(service: ServiceState, points: np.ndarray) -> np.ndarray:
         raise ServiceError(422, "out_of_range",
                            f"{ignored['out_of_range']} points lie outside |x|, |y| <= "
                            f"{cfg.max_xy} m, z in {list(cfg.z_range)} m (range policy 'reject')")
-    if points.shape[1] > 3 and not np.isfinite(points[:, 3:]).all():  # NaN intensity -> 0
-        points = points.copy()
-        np.nan_to_num(points[:, 3:], copy=False, nan=0.0, posinf=0.0, neginf=0.0)
+    return clean_extra_columns(points, sensor)
+
+
+def clean_extra_columns(points: np.ndarray, sensor: str) -> np.ndarray:
+    """Non-finite values after x, y, z become 0; intensity (column 3) is clamped to the
+    sensor's range, 0..1 (kitti) or 0..255 (nuscenes, ouster): a frame with absurd values
+    (3e38) is segmented as if they were the range's ends. Copies only when something changes."""
+    if points.shape[1] <= 3:
+        return points
+    extra = points[:, 3:]
+    top = np.float32(1.0 / INTENSITY_SCALE.get(sensor, 1.0))
+    inten = extra[:, 0]
+    if np.isfinite(extra).all() and not (inten < 0).any() and not (inten > top).any():
+        return points
+    points = points.copy()
+    np.nan_to_num(points[:, 3:], copy=False, nan=0.0, posinf=0.0, neginf=0.0)
+    np.clip(points[:, 3], 0.0, top, out=points[:, 3])
     return points
 
 
-def decode_frame(service: ServiceState, body: bytes, fmt: str | None, content_type: str | None):
+def decode_frame(service: ServiceState, body: bytes, fmt: str | None, content_type: str | None,
+                 request_id: str):
     if not body:
         raise ServiceError(400, "empty_body", "the request body is empty: post one frame")
     try:
-        frame = decode(body, fmt, content_type)
+        frame = decode(body, fmt, content_type, max_points=service.settings.max_points)
     except DecodeError as e:
         raise ServiceError(e.status, e.code, e.detail) from None
-    except Exception as e:  # noqa: BLE001 - a codec that trips on bad input is still bad input
-        raise ServiceError(400, "malformed_body", f"could not decode the body: {e}") from None
-    return check_points(service, frame.points), frame.sensor
+    except Exception:  # noqa: BLE001 - a codec that trips on bad input is still bad input
+        log.exception("request %s: unexpected decode failure", request_id)
+        raise ServiceError(400, "malformed_body", "the body could not be decoded (request id "
+                           f"{request_id})") from None
+    return check_points(service, frame.points, frame.sensor), frame.sensor
+
+
+def admit(service: ServiceState) -> None:
+    """Before the body is read: 503 + Retry-After (closing the connection) when the queue is
+    full or every decode slot is taken."""
+    service.require_ready()
+    settings = service.settings
+    if service.worker.depth >= settings.queue_size:
+        raise ServiceError(503, "queue_full", f"server busy: {service.worker.depth} requests "
+                           "already waiting", service.retry_after(close=True))
+    if service.decoding >= settings.decode_slots:
+        raise ServiceError(503, "decoders_busy", f"server busy: {service.decoding} frames "
+                           "being decoded (LIDARSEG_DECODE_CONCURRENCY)",
+                           service.retry_after(close=True))
+
+
+async def decode_in_pool(service: ServiceState, *args):
+    """decode_frame on the decode pool, holding one of its slots (503 when none is free)."""
+    if service.decoding >= service.settings.decode_slots:
+        raise ServiceError(503, "decoders_busy", "server busy: every decode slot is taken "
+                           "(LIDARSEG_DECODE_CONCURRENCY)", service.retry_after())
+    service.decoding += 1
+    try:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(service.decoder, decode_frame, service, *args)
+    finally:
+        service.decoding -= 1
+
+
+async def wait_result(request: Request, service: ServiceState, job, deadline: float):
+    """The job's result; 504 past the deadline; the job is cancelled (never run if it still
+    waits) when the client disconnects or the deadline passes."""
+    waiter = asyncio.wrap_future(job.future)
+    gone = asyncio.ensure_future(_disconnected(request))
+    try:
+        done, _ = await asyncio.wait({waiter, gone}, timeout=max(0.0, deadline - time.monotonic()),
+                                     return_when=asyncio.FIRST_COMPLETED)
+        if waiter in done:
+            return waiter.result()
+        service.worker.cancel(job)
+        if gone in done:
+            raise ServiceError(499, "client_closed_request", "the client went away")
+        raise asyncio.TimeoutError
+    except (asyncio.TimeoutError, DeadlineExceeded):
+        service.worker.cancel(job)
+        raise ServiceError(504, "deadline_exceeded", f"not segmented within "
+                           f"{service.settings.deadline_s} s (LIDARSEG_DEADLINE_S)") from None
+    finally:
+        gone.cancel()
+        if not waiter.done():
+            waiter.cancel()
+
+
+async def _disconnected(request: Request) -> None:
+    """Returns once the client has disconnected (the body is already read)."""
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            return
 
 
 def server_timing(timing_ms: dict[str, float]) -> str:
@@ -189,13 +230,11 @@ async def segment(
 ) -> Response:
     t0 = time.perf_counter()
     settings = service.settings
-    rid = request.headers.get("x-request-id", "")
-    request_id = rid if _REQUEST_ID.match(rid) else uuid.uuid4().hex
-    request.state.request_id = request_id
-    service.require_ready()
+    request_id = request.state.request_id
+    admit(service)
     deadline = time.monotonic() + settings.deadline_s
 
-    body = await read_body(request, settings.max_body_bytes)
+    body = await read_body(request, service)
     t_body = time.perf_counter()
     content_type = request.headers.get("content-type")
     media = (content_type or "").split(";")[0].strip().lower()
@@ -204,7 +243,7 @@ async def segment(
         media = (content_type or "").split(";")[0].strip().lower()
     if media == "application/json" and fmt is None:
         fmt = "json"
-    points, sensor = await run_in_threadpool(decode_frame, service, body, fmt, content_type)
+    points, sensor = await decode_in_pool(service, body, fmt, content_type, request_id)
     decode_ms = (time.perf_counter() - t_body) * 1e3
 
     try:
@@ -214,14 +253,11 @@ async def segment(
         raise ServiceError(503, "queue_full", f"server busy: {e}", service.retry_after()) from None
     except WorkerStopped as e:
         raise ServiceError(503, "draining", str(e), service.retry_after()) from None
+    except DeadlineExceeded as e:
+        raise ServiceError(504, "deadline_exceeded", f"{e} (LIDARSEG_DEADLINE_S = "
+                           f"{settings.deadline_s} s)") from None
     service.metrics.queue_depth.set(service.worker.depth)
-    waiter = asyncio.wrap_future(job.future)
-    try:
-        result = await asyncio.wait_for(waiter, max(0.0, deadline - time.monotonic()))
-    except (asyncio.TimeoutError, DeadlineExceeded):
-        service.worker.cancel(job)
-        raise ServiceError(504, "deadline_exceeded", f"not segmented within "
-                           f"{settings.deadline_s} s (LIDARSEG_DEADLINE_S)") from None
+    result = await wait_result(request, service, job, deadline)
 
     t_enc = time.perf_counter()
     timing = {"decode": decode_ms, "queue": job.queue_ms,

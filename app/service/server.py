@@ -1,0 +1,128 @@
+"""uvicorn, hardened: header and idle timeouts, a connection cap, one shutdown budget.
+
+GuardedH11 is uvicorn's h11 protocol plus
+  - a header timeout: a connection must deliver a request line and headers within
+    LIDARSEG_HEADER_TIMEOUT_S of opening (or of its previous response), else 408 and closed
+    (slow-header clients cannot hold connections; uvicorn only times out idle keep-alives, which
+    is LIDARSEG_IDLE_TIMEOUT_S here);
+  - a connection cap: beyond LIDARSEG_MAX_CONNECTIONS open connections a new one gets a JSON 503
+    with Retry-After and is closed.
+The body deadline (408) and the rest live in the routes (routes/body.py).
+
+Shutdown (SIGTERM / SIGINT): one budget, LIDARSEG_SHUTDOWN_BUDGET_S (25 s, under Kubernetes'
+default 30 s grace period), from the signal to the exit. At once: readiness turns 503, new
+requests get 503 draining, uploads still arriving are answered 503 draining and closed (a clean
+status, not a 500). Requests already decoded run on until the budget's drain part ends
+(budget - CLOSE_RESERVE_S); then uvicorn closes connections (at most GRACEFUL_S) and the lifespan
+stops the worker with what is left. A second signal exits at once.
+"""
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import uvicorn
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+from app.service.config import Settings
+
+CLOSE_RESERVE_S = 5.0   # of the shutdown budget, kept for closing connections and the lifespan
+GRACEFUL_S = 3.0        # uvicorn's own graceful close, inside the reserve
+
+
+def _raw_response(status: str, body: dict, extra: str = "") -> bytes:
+    payload = json.dumps(body).encode()
+    return (f"HTTP/1.1 {status}\r\ncontent-type: application/json\r\nconnection: close\r\n"
+            f"content-length: {len(payload)}\r\n{extra}\r\n").encode() + payload
+
+
+class GuardedH11(H11Protocol):
+    """uvicorn's h11 protocol with a header timeout and a connection cap (see the module doc)."""
+
+    def connection_made(self, transport) -> None:
+        super().connection_made(transport)
+        guard = self.config.lidarseg_guard
+        if len(self.connections) > guard["max_connections"]:
+            transport.write(_raw_response(
+                "503 Service Unavailable",
+                {"error": "too_many_connections",
+                 "detail": f"more than {guard['max_connections']} open connections"},
+                f"retry-after: {guard['retry_after_s']}\r\n"))
+            transport.close()
+            self.connections.discard(self)
+            return
+        self._arm_header_timer()
+
+    def _arm_header_timer(self) -> None:
+        self._waiting_cycle = self.cycle
+        self._header_timer = self.loop.call_later(
+            self.config.lidarseg_guard["header_timeout_s"], self._header_timeout)
+
+    def _disarm_header_timer(self) -> None:
+        timer = getattr(self, "_header_timer", None)
+        if timer is not None:
+            timer.cancel()
+            self._header_timer = None
+
+    def _header_timeout(self) -> None:
+        self._header_timer = None
+        if self.cycle is self._waiting_cycle and not self.transport.is_closing():
+            self.transport.write(_raw_response(
+                "408 Request Timeout",
+                {"error": "header_timeout", "detail": "request headers did not arrive in time"}))
+            self.transport.close()
+
+    def handle_events(self) -> None:
+        super().handle_events()
+        if self.cycle is not getattr(self, "_waiting_cycle", self.cycle):
+            self._disarm_header_timer()  # a request's headers arrived
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        if not self.transport.is_closing() and (self.cycle is None
+                                                or self.cycle.response_complete):
+            self._disarm_header_timer()
+            self._arm_header_timer()
+
+    def connection_lost(self, exc) -> None:
+        self._disarm_header_timer()
+        super().connection_lost(exc)
+
+
+def uvicorn_config(app, settings: Settings) -> uvicorn.Config:
+    config = uvicorn.Config(
+        app, host=settings.host, port=settings.port, lifespan="on", http=GuardedH11,
+        log_level=settings.log_level, timeout_keep_alive=max(1, round(settings.idle_timeout_s)),
+        timeout_graceful_shutdown=GRACEFUL_S, h11_max_incomplete_event_size=64 * 1024,
+        access_log=settings.access_log == "off")  # else ours (access_log.py)
+    config.lidarseg_guard = {"max_connections": settings.max_connections,
+                             "header_timeout_s": settings.header_timeout_s,
+                             "retry_after_s": settings.retry_after_s}
+    return config
+
+
+def run(app) -> None:
+    """Serves `app` (create_app's) until a signal, within the shutdown budget."""
+    service = app.state.service
+    settings = service.settings
+
+    class DrainingServer(uvicorn.Server):
+        def handle_exit(self, sig, frame):
+            if service.draining:  # second signal: stop now
+                self.should_exit = self.force_exit = True
+                return
+            service.begin_drain(time.monotonic() + settings.shutdown_budget_s)
+            threading.Thread(target=self._drain, daemon=True).start()
+
+        def _drain(self):
+            end = service.shutdown_deadline - CLOSE_RESERVE_S
+            while time.monotonic() < end:
+                with service.lock:
+                    busy = service.in_flight
+                if not busy and (service.worker is None or service.worker.idle):
+                    break
+                time.sleep(0.02)
+            self.should_exit = True
+
+    DrainingServer(uvicorn_config(app, settings)).run()
