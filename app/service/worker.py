@@ -42,11 +42,13 @@ class WorkerStopped(Exception):
 
 
 class CostModel:
-    """Milliseconds per point: the least of the last `keep` batches' (None until one ran).
+    """Milliseconds per point: the least of the last `keep` batches of at least `min_points`
+    points (None until one ran; a small batch is mostly fixed overhead and says little).
     Optimistic on purpose: a slow outlier (a first run, a noisy neighbour) never makes the worker
     refuse work it could do; under steady load the batches agree and the estimate is close."""
 
-    def __init__(self, keep: int = 8):
+    def __init__(self, keep: int = 8, min_points: int = 10_000):
+        self.min_points = min_points
         self.recent: collections.deque[float] = collections.deque(maxlen=keep)
 
     @property
@@ -54,7 +56,7 @@ class CostModel:
         return min(self.recent) if self.recent else None
 
     def observe(self, points: int, ms: float) -> None:
-        if points > 0:
+        if points >= self.min_points:
             self.recent.append(ms / points)
 
     def seconds(self, points: int) -> float:

@@ -135,14 +135,18 @@ def unauthorized() -> ServiceError:
                         {"WWW-Authenticate": "Bearer", "Connection": "close"})
 
 
-async def require_api_key(request: Request, settings: SettingsDep) -> None:
+def require_api_key(request: Request, settings: Settings) -> None:
     """Authorization: Bearer <key> when LIDARSEG_API_KEYS is set (constant-time compare)."""
     if settings.api_keys and not key_valid(request.headers.get("authorization", ""),
                                            settings.api_keys):
         raise unauthorized()
 
 
-ApiKey = Depends(require_api_key)
+async def _api_key(request: Request, settings: SettingsDep) -> None:  # async: no pool thread
+    require_api_key(request, settings)
+
+
+ApiKey = Depends(_api_key)
 
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     code: {"model": ErrorBody, "description": text} for code, text in (
