@@ -40,14 +40,15 @@ SENSOR = {"nuscenes": "nuscenes"}
 FORMAT = {"nuscenes": "nuscenes"}
 
 
-def start_server(weights: str, cr: float, device: str) -> tuple[subprocess.Popen, str]:
+def start_server(weights: str, cr: float, device: str, env: dict | None = None,
+                 stderr=None) -> tuple[subprocess.Popen, str]:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     env = {**os.environ, "LIDARSEG_WEIGHTS": weights, "LIDARSEG_CR": str(cr),
-           "LIDARSEG_LOG_LEVEL": "warning"}
+           "LIDARSEG_LOG_LEVEL": "warning", **(env or {})}
     proc = subprocess.Popen([sys.executable, "-m", "app", "serve", "--port", str(port),
-                             "--device", device], cwd=common.REPO_ROOT, env=env)
+                             "--device", device], cwd=common.REPO_ROOT, env=env, stderr=stderr)
     url = f"http://127.0.0.1:{port}"
     end = time.monotonic() + 300
     while time.monotonic() < end:
@@ -73,7 +74,14 @@ def main(argv=None) -> int:
     ap.add_argument("--runs", type=int, default=7)
     ap.add_argument("--url", default=None)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--observe", action="store_true",
+                    help="instead: tracing, exemplars, access log and request ring on vs off "
+                         "(bench/observe.py), per request and end to end")
     args = ap.parse_args(argv)
+    if args.observe:
+        from bench import observe
+
+        return observe.service_main(args)
 
     proc, url = ((None, args.url) if args.url
                  else start_server(args.weights, args.cr, args.device))

@@ -9,6 +9,7 @@ if ! ldconfig -p 2>/dev/null | grep -q libusb-1.0.so.0 || ! command -v g++ >/dev
   $SUDO apt-get update -qq
   $SUDO apt-get install -y -qq libusb-1.0-0 g++ >/dev/null
 fi
+bash deploy/setup-observability.sh  # apt: prometheus + chromium for the observability tests
 if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv
 fi

@@ -2,8 +2,9 @@
 
 Each entry is a small summary (ids, status, counts, stage times). The frame's points and labels
 are kept too (references to the arrays the request already made, no copy) while they fit in the
-memory budget; past it the oldest entries' points are let go (their class counts are kept).
-Budget 0 keeps no points; size 0 keeps nothing. Only the event-loop thread touches a ring.
+memory budget; past it the oldest entries' points and labels are let go (with them their class
+counts, which are counted only when asked for: nothing is counted on the request path). Budget 0
+keeps no points; size 0 keeps nothing. Only the event-loop thread touches a ring.
 """
 from __future__ import annotations
 
@@ -19,7 +20,6 @@ class Entry:
     summary: dict
     points: np.ndarray | None = None     # float32 [N, >=3]
     labels: np.ndarray | None = None     # [N] ints, 255 = ignored
-    class_counts: dict[str, int] | None = None
     nbytes: int = 0
 
 
@@ -62,7 +62,6 @@ class RequestRing:
 
     def _release(self, entry: Entry) -> None:
         if entry.labels is not None:
-            entry.class_counts = self.counts(entry.labels)
             self.kept_bytes -= entry.nbytes
             entry.points = entry.labels = None
             entry.nbytes = 0
@@ -85,8 +84,7 @@ class RequestRing:
         return self._entries.get(rid)
 
     def detail(self, entry: Entry) -> dict:
-        counts = (self.counts(entry.labels) if entry.labels is not None
-                  else entry.class_counts)
+        counts = self.counts(entry.labels) if entry.labels is not None else None
         return {**entry.summary, "has_points": entry.labels is not None,
                 "class_counts": counts}
 
