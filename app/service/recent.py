@@ -15,6 +15,17 @@ from dataclasses import dataclass, field
 import numpy as np
 
 
+def held_bytes(a: np.ndarray) -> int:
+    """What keeping `a` keeps alive: a view holds its whole base buffer (e.g. the request body)."""
+    base = a
+    while isinstance(base, np.ndarray) and base.base is not None:
+        base = base.base
+    try:
+        return max(a.nbytes, memoryview(base).nbytes)
+    except TypeError:
+        return a.nbytes
+
+
 @dataclass
 class Entry:
     summary: dict
@@ -48,7 +59,7 @@ class RequestRing:
             self._release(self._entries.popitem(last=False)[1])
         if points is None or labels is None or self.budget_bytes <= 0:
             return
-        nbytes = points.nbytes + labels.nbytes
+        nbytes = held_bytes(points) + held_bytes(labels)
         if nbytes > self.budget_bytes:
             return
         entry.points, entry.labels, entry.nbytes = points, labels, nbytes

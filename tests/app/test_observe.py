@@ -7,6 +7,7 @@ import concurrent.futures
 import io
 import json
 import re
+import time
 
 import numpy as np
 import pytest
@@ -18,7 +19,7 @@ from app.service.access_log import AccessLog
 from app.service.recent import RequestRing
 from app.service.tracing import Tracing, export_requested
 from tests.app.observe_helpers import OPENMETRICS, PARENT, app_client, small_frame
-from tests.conftest import require_real_data
+from tests.conftest import load_frame, require_real_data
 
 STAGES = ("decode", "queue", "voxelize", "maps", "network", "devoxelize", "encode")
 KEY = "observe-key-0123456789"
@@ -76,12 +77,18 @@ def test_span_tree_and_stage_durations(traced):
 
 
 def test_batched_frames_link_to_one_inference_span(traced):
+    """Two frames queued behind a long one run as one batch: one `inference` span, which both
+    frames' pipeline-stage spans link to."""
     client, exporter, _ = traced
-    with concurrent.futures.ThreadPoolExecutor(2) as pool:
-        responses = list(pool.map(lambda _: post(client), range(2)))
+    big = np.ascontiguousarray(load_frame("semantickitti/seq00_000000.bin")).tobytes()
+    with concurrent.futures.ThreadPoolExecutor(3) as pool:
+        first = pool.submit(client.post, "/v1/segment?format=kitti", content=big)
+        time.sleep(0.5)                      # the big frame occupies the worker ...
+        responses = list(pool.map(lambda _: post(client), range(2)))   # ... these two queue
+        assert first.result().status_code == 200
     assert all(r.status_code == 200 for r in responses)
     if {r.json()["batch_size"] for r in responses} != {2}:
-        pytest.skip("the two frames did not meet in one batch (1 s batching window)")
+        pytest.skip("the two frames did not meet in one batch (the big frame ended first)")
     traces = [r.headers["traceparent"].split("-")[1] for r in responses]
     linked = [{lk.context.span_id for s in spans_of(exporter, t) if s.name == "network"
                for lk in s.links} for t in traces]

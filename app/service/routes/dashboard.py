@@ -17,6 +17,7 @@ from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import FileResponse, HTMLResponse, Response
 from fastapi.staticfiles import StaticFiles
 
+from app.service.metrics import STAGES
 from app.service.routes.deps import (ERROR_RESPONSES, Service, ServiceError, SettingsDep,
                                      require_api_key)
 
@@ -58,7 +59,7 @@ async def list_requests(service: Service,
                         limit: Annotated[int, Query(ge=1, le=100_000)] = 200) -> dict:
     ring = _ring(service)
     return {"requests": ring.listing(limit), "stats": ring.stats(),
-            "classes": _classes(service)}
+            "stages": [s for s in STAGES if s != "total"], "classes": _classes(service)}
 
 
 @router.get("/v1/requests/{request_id}", summary="One recent request: stages, counts per class",

@@ -4,7 +4,7 @@
 import * as THREE from "three";
 import { OrbitControls } from "/static/vendor/three/OrbitControls.js";
 
-const STAGES = ["decode", "queue", "voxelize", "maps", "network", "devoxelize", "encode"];
+let STAGES = ["decode", "queue", "voxelize", "maps", "network", "devoxelize", "encode"];  // the server's list replaces it
 const STAGE_COLORS = ["#8e6fd8", "#b0b0b0", "#2f9e8f", "#e0a030", "#3b6fd8", "#d05a8a", "#6a9a3a"];
 const POLL_MS = 1000;
 const $ = (id) => document.getElementById(id);
@@ -28,7 +28,7 @@ function stageBar(timing) {
     if (!timing[k]) return;
     const seg = document.createElement("span");
     seg.style.width = `${(100 * timing[k]) / total}%`;
-    seg.style.background = STAGE_COLORS[i];
+    seg.style.background = STAGE_COLORS[i % STAGE_COLORS.length];
     seg.title = `${k} ${timing[k].toFixed(2)} ms`;
     bar.appendChild(seg);
   });
@@ -89,6 +89,7 @@ async function poll() {
   try {
     const data = await getJSON("/v1/requests?limit=200");
     state.classes = data.classes;
+    if (data.stages) STAGES = data.stages;
     state.rows = data.requests;
     renderStats(data.stats);
     renderTable(data.requests);
@@ -114,7 +115,7 @@ function renderWaterfall(timing) {
     const seg = row.querySelector(".seg");
     seg.style.left = `${(100 * start) / total}%`;
     seg.style.width = `${(100 * ms) / total}%`;
-    seg.style.background = STAGE_COLORS[i];
+    seg.style.background = STAGE_COLORS[i % STAGE_COLORS.length];
     start += ms;
     rows.push(row);
   });
