@@ -105,6 +105,9 @@ def test_error_status_is_on_the_span(traced):
     trace_id = r.headers["traceparent"].split("-")[1]
     (root,) = [s for s in spans_of(exporter, trace_id) if s.name.startswith("POST")]
     assert root.attributes["http.response.status_code"] == 415
+    listed = client.get("/v1/requests").json()["requests"]
+    entry = next(e for e in listed if e["trace_id"] == trace_id)    # failures are listed too
+    assert entry["status"] == 415 and not entry["has_points"] and "total" in entry["timing_ms"]
 
 
 def test_openmetrics_scrape_has_exemplars(traced):
@@ -149,6 +152,12 @@ def test_access_log_text_and_no_secrets():
     assert line.startswith("20") and '"POST /v1/segment" 401 rid=rid' in line
     assert "total=1.2" in line and "10.0.0.1:5" in line
     assert AccessLog("auto", stream=io.StringIO()).mode == "json"   # not a terminal
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    assert AccessLog("auto", stream=Terminal()).mode == "text"
 
 
 def test_keys_guard_dashboard_and_its_json():
