@@ -37,7 +37,7 @@ from app.service.access_log import AccessLog
 from app.service.config import Settings
 from app.service.metrics import Metrics
 from app.service.routes.deps import ServiceState
-from app.service.tracing import Tracing
+from app.service.tracing import PIPELINE_STAGES, Tracing
 from bench import common
 
 SINK = """
@@ -214,7 +214,7 @@ def end_to_end(weights: str, cr: float, device: str, frame: str, runs: int) -> d
                     r.raise_for_status()
                     st = server_timing(r.headers["server-timing"])
                     if i:
-                        layer[name].append(rt - sum(st[k] for k in observe.PIPELINE))
+                        layer[name].append(rt - sum(st[k] for k in PIPELINE_STAGES))
     finally:
         for proc, _ in servers.values():
             proc.terminate()

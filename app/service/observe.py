@@ -14,14 +14,13 @@ from typing import TYPE_CHECKING
 from app.codecs import infer_format
 from app.service.access_log import AccessLog
 from app.service.recent import RequestRing
-from app.service.tracing import RequestTrace, Tracing, provider_from_env
+from app.service.tracing import PIPELINE_STAGES, RequestTrace, Tracing, provider_from_env
 
 if TYPE_CHECKING:
     from app.service.routes.deps import ServiceState
 
 TRACE_KEY, RECORD_KEY = "lidarseg_trace", "lidarseg_record"
 SEGMENT_PATH = "/v1/segment"
-PIPELINE = ("voxelize", "maps", "network", "devoxelize")
 
 
 class Observability:
@@ -91,7 +90,7 @@ def record(request, *, timing: dict[str, float], result, batch_size: int, fmt: s
         return None
     # the stage spans, laid end to end from where the route measured them
     stages, start = [], t_body
-    for name in ("decode", "queue", *PIPELINE):
+    for name in ("decode", "queue", *PIPELINE_STAGES):
         ms = timing.get(name, 0.0)
         stages.append((name, start, ms))
         start += ms / 1e3

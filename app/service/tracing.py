@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 
 TRACEPARENT = re.compile(r"^00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})$")
 _ZERO_TRACE = "0" * 32
+# the stages one pipeline run times for all frames of a batch: their spans link to that run's span
+PIPELINE_STAGES = ("voxelize", "maps", "network", "devoxelize")
 
 
 @dataclass
@@ -162,6 +164,3 @@ class Tracing:
     def shutdown(self) -> None:
         if self.provider is not None:
             self.provider.shutdown()
-
-
-PIPELINE_STAGES = ("voxelize", "maps", "network", "devoxelize")
