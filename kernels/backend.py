@@ -7,8 +7,9 @@ process's CUDA context). CUDA ops run under their tensors' device (torch.cuda.de
 current stream; with LIDARSEG_CUDA_SYNC=1 every CUDA call is followed by a synchronisation, so a
 fault inside a kernel raises here, with the CUDA error text and the op's name.
 
-The libraries are built on first use (kernels/build.py) and loaded once per process; `library()`
-memoises the handle. torch is imported first so the CPU library shares PyTorch's OpenMP runtime.
+The libraries are built on first use or found prebuilt (kernels/build.py `library_path`) and
+loaded once per process; `library()` memoises the handle. torch is imported first so the CPU
+library shares PyTorch's OpenMP runtime.
 """
 from __future__ import annotations
 
@@ -89,19 +90,13 @@ def signatures() -> dict[str, tuple[Param, ...]]:
 
 @functools.lru_cache(maxsize=None)
 def library(device_type: str) -> ctypes.CDLL:
-    """The loaded kernel library for 'cpu' or 'cuda' (built on first use), every function
-    declared with its argument types."""
+    """The loaded kernel library for 'cpu' or 'cuda' (built on first use or found prebuilt),
+    every function declared with its argument types."""
     from . import build  # imported lazily so `python -m kernels.build` runs without a warning
 
-    if device_type == "cpu":
-        path = build.build_cpu()
-    elif device_type == "cuda":
-        if not torch.cuda.is_available():
-            raise KernelError("a CUDA kernel was asked for, but torch sees no CUDA device")
-        path = build.build_cuda()
-    else:
-        raise ValueError(f"no kernels for device type {device_type!r}")
-    return bind(path, device_type)
+    if device_type == "cuda" and not torch.cuda.is_available():
+        raise KernelError("a CUDA kernel was asked for, but torch sees no CUDA device")
+    return bind(build.library_path(device_type), device_type)
 
 
 def bind(path, device_type: str) -> ctypes.CDLL:

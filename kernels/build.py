@@ -4,32 +4,45 @@ Neither build includes PyTorch's C++ headers: the kernels export plain C functio
 that kernels/backend.py binds with ctypes. That keeps the CPU build to a few seconds with g++ alone
 and lets nvcc compile the CUDA sources on its own (a Jetson Orin builds them in about a minute).
 
-Libraries land in a cache folder keyed by a hash of the sources and flags, so an edited source is
-rebuilt and a concurrent build never half-overwrites a library another process has loaded.
+Targets are explicit. The CPU library is compiled for a named ISA level (LIDARSEG_CPU_ISA, e.g.
+`x86-64-v3`, `x86-64-v4`, `armv8.2-a`; `native`, the default, only for a library used on the
+machine that built it). The CUDA library holds machine code for every arch in LIDARSEG_CUDA_ARCHS
+(e.g. "75 80 86 87 89 90") and PTX for the highest; no GPU is needed to build it. CXX and
+LIDARSEG_CXXFLAGS (e.g. "-Werror") choose the compiler (a cross compiler too) and extra flags.
 
-    python -m kernels.build            # build what this machine can (CPU; CUDA where nvcc exists)
+Libraries land in a cache folder (LIDARSEG_BUILD_DIR) under a key that hashes the sources, the
+flags, the compiler's identity and what the target resolves to (its predefined macros), each with
+a manifest that kernels/targets.py matches against the CPU or GPU at load time. Writes are atomic,
+so a concurrent build never half-overwrites a library another process has loaded. With
+LIDARSEG_KERNEL_BUILD=never (the images) nothing is compiled at run time: `library_path` loads a
+prebuilt library that fits this machine or raises targets.LibraryMissing saying what is missing.
+
+    python -m kernels.build                          # what this machine needs (CPU; CUDA on a GPU)
+    python -m kernels.build --isa x86-64-v3 x86-64-v4 --cuda-arch 75 80 86 87 89 90   # images
     python -m kernels.build --cuda-arch 87 90 --cuda-only   # compile-check the CUDA twin
+    python -m kernels.build --list                   # the cached libraries and their targets
 """
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
+import json
 import os
-import platform
+import re
 import shutil
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
+from . import targets
+
 CSRC = Path(__file__).resolve().parent / "csrc"
 CPU_SOURCES = sorted(CSRC.glob("*_cpu.cpp"))
 CUDA_SOURCES = sorted((CSRC / "cuda").glob("*.cu"))
 HEADERS = sorted(CSRC.glob("*.h")) + sorted((CSRC / "cuda").glob("*.h"))
 CXX_FLAGS = ["-O3", "-std=c++17", "-fPIC", "-shared", "-fopenmp", "-Wall", "-Wextra"]
-# The library is compiled on the machine that runs it (first use, or deploy/setup.sh), so it may
-# use that CPU's vector units; LIDARSEG_CPU_ARCH overrides (e.g. "armv8.2-a" or "x86-64-v3").
-CPU_ARCH = os.environ.get("LIDARSEG_CPU_ARCH", "native")
 DEFAULT_CUDA_ARCHS = ("87", "90")  # Jetson Orin, H100 / H200
 
 
@@ -44,44 +57,94 @@ def cache_dir() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "lidarseg"
 
 
-def _digest(sources: list[Path], flags: list[str]) -> str:
-    h = hashlib.sha256(" ".join(flags).encode())
-    for path in sorted(sources + HEADERS):
-        h.update(path.name.encode())
-        h.update(path.read_bytes())
+def cpu_isa() -> str:
+    """LIDARSEG_CPU_ISA (LIDARSEG_CPU_ARCH is the older name), default `native`."""
+    return os.environ.get("LIDARSEG_CPU_ISA") or os.environ.get("LIDARSEG_CPU_ARCH") or "native"
+
+
+def cuda_archs_from_env() -> tuple[str, ...] | None:
+    """LIDARSEG_CUDA_ARCHS ("75 80 8.6;87,90") as sorted unique "XY" strings, or None."""
+    text = os.environ.get("LIDARSEG_CUDA_ARCHS", "")
+    archs = {a.replace(".", "") for a in re.split(r"[\s,;]+", text) if a}
+    if any(not a.isdigit() for a in archs):
+        raise BuildError(f"LIDARSEG_CUDA_ARCHS={text!r}: expected numbers like '75 87 90'")
+    return tuple(sorted(archs, key=int)) or None
+
+
+def prebuilt_only() -> bool:
+    return os.environ.get("LIDARSEG_KERNEL_BUILD", "auto") == "never"
+
+
+def _hash(*parts: str | bytes) -> str:
+    h = hashlib.sha256()
+    for part in parts:
+        h.update(part if isinstance(part, bytes) else part.encode())
+        h.update(b"\0")
     return h.hexdigest()[:16]
 
 
-def _run(cmd: list[str]) -> None:
+def sources_digest(sources: list[Path]) -> str:
+    """Hash of the sources and headers alone (what a prebuilt library must match)."""
+    return _hash(*(p.name.encode() + p.read_bytes() for p in sorted(sources + HEADERS)))
+
+
+def _run(cmd: list[str]) -> str:
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         raise BuildError(f"{' '.join(cmd)}\n{proc.stdout}\n{proc.stderr}")
+    return proc.stdout
 
 
-def _build(name: str, sources: list[Path], cmd_for, flags: list[str]) -> Path:
-    target = cache_dir() / f"{name}-{_digest(sources, flags)}.so"
-    if target.exists():
+def _build(name: str, key: str, cmd_for, manifest: dict) -> Path:
+    target = cache_dir() / f"{name}-{key}.so"
+    if target.exists() and target.with_suffix(".json").exists():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
         partial = Path(tmp) / target.name
         _run(cmd_for(partial))
         os.replace(partial, target)  # atomic: readers see the old library or the new one
+        note = Path(tmp) / "manifest.json"
+        note.write_text(json.dumps(manifest, indent=1) + "\n")
+        os.replace(note, target.with_suffix(".json"))
     return target
 
 
-def build_cpu() -> Path:
-    """Compiles liblidarseg_cpu.so (g++ and OpenMP) and returns its path."""
-    cxx = os.environ.get("CXX", "g++")
-    flags = [*CXX_FLAGS, f"-march={CPU_ARCH}" if CPU_ARCH != "native" else "-march=native"]
-    if platform.machine() == "aarch64" and CPU_ARCH == "native":
-        flags[-1] = "-mcpu=native"  # gcc on ARM spells it -mcpu
-    return _build(
-        "liblidarseg_cpu",
-        CPU_SOURCES,
-        lambda out: [cxx, *flags, f"-I{CSRC}", *map(str, CPU_SOURCES), "-o", str(out)],
-        flags,
-    )
+@functools.lru_cache(maxsize=None)
+def compiler_identity(cxx: str) -> tuple[str, str]:
+    """(target triple, version) of a gcc-compatible compiler: ('x86_64-linux-gnu', '12.2.0')."""
+    return _run([cxx, "-dumpmachine"]).strip(), _run([cxx, "-dumpfullversion"]).strip()
+
+
+def isa_flags(isa: str, machine: str) -> list[str]:
+    if isa == "native":
+        return ["-mcpu=native"] if machine == "aarch64" else ["-march=native"]
+    return [f"-march={isa}", "-mtune=generic"]
+
+
+@functools.lru_cache(maxsize=None)
+def predefined_macros(cxx: str, flags: tuple[str, ...]) -> tuple[str, ...]:
+    """What the target resolves to: the compiler's predefined macros under these flags."""
+    return tuple(sorted(_run([cxx, *flags, "-dM", "-E", "-x", "c++", "/dev/null"]).splitlines()))
+
+
+def build_cpu(isa: str | None = None, cxx: str | None = None) -> Path:
+    """Compiles liblidarseg_cpu.so (g++ and OpenMP) for `isa` and returns its path."""
+    isa = isa or cpu_isa()
+    cxx = cxx or os.environ.get("CXX", "g++")
+    triple, version = compiler_identity(cxx)
+    machine = triple.split("-")[0]
+    target = isa_flags(isa, machine)
+    flags = [*CXX_FLAGS, *target, *os.environ.get("LIDARSEG_CXXFLAGS", "").split()]
+    macros = predefined_macros(cxx, tuple(target))
+    sources = sources_digest(CPU_SOURCES)
+    manifest = {"kind": "cpu", "sources": sources, "isa": isa, "machine": machine,
+                "requires": targets.required_cpu_flags(list(macros), machine),
+                "compiler": f"{Path(cxx).name} {version} {triple}", "flags": flags}
+    key = _hash(sources, " ".join(flags), triple, version, *macros)
+    return _build("liblidarseg_cpu", key,
+                  lambda out: [cxx, *flags, f"-I{CSRC}", *map(str, CPU_SOURCES), "-o", str(out)],
+                  manifest)
 
 
 def nvcc_path() -> str | None:
@@ -90,24 +153,36 @@ def nvcc_path() -> str | None:
     )
 
 
+@functools.lru_cache(maxsize=None)
+def nvcc_version(nvcc: str) -> str:
+    """e.g. 'V12.6.77' (the last word of `nvcc --version`)."""
+    return _run([nvcc, "--version"]).split()[-1]
+
+
 def cuda_flags(archs: tuple[str, ...]) -> list[str]:
+    """Machine code for every arch, plus PTX for the highest (JIT on newer GPUs)."""
+    archs = tuple(sorted(set(archs), key=int))
     gencode = [f"-gencode=arch=compute_{a},code=sm_{a}" for a in archs]
-    return ["-O3", "-std=c++17", "-shared", "-Xcompiler", "-fPIC", "-lineinfo", *gencode]
+    ptx = f"-gencode=arch=compute_{archs[-1]},code=compute_{archs[-1]}"
+    return ["-O3", "-std=c++17", "-shared", "-Xcompiler", "-fPIC", "-lineinfo", *gencode, ptx]
 
 
 def build_cuda(archs: tuple[str, ...] | None = None) -> Path:
-    """Compiles liblidarseg_cuda.so with nvcc for `archs` (default: this GPU, else 87 and 90)."""
+    """Compiles liblidarseg_cuda.so with nvcc for `archs` (default: LIDARSEG_CUDA_ARCHS, else
+    this GPU, else 87 and 90). No GPU is needed."""
     nvcc = nvcc_path()
     if nvcc is None:
         raise BuildError("nvcc not found: install the CUDA toolkit to build the CUDA kernels")
-    archs = archs or _local_archs() or DEFAULT_CUDA_ARCHS
-    flags = cuda_flags(tuple(archs))
-    return _build(
-        "liblidarseg_cuda",
-        CUDA_SOURCES,
-        lambda out: [nvcc, *flags, f"-I{CSRC}", *map(str, CUDA_SOURCES), "-o", str(out)],
-        flags,
-    )
+    archs = tuple(sorted(set(archs or cuda_archs_from_env() or _local_archs()
+                             or DEFAULT_CUDA_ARCHS), key=int))
+    flags = cuda_flags(archs)
+    sources = sources_digest(CUDA_SOURCES)
+    manifest = {"kind": "cuda", "sources": sources, "archs": list(archs), "ptx": archs[-1],
+                "compiler": f"nvcc {nvcc_version(nvcc)}", "flags": flags}
+    key = _hash(sources, " ".join(flags), nvcc_version(nvcc))
+    return _build("liblidarseg_cuda", key,
+                  lambda out: [nvcc, *flags, f"-I{CSRC}", *map(str, CUDA_SOURCES), "-o", str(out)],
+                  manifest)
 
 
 def compile_cuda_object(source: Path, arch: str, out_dir: Path) -> Path:
@@ -121,32 +196,89 @@ def compile_cuda_object(source: Path, arch: str, out_dir: Path) -> Path:
     return out
 
 
-def _local_archs() -> tuple[str, ...] | None:
+def _device_capability() -> tuple[int, int] | None:
     try:
         import torch
 
         if torch.cuda.is_available():
-            major, minor = torch.cuda.get_device_capability()
-            return (f"{major}{minor}",)
-    except Exception:  # torch missing or no driver: fall back to the defaults
+            return tuple(torch.cuda.get_device_capability())
+    except Exception:  # torch missing or no driver
         return None
     return None
 
 
+def _local_archs() -> tuple[str, ...] | None:
+    cap = _device_capability()
+    return (f"{cap[0]}{cap[1]}",) if cap else None
+
+
+def library_path(device_type: str) -> Path:
+    """The library to load for 'cpu' or 'cuda' on this machine. A cached CUDA library whose arch
+    list covers this GPU is used as it is; otherwise the library is built, unless
+    LIDARSEG_KERNEL_BUILD=never, where only a fitting prebuilt one will do."""
+    if device_type == "cpu":
+        if not prebuilt_only():
+            return build_cpu()
+        import platform
+
+        machine = platform.machine()
+        libs = targets.cached(cache_dir(), "cpu", sources_digest(CPU_SOURCES))
+        found = targets.best_cpu(libs, machine, targets.host_cpu_flags())
+        what = f"this {machine} CPU"
+    elif device_type == "cuda":
+        cap = _device_capability() or (0, 0)
+        libs = targets.cached(cache_dir(), "cuda", sources_digest(CUDA_SOURCES))
+        found = targets.best_cuda(libs, cap)
+        if found is None and not prebuilt_only():
+            return build_cuda()
+        what = f"this GPU (sm_{cap[0]}{cap[1]})"
+    else:
+        raise ValueError(f"no kernels for device type {device_type!r}")
+    if found is None:
+        have = "; ".join(b.describe() for b in libs) or "none"
+        raise targets.LibraryMissing(
+            f"no prebuilt {device_type.upper()} kernel library in {cache_dir()} fits {what} "
+            f"(found: {have}). LIDARSEG_KERNEL_BUILD=never forbids compiling at run time: rebuild "
+            "the image with LIDARSEG_CPU_ISA / LIDARSEG_CUDA_ARCHS covering this machine.")
+    return found.path
+
+
+def _list() -> None:
+    for kind, sources in (("cpu", CPU_SOURCES), ("cuda", CUDA_SOURCES)):
+        current = sources_digest(sources)
+        for manifest in sorted(cache_dir().glob(f"liblidarseg_{kind}-*.json")):
+            m = json.loads(manifest.read_text())
+            stale = "" if m.get("sources") == current else "  (stale: older sources)"
+            target = m.get("isa") or "sm_" + ",".join(m.get("archs", [])) + f" +PTX {m.get('ptx')}"
+            print(f"{manifest.with_suffix('.so')}  {target}  {m.get('compiler')}{stale}")
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    parser.add_argument("--cuda-arch", nargs="*", default=None, help="e.g. 87 90")
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawTextHelpFormatter)
+    parser.add_argument("--isa", nargs="+", default=None,
+                        help="CPU ISA levels, e.g. x86-64-v3 x86-64-v4 (default: LIDARSEG_CPU_ISA "
+                             "or native)")
+    parser.add_argument("--cuda-arch", nargs="*", default=None,
+                        help="e.g. 75 80 86 87 89 90 (default: LIDARSEG_CUDA_ARCHS); given, the "
+                             "CUDA library is built even without a GPU")
     parser.add_argument("--cuda-only", action="store_true", help="only compile-check the .cu files")
+    parser.add_argument("--list", action="store_true", help="list the cached libraries")
     args = parser.parse_args(argv)
+    if args.list:
+        _list()
+        return 0
+    archs = tuple(args.cuda_arch or ()) or cuda_archs_from_env()
     if args.cuda_only:
         with tempfile.TemporaryDirectory() as tmp:
             for source in CUDA_SOURCES:
-                for arch in args.cuda_arch or DEFAULT_CUDA_ARCHS:
+                for arch in archs or DEFAULT_CUDA_ARCHS:
                     print(compile_cuda_object(source, arch, Path(tmp)).name)
         return 0
-    print(build_cpu())
-    if nvcc_path() is not None and _local_archs() is not None:
-        print(build_cuda(tuple(args.cuda_arch) if args.cuda_arch else None))
+    for isa in args.isa or [cpu_isa()]:
+        print(build_cpu(isa))
+    if archs is not None or (nvcc_path() is not None and _local_archs() is not None):
+        print(build_cuda(archs))  # asked for explicitly: a missing nvcc is an error
     return 0
 
 

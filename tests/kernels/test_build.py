@@ -1,0 +1,138 @@
+"""Portable kernel builds: named ISA levels, keys that see the resolved target, prebuilt look-up.
+
+The ISA checks disassemble the built libraries (objdump): an x86-64-v3 library must hold no
+AVX-512 (zmm) instruction whatever the build host has, the v4 one must. The CUDA build runs
+without a GPU and its fat binary is read back for the machine code it holds.
+"""
+from __future__ import annotations
+
+import json
+import platform
+import shutil
+import struct
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from kernels import build, targets
+
+x86_only = pytest.mark.skipif(platform.machine() != "x86_64", reason="x86-64 ISA levels")
+needs_objdump = pytest.mark.skipif(shutil.which("objdump") is None, reason="objdump not found")
+needs_nvcc = pytest.mark.skipif(build.nvcc_path() is None, reason="nvcc not found")
+
+
+def _zmm_instructions(lib: Path) -> int:
+    text = subprocess.run(["objdump", "-d", "--no-show-raw-insn", str(lib)], capture_output=True,
+                          text=True, check=True).stdout
+    return sum("%zmm" in line for line in text.splitlines())
+
+
+@x86_only
+@needs_objdump
+def test_named_isa_levels_are_what_they_say(tmp_path, monkeypatch):
+    monkeypatch.setenv("LIDARSEG_BUILD_DIR", str(tmp_path))
+    v3, v4 = build.build_cpu("x86-64-v3"), build.build_cpu("x86-64-v4")
+    assert v3 != v4
+    assert _zmm_instructions(v3) == 0
+    assert _zmm_instructions(v4) > 0
+    m3, m4 = (json.loads(p.with_suffix(".json").read_text()) for p in (v3, v4))
+    assert {"avx2", "fma"} <= set(m3["requires"]) and "avx512f" not in m3["requires"]
+    assert set(m3["requires"]) < set(m4["requires"]) and "avx512f" in m4["requires"]
+    assert not any("native" in f for f in m3["flags"] + m4["flags"])
+    assert m3["sources"] == m4["sources"] == build.sources_digest(build.CPU_SOURCES)
+    assert build.build_cpu("x86-64-v3") == v3  # cached: same key, no rebuild
+
+
+def test_key_sees_resolved_target_and_compiler(monkeypatch):
+    """The same -march=native on another CPU, or another compiler version, is another library."""
+    monkeypatch.setattr(build, "_build", lambda name, key, cmd, manifest: key)
+    keys = set()
+    for version, macro in (("12.2.0", "AVX2"), ("12.2.0", "AVX512F"), ("13.1.0", "AVX2")):
+        monkeypatch.setattr(build, "compiler_identity",
+                            lambda cxx, v=version: ("x86_64-linux-gnu", v))
+        monkeypatch.setattr(build, "predefined_macros",
+                            lambda cxx, flags, m=macro: (f"#define __{m}__ 1",))
+        keys.add(build.build_cpu("native"))
+    assert len(keys) == 3
+
+
+def test_host_flags_and_best_cpu_library(tmp_path):
+    x86 = "processor\t: 0\nflags\t\t: fpu sse avx avx2 fma\n"
+    arm = "processor\t: 0\nFeatures\t: fp asimd atomics asimdrdm crc32\n"
+    assert targets.host_cpu_flags(x86) == {"fpu", "sse", "avx", "avx2", "fma"}
+    assert "atomics" in targets.host_cpu_flags(arm)
+
+    def lib(name, requires, machine="x86_64"):
+        return targets.Built(tmp_path / name, {"kind": "cpu", "isa": name, "machine": machine,
+                                               "requires": requires})
+
+    v3, v4 = lib("v3", ["avx2", "fma"]), lib("v4", ["avx2", "avx512f", "fma"])
+    arm_lib = lib("a82", ["asimd", "atomics"], "aarch64")
+    libs = [v3, v4, arm_lib]
+    assert targets.best_cpu(libs, "x86_64", {"avx2", "fma"}) is v3
+    assert targets.best_cpu(libs, "x86_64", {"avx2", "fma", "avx512f"}) is v4
+    assert targets.best_cpu(libs, "x86_64", {"avx"}) is None
+    assert targets.best_cpu(libs, "aarch64", targets.host_cpu_flags(arm)) is arm_lib
+
+
+def test_arm_requirements_from_macros():
+    macros = ["#define __ARM_NEON 1", "#define __ARM_FEATURE_ATOMICS 1", "#define __aarch64__ 1"]
+    assert targets.required_cpu_flags(macros, "aarch64") == ["asimd", "atomics"]
+
+
+@pytest.mark.parametrize("archs,ptx,cap,expected", [
+    (["75", "80", "86", "87", "89", "90"], "90", (8, 7), True),
+    (["86"], None, (8, 7), True),          # sm_86 machine code runs on 8.7
+    (["87"], None, (8, 6), False),         # but not the other way round
+    (["87"], None, (9, 0), False),         # another major version needs PTX
+    (["87"], "87", (9, 0), True),          # PTX JIT-compiles for newer GPUs
+    (["87", "90"], "90", (12, 0), True),
+    (["80", "90"], "90", (7, 5), False),   # PTX never runs on older GPUs
+])
+def test_cuda_arch_list_covers(archs, ptx, cap, expected):
+    assert targets.covers(archs, ptx, cap) is expected
+
+
+def test_prebuilt_only_fails_clearly_and_finds_a_fitting_library(tmp_path, monkeypatch):
+    monkeypatch.setenv("LIDARSEG_BUILD_DIR", str(tmp_path))
+    monkeypatch.setenv("LIDARSEG_KERNEL_BUILD", "never")
+    monkeypatch.setattr(build, "_device_capability", lambda: (8, 7))
+    with pytest.raises(targets.LibraryMissing, match=r"no prebuilt CUDA .*sm_87.*found: none"):
+        build.library_path("cuda")
+    sources = build.sources_digest(build.CUDA_SOURCES)
+    for name, archs, ptx, digest in (("a", ["90"], "90", sources), ("b", ["87"], "87", "stale"),
+                                     ("c", ["75", "86"], "86", sources)):
+        (tmp_path / f"liblidarseg_cuda-{name}.so").write_bytes(b"")
+        (tmp_path / f"liblidarseg_cuda-{name}.json").write_text(json.dumps(
+            {"kind": "cuda", "archs": archs, "ptx": ptx, "sources": digest}))
+    assert build.library_path("cuda").name == "liblidarseg_cuda-c.so"  # b is stale, a is sm_90
+    monkeypatch.setattr(build, "_device_capability", lambda: (7, 0))
+    with pytest.raises(targets.LibraryMissing, match=r"sm_70.*liblidarseg_cuda-a\.so \(sm_90"):
+        build.library_path("cuda")
+    with pytest.raises(targets.LibraryMissing, match="no prebuilt CPU"):
+        build.library_path("cpu")
+
+
+def _fatbin_cubin_archs(lib: Path) -> set[int]:
+    """The sm versions of the CUDA ELF images (EM_CUDA = 190) embedded in a library."""
+    data, archs, i = lib.read_bytes(), set(), 0
+    while (i := data.find(b"\x7fELF", i + 1)) != -1:
+        if struct.unpack_from("<H", data, i + 18)[0] == 190:
+            archs.add((struct.unpack_from("<I", data, i + 48)[0] >> 8) & 0xFF)
+    return archs
+
+
+@needs_nvcc
+def test_cuda_build_without_gpu_holds_every_arch_and_ptx(tmp_path, monkeypatch):
+    monkeypatch.setenv("LIDARSEG_BUILD_DIR", str(tmp_path))
+    monkeypatch.setenv("LIDARSEG_CUDA_ARCHS", "90 75")
+    monkeypatch.setattr(build, "_device_capability", lambda: None)  # as in an image build
+    lib = build.build_cuda()
+    manifest = json.loads(lib.with_suffix(".json").read_text())
+    assert manifest["archs"] == ["75", "90"] and manifest["ptx"] == "90"
+    assert _fatbin_cubin_archs(lib) == {75, 90}
+    assert b".target sm_90" in lib.read_bytes()  # PTX for the highest arch
+    monkeypatch.setenv("LIDARSEG_KERNEL_BUILD", "never")
+    monkeypatch.setattr(build, "_device_capability", lambda: (10, 0))  # a newer GPU: PTX
+    assert build.library_path("cuda") == lib
