@@ -21,6 +21,7 @@ prebuilt library that fits this machine or raises targets.LibraryMissing saying 
     python -m kernels.build --isa x86-64-v3 x86-64-v4 --cuda-arch 75 80 86 87 89 90   # images
     python -m kernels.build --cuda-arch 87 90 --cuda-only   # compile-check the CUDA twin
     python -m kernels.build --list                   # the cached libraries and their targets
+    python kernels/build.py --isa none --cuda-arch 87  # as a file: stdlib only, no torch needed
 """
 from __future__ import annotations
 
@@ -36,7 +37,11 @@ import sys
 import tempfile
 from pathlib import Path
 
-from . import targets
+if __package__:
+    from . import targets
+else:  # run as a file (`python kernels/build.py`): no torch needed, e.g. in a CUDA build stage
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import targets
 
 CSRC = Path(__file__).resolve().parent / "csrc"
 CPU_SOURCES = sorted(CSRC.glob("*_cpu.cpp"))
@@ -258,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawTextHelpFormatter)
     parser.add_argument("--isa", nargs="+", default=None,
                         help="CPU ISA levels, e.g. x86-64-v3 x86-64-v4 (default: LIDARSEG_CPU_ISA "
-                             "or native)")
+                             "or native); none: no CPU library")
     parser.add_argument("--cuda-arch", nargs="*", default=None,
                         help="e.g. 75 80 86 87 89 90 (default: LIDARSEG_CUDA_ARCHS); given, the "
                              "CUDA library is built even without a GPU")
@@ -276,7 +281,8 @@ def main(argv: list[str] | None = None) -> int:
                     print(compile_cuda_object(source, arch, Path(tmp)).name)
         return 0
     for isa in args.isa or [cpu_isa()]:
-        print(build_cpu(isa))
+        if isa != "none":
+            print(build_cpu(isa))
     if archs is not None or (nvcc_path() is not None and _local_archs() is not None):
         print(build_cuda(archs))  # asked for explicitly: a missing nvcc is an error
     return 0

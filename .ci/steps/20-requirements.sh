@@ -48,7 +48,7 @@ check() {  # check PYVER MACHINE GLIBC_MINOR FILE
   if ! out=$(PIP_CONFIG_FILE=/dev/null PIP_FIND_LINKS="" "$PY" -m pip install --dry-run --quiet \
       --ignore-installed --only-binary=:all: --disable-pip-version-check --target "$TMP/target" \
       --python-version "$1" "${plats[@]}" -r "$reqs" 2>&1); then
-    echo "FAIL: $4 on Python $1 $2:"; echo "$out" | grep -v "is ignored: it is neither" | tail -15
+    echo "FAIL: $4 on Python $1 $2:"; echo "$out" | grep -v "is ignored: it is neither\|Ignored the following versions" | tail -15
     fail=1
   else
     echo "ok: $4 on Python $1 $2"

@@ -1,0 +1,112 @@
+"""The deployment files: Dockerfiles lint clean (hadolint), Kubernetes manifests validate against
+the Kubernetes schemas offline (kubernetes-validate, strict), the compose stack mounts files that
+exist, and the numbers that must agree across files do (drain budget vs grace periods, port,
+user). The image itself is built and run by .ci/steps/40-image.sh (deploy/image/)."""
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+
+import pytest
+import yaml
+
+from app.service.config import Settings
+from tests.conftest import REPO_ROOT
+
+DEPLOY = REPO_ROOT / "deploy"
+DOCKERFILES = [REPO_ROOT / "Dockerfile", DEPLOY / "jetson" / "Dockerfile"]
+MANIFESTS = sorted((DEPLOY / "k8s").rglob("*.yaml"))
+RESOURCES = [p for p in MANIFESTS if p.name != "kustomization.yaml"]
+DEPLOYMENTS = [DEPLOY / "k8s" / "deployment.yaml", DEPLOY / "k8s" / "gpu" / "deployment.yaml"]
+HADOLINT = shutil.which("hadolint") or (str(REPO_ROOT / ".venv" / "bin" / "hadolint")
+                                        if (REPO_ROOT / ".venv" / "bin" / "hadolint").exists()
+                                        else None)
+
+
+@pytest.mark.skipif(HADOLINT is None, reason="hadolint not installed (requirements/tools.txt)")
+@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: str(p.relative_to(REPO_ROOT)))
+def test_hadolint(dockerfile):
+    r = subprocess.run([HADOLINT, "--no-color", str(dockerfile)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("version", ["1.29.0", None])  # oldest supported here, and the newest
+@pytest.mark.parametrize("manifest", RESOURCES, ids=lambda p: str(p.relative_to(DEPLOY)))
+def test_kubernetes_schema(manifest, version):
+    kv = pytest.importorskip("kubernetes_validate")
+    version = version or kv.utils.latest_version()
+    for doc in yaml.safe_load_all(manifest.read_text()):
+        kv.validate(doc, version, strict=True)  # raises ValidationError on a bad field
+
+
+def test_kustomizations_list_every_resource():
+    for kustomization in (DEPLOY / "k8s").rglob("kustomization.yaml"):
+        for rel in yaml.safe_load(kustomization.read_text())["resources"]:
+            assert (kustomization.parent / rel).is_file(), f"{kustomization}: {rel}"
+
+
+def _container(deployment: dict) -> dict:
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    return container
+
+
+@pytest.mark.parametrize("path", DEPLOYMENTS, ids=lambda p: str(p.relative_to(DEPLOY)))
+def test_deployment_hardening_and_shutdown(path):
+    dep = yaml.safe_load(path.read_text())
+    pod = dep["spec"]["template"]["spec"]
+    c = _container(dep)
+    env = {e["name"]: e for e in c["env"]}
+    budget = float(env.get("LIDARSEG_SHUTDOWN_BUDGET_S", {}).get(
+        "value", Settings.model_fields["shutdown_budget_s"].default))
+    pre_stop = float(c["lifecycle"]["preStop"]["exec"]["command"][-1])
+    assert pod["terminationGracePeriodSeconds"] > pre_stop + budget
+    assert pod["securityContext"]["runAsNonRoot"] and pod["securityContext"]["runAsUser"] != 0
+    assert c["securityContext"]["readOnlyRootFilesystem"] is True
+    assert c["securityContext"]["allowPrivilegeEscalation"] is False
+    assert c["startupProbe"]["httpGet"]["path"] == "/readyz"
+    assert c["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert c["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert env["LIDARSEG_API_KEYS"]["valueFrom"]["secretKeyRef"]["name"] == "lidarseg-api-keys"
+    assert {"requests", "limits"} <= set(c["resources"])
+    annotations = dep["spec"]["template"]["metadata"]["annotations"]
+    assert annotations["prometheus.io/port"] == str(c["ports"][0]["containerPort"]) == "8000"
+    gpu = path.parent.name == "gpu"
+    assert ("nvidia.com/gpu" in c["resources"]["limits"]) is gpu
+
+
+def test_compose_stack_mounts_what_exists_and_agrees_with_the_image():
+    stack = yaml.safe_load((DEPLOY / "compose.yaml").read_text())["services"]
+    assert {"lidarseg", "prometheus", "grafana"} <= set(stack)
+    for name, svc in stack.items():
+        for volume in svc.get("volumes", []):
+            src = volume.split(":")[0]
+            assert (DEPLOY / src).exists(), f"{name}: {src} missing"
+    prometheus = yaml.safe_load((DEPLOY / "prometheus" / "prometheus.yml").read_text())
+    (job,) = prometheus["scrape_configs"]
+    assert job["static_configs"][0]["targets"] == ["lidarseg:8000"]
+    assert (DEPLOY / "grafana" / "provisioning" / "datasources").is_dir()
+    grace = int(stack["lidarseg"]["stop_grace_period"].rstrip("s"))
+    assert grace > Settings.model_fields["shutdown_budget_s"].default
+    jetson = yaml.safe_load((DEPLOY / "compose.jetson.yaml").read_text())["services"]["lidarseg"]
+    assert jetson["runtime"] == "nvidia"
+    assert (REPO_ROOT / jetson["build"]["dockerfile"]).is_file()
+
+
+def test_images_share_entrypoint_port_user_and_never_compile_at_start():
+    for dockerfile in DOCKERFILES:
+        text = dockerfile.read_text()
+        assert 'ENTRYPOINT ["python", "-m", "app"]' in text, dockerfile
+        assert "EXPOSE 8000" in text and "LIDARSEG_HOST=0.0.0.0" in text
+        assert "LIDARSEG_KERNEL_BUILD=never" in text
+        assert re.search(r"^USER 10001:10001$", text, re.M)
+        assert "HEALTHCHECK" in text and "/healthz" in text
+        assert "native" not in text  # never compile for the build host
+
+
+def test_dockerignore_keeps_data_and_builds_out():
+    lines = (REPO_ROOT / ".dockerignore").read_text().splitlines()
+    rules = [line.strip() for line in lines if line.strip() and not line.startswith("#")]
+    assert rules[0] == "*", "an allow-list: ignore everything first"
+    allowed = {r[1:].rstrip("/") for r in rules if r.startswith("!")}
+    assert allowed == {"app", "models", "kernels", "requirements"}
