@@ -4,7 +4,8 @@ Seed ranges (documented, disjoint):
   * training frames:  seeds 0 .. num_train_seeds - 1   (TRAIN_SEED_START = 0)
   * held-out frames:  seeds from HELDOUT_SEED_START = 1_000_000 onward (validation only; never
     drawn by the training iterator)
-Real frames (../shared/data/real) are never read here: they are for evaluation only.
+Real frames: only training-pool frames of train/real.py's ROLES table (MixedBatches refuses a
+validation frame); the validation frames are scored by train/validate.py, never trained on.
 
 Batch `step` is a pure function of (seed, step): which frames, which subsample, which
 augmentation. So resuming at step k reproduces the batches of an uninterrupted run exactly.
@@ -22,7 +23,8 @@ from app.inference.voxelize import VoxelizeConfig, voxelize
 from synth.generate import generate_frame
 from synth.sensor import PROFILES
 
-from .augment import AugmentConfig, augment
+from .augment import REAL_AUGMENT, AugmentConfig, augment, paste_instances
+from .real import GROUND_CLASSES, check_training_frames, instance_bank, load_real
 
 TRAIN_SEED_START = 0
 HELDOUT_SEED_START = 1_000_000
@@ -40,7 +42,7 @@ def heldout_seeds(n: int) -> range:
     return range(HELDOUT_SEED_START, HELDOUT_SEED_START + n)
 
 
-@functools.lru_cache(maxsize=64)
+@functools.lru_cache(maxsize=256)  # ~0.6 GB: a run with --train-seeds 256 generates each once
 def synthetic_frame(seed: int, profile: str = "hdl64") -> tuple[np.ndarray, np.ndarray]:
     """(points float32 [N, 4], labels uint8 [N]) for one synthetic scan (cached, read-only)."""
     frame = generate_frame(int(seed), PROFILES[profile])
@@ -55,7 +57,7 @@ class TrainBatch:
     coords: torch.Tensor       # int32 [M, 4] (batch, x, y, z)
     feats: torch.Tensor        # float32 [M, 4]
     labels: torch.Tensor       # int64 [M]: majority class of the voxel's points, 255 = none
-    seeds: list[int]
+    seeds: list               # synthetic seeds or frame names, one per batch item
 
 
 def voxel_labels(point_to_voxel: torch.Tensor, point_labels: torch.Tensor, num_voxels: int,
@@ -118,3 +120,45 @@ class SyntheticBatches:
 
     def __iter__(self):
         return self.iterate()
+
+
+class MixedBatches(SyntheticBatches):
+    """Batches mixing real training-pool frames (train/real.py) and synthetic frames: each of the
+    `batch_size` slots is a real frame with probability `real_share`, else a synthetic one.
+    Every frame first gets up to `paste` thing instances cut from the other real training frames
+    (augment.paste_instances), then the augmentations (REAL_AUGMENT for real frames). Still a
+    pure function of (seed, step). `seeds` are the synthetic training seeds."""
+
+    def __init__(self, real_frames, seeds, real_share: float = 0.75, paste: int = 4,
+                 real_augment: AugmentConfig | None = REAL_AUGMENT, **kw):
+        super().__init__(seeds, **kw)
+        self.real_frames = check_training_frames(real_frames)
+        if not self.real_frames and real_share > 0:
+            raise ValueError("real_share > 0 needs at least one real training frame")
+        self.real_share, self.paste, self.real_augment = float(real_share), int(paste), real_augment
+        self.bank = instance_bank(self.real_frames) if self.real_frames and paste > 0 else ()
+
+    def frame(self, rng: np.random.Generator) -> tuple[str, np.ndarray, np.ndarray, AugmentConfig]:
+        if rng.random() < self.real_share:
+            name = self.real_frames[rng.integers(0, len(self.real_frames))]
+            points, labels, _ = load_real(name)
+            return name, points, labels, self.real_augment
+        seed = self.seeds[rng.integers(0, len(self.seeds))]
+        points, labels = synthetic_frame(seed, self.profile)
+        return f"synth:{seed}", points, labels, self.augment_config
+
+    def __getitem__(self, step: int) -> TrainBatch:
+        rng = np.random.default_rng([self.seed, int(step), 0x4EA1])
+        frames, names = [], []
+        for _ in range(self.batch_size):
+            name, points, labels, config = self.frame(rng)
+            if self.max_points and len(points) > self.max_points:
+                idx = np.sort(rng.choice(len(points), self.max_points, replace=False))
+                points, labels = points[idx], labels[idx]
+            points, labels = paste_instances(points, labels, rng, self.bank, self.paste,
+                                             GROUND_CLASSES, exclude_source=name)
+            if config is not None:
+                points, labels = augment(points, labels, rng, config)
+            frames.append((points, labels))
+            names.append(name)
+        return make_batch(frames, self.voxel_config, names)

@@ -1,18 +1,25 @@
-"""Train MinkUNet on synthetic frames.
+"""Train MinkUNet on synthetic frames, real training-pool frames, or a mix (fine-tuning too).
 
     python -m train.train --out DIR [--cr 0.5] [--steps N] [--batch B] [--lr LR] [--seed S]
                           [--train-seeds N] [--max-points P] [--ckpt-every K] [--resume]
                           [--voxel-size V] [--class-weights sqrt-inv|none]
-    python -m train.train --out DIR --export PATH     DIR/last.pt's weights as a checkpoint
+                          [--real-frames pool|NAME,NAME] [--real-share F] [--paste K]
+                          [--init CHECKPOINT] [--val-every K] [--threads T]
+    python -m train.train --out DIR --export PATH [--best]   last.pt's (or best.pt's) weights
 
 AdamW + one-cycle schedule, cross-entropy with ignore_index 255 on voxel labels (the majority
-label of each voxel's points), classes weighted by 1/sqrt(frequency) measured on the first
-CLASS_FREQ_FRAMES training frames (clipped to [0.2, 10] x the mean) so rare classes such as
-motorcyclist and traffic-sign are not drowned by road. Every --ckpt-every steps (and at the end) DIR/last.pt holds the
-model, optimizer, scheduler, step and RNG states; --resume continues from it and reproduces the
-losses of an uninterrupted run (batches are a pure function of (seed, step), see train/data.py).
-At the end DIR/model.pt holds the weights in our checkpoint format (fp16, models/checkpoints.py).
-One line per step: `step S loss L lr X`. Training never reads ../shared/data/real.
+label of each voxel's points), classes weighted by 1/sqrt(frequency) of the training mix (the
+first CLASS_FREQ_FRAMES synthetic frames and the real training frames, each weighted by its
+share of the batches; clipped to [0.2, 10] x the mean) so rare classes are not drowned by road.
+--real-frames takes frames of the training pool only (train/real.py refuses validation frames);
+--init starts from a checkpoint's weights (fine-tuning). Every --val-every steps the model is
+scored on the validation frames (train/validate.py) and DIR/best.pt (our checkpoint format,
+fp32) keeps the best mean mIoU so far; DIR/val.jsonl logs every validation.
+Every --ckpt-every steps (and at the end) DIR/last.pt holds the model, optimizer, scheduler,
+step, best score and RNG states; --resume continues from it and reproduces the losses of an
+uninterrupted run (batches are a pure function of (seed, step), see train/data.py).
+At the end DIR/model.pt holds the final weights (fp16, models/checkpoints.py).
+One progress line per step: step/total, loss, lr, voxels, steps/s, ETA, last validation mIoU.
 """
 from __future__ import annotations
 
@@ -20,7 +27,6 @@ import argparse
 import json
 import random
 import sys
-import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -30,12 +36,18 @@ from torch import nn
 
 from app.inference.voxelize import VoxelizeConfig
 from models import SparseTensor
-from models.checkpoints import make_meta, save_checkpoint
+from models.checkpoints import load_checkpoint, make_meta, save_checkpoint
 from models.minkunet import MinkUNet
 
-from .data import HELDOUT_SEED_START, IGNORE, NUM_CLASSES, SyntheticBatches, synthetic_frame, train_seeds
+from .data import (HELDOUT_SEED_START, IGNORE, NUM_CLASSES, MixedBatches, SyntheticBatches,
+                   synthetic_frame, train_seeds)
+from .real import TRAINING_POOL, VALIDATION_FRAMES as VAL_NAMES, check_training_frames, load_real
+from .validate import Progress, validate
 
 TRAINING_VERSION = "synth-v2"
+REAL_VERSION = "real-v1"
+SYNTHETIC_LICENCE = "ours; no third-party data (synthetic scans only)"
+REAL_LICENCE = "CC BY-NC-SA 4.0, non-commercial: trained on SemanticKITTI"
 CLASS_FREQ_FRAMES = 32
 
 
@@ -56,6 +68,14 @@ class TrainConfig:
     profile: str = "hdl64"
     voxel_size: float = 0.1
     class_weights: str = "sqrt-inv"    # or "none"
+    real_frames: tuple[str, ...] = ()  # training-pool frames (train/real.py)
+    real_share: float = 0.0            # probability that a batch slot is a real frame
+    paste: int = 0                     # instances pasted into each frame (real frames needed)
+    init: str | None = None            # checkpoint to start from (fine-tuning)
+    val_every: int = 0                 # 0: no validation
+
+    def __post_init__(self):
+        self.real_frames = check_training_frames(self.real_frames)
 
 
 def class_weights(cfg: TrainConfig) -> torch.Tensor | None:
@@ -65,10 +85,17 @@ def class_weights(cfg: TrainConfig) -> torch.Tensor | None:
         return None
     if cfg.class_weights != "sqrt-inv":
         raise ValueError(f"class_weights must be 'sqrt-inv' or 'none', got {cfg.class_weights!r}")
+    def freq(frames):
+        c = sum(np.bincount(l[l < NUM_CLASSES], minlength=NUM_CLASSES) for l in frames)
+        return c / max(c.sum(), 1)
+
     counts = np.zeros(NUM_CLASSES, np.float64)
-    for s in list(train_seeds(cfg.train_seeds))[:CLASS_FREQ_FRAMES]:
-        labels = synthetic_frame(s, cfg.profile)[1]
-        counts += np.bincount(labels[labels < NUM_CLASSES], minlength=NUM_CLASSES)
+    if cfg.real_share < 1:
+        seeds = list(train_seeds(cfg.train_seeds))[:CLASS_FREQ_FRAMES]
+        counts += (1 - cfg.real_share) * freq(synthetic_frame(s, cfg.profile)[1] for s in seeds)
+    if cfg.real_share > 0:
+        counts += cfg.real_share * freq(load_real(n)[1] for n in cfg.real_frames)
+    counts *= 1e6
     w = 1.0 / np.sqrt(np.maximum(counts, 1.0) / counts.sum())
     w = np.clip(w / w.mean(), 0.2, 10.0)
     return torch.tensor(w / w.mean(), dtype=torch.float32)
@@ -90,6 +117,8 @@ def build(cfg: TrainConfig):
     np.random.seed(cfg.seed)
     random.seed(cfg.seed)
     model = MinkUNet(in_channels=4, num_classes=19, cr=cfg.cr)
+    if cfg.init:
+        model.load_state_dict(load_checkpoint(cfg.init)[0].state_dict())
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     scheduler = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=cfg.lr,
                                                     total_steps=cfg.steps + 1, pct_start=0.1)
@@ -97,23 +126,52 @@ def build(cfg: TrainConfig):
 
 
 def save_state(path: Path, cfg: TrainConfig, step: int, model, optimizer, scheduler,
-               losses: list[float]) -> None:
+               losses: list[float], best: dict | None = None) -> None:
     tmp = path.with_suffix(".tmp")
     torch.save({"config": asdict(cfg), "step": step, "model": model.state_dict(),
                 "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
-                "rng": rng_states(), "losses": list(losses)}, tmp)
+                "rng": rng_states(), "losses": list(losses), "best": best}, tmp)
     tmp.replace(path)
 
 
 def meta_for(cfg: TrainConfig) -> dict:
     n = cfg.train_seeds
-    return make_meta(
+    synth = (f"synthetic seeds 0..{n - 1} (synth.generate, profile {cfg.profile}); held-out "
+             f"seeds from {HELDOUT_SEED_START}")
+    recipe = (f"{cfg.steps} steps x batch {cfg.batch}, seed {cfg.seed}, voxel "
+              f"{cfg.voxel_size:g} m, class weights {cfg.class_weights}")
+    if cfg.real_share <= 0:
+        meta = make_meta(voxel_size=cfg.voxel_size, training_data=f"{synth}; {recipe}",
+                         version=f"{TRAINING_VERSION}-cr{cfg.cr:g}-steps{cfg.steps}-seed{cfg.seed}")
+        meta["licence"] = SYNTHETIC_LICENCE
+        return meta
+    init = f"fine-tuned from {Path(cfg.init).name}; " if cfg.init else ""
+    meta = make_meta(
         voxel_size=cfg.voxel_size,
-        training_data=(f"synthetic seeds 0..{n - 1} (synth.generate, profile {cfg.profile}); "
-                       f"held-out seeds from {HELDOUT_SEED_START}; {cfg.steps} steps x "
-                       f"batch {cfg.batch}, seed {cfg.seed}, voxel {cfg.voxel_size:g} m, "
-                       f"class weights {cfg.class_weights}"),
-        version=f"{TRAINING_VERSION}-cr{cfg.cr:g}-steps{cfg.steps}-seed{cfg.seed}")
+        training_data=(f"{init}SemanticKITTI scans {', '.join(cfg.real_frames)} (CC BY-NC-SA 4.0; "
+                       f"{cfg.real_share:.0%} of batch slots, {cfg.paste} pasted instances a "
+                       f"frame) mixed with {synth}; model selection on {', '.join(VAL_NAMES)} "
+                       f"(never trained on); {recipe}"),
+        version=f"{REAL_VERSION}-cr{cfg.cr:g}-steps{cfg.steps}-seed{cfg.seed}")
+    meta["licence"] = REAL_LICENCE
+    return meta
+
+
+def run_validation(cfg: TrainConfig, out: Path, step: int, model, best: dict | None, log):
+    """Scores the model, logs to DIR/val.jsonl, writes DIR/best.pt on a new best; the best."""
+    result = validate(model, cfg.voxel_size)
+    per_frame = {k: round(v["miou"], 4) for k, v in result["frames"].items()}
+    with open(out / "val.jsonl", "a") as f:
+        f.write(json.dumps({"step": step, **result}) + "\n")
+    if best is None or result["score"] > best["score"]:
+        best = {"step": step, "score": result["score"], "frames": per_frame}
+        meta = meta_for(cfg)
+        meta["version"] += f"-best{step}"
+        save_checkpoint(out / "best.pt.tmp", model, meta)
+        (out / "best.pt.tmp").replace(out / "best.pt")
+    log(f"validation at step {step}: mIoU {result['score']:.4f} {per_frame} "
+        f"(best {best['score']:.4f} at step {best['step']})")
+    return result["score"], best
 
 
 def train(cfg: TrainConfig, log=print) -> list[float]:
@@ -122,7 +180,7 @@ def train(cfg: TrainConfig, log=print) -> list[float]:
     out.mkdir(parents=True, exist_ok=True)
     last = out / "last.pt"
     model, optimizer, scheduler = build(cfg)
-    start, losses = 0, []
+    start, losses, best = 0, [], None
     if cfg.resume:
         if not last.is_file():
             raise FileNotFoundError(f"--resume: no {last}")
@@ -131,15 +189,16 @@ def train(cfg: TrainConfig, log=print) -> list[float]:
         optimizer.load_state_dict(state["optimizer"])
         scheduler.load_state_dict(state["scheduler"])
         set_rng_states(state["rng"])
-        start, losses = int(state["step"]), list(state["losses"])
+        start, losses, best = int(state["step"]), list(state["losses"]), state.get("best")
         log(f"resumed from {last} at step {start}")
-    data = SyntheticBatches(train_seeds(cfg.train_seeds), cfg.batch, cfg.seed, cfg.max_points,
-                            VoxelizeConfig(voxel_size=cfg.voxel_size), cfg.profile)
+    data = make_data(cfg)
     criterion = nn.CrossEntropyLoss(weight=class_weights(cfg), ignore_index=IGNORE)
     end = cfg.steps if cfg.stop_at is None else min(cfg.steps, cfg.stop_at)
+    progress = Progress(cfg.steps, start)
+    if best is not None:
+        progress.last_val = f"{best['score']:.4f} (best, step {best['step']})"
     model.train()
     for step in range(start, end):
-        t0 = time.perf_counter()
         batch = data[step]
         logits = model(SparseTensor(batch.feats, batch.coords)).feats
         loss = criterion(logits, batch.labels)
@@ -148,11 +207,14 @@ def train(cfg: TrainConfig, log=print) -> list[float]:
         optimizer.step()
         scheduler.step()
         losses.append(float(loss.detach()))
-        log(f"step {step + 1} loss {losses[-1]:.6f} lr {scheduler.get_last_lr()[0]:.3e} "
-            f"voxels {len(batch.coords)} {time.perf_counter() - t0:.2f}s")
         done = step + 1
+        log(progress.line(done, losses[-1], scheduler.get_last_lr()[0], len(batch.coords)))
+        if cfg.val_every and (done % cfg.val_every == 0 or done == cfg.steps):
+            score, best = run_validation(cfg, out, done, model, best, log)
+            progress.last_val = f"{score:.4f}"
+            model.train()
         if done % cfg.ckpt_every == 0 or done == end:
-            save_state(last, cfg, done, model, optimizer, scheduler, losses)
+            save_state(last, cfg, done, model, optimizer, scheduler, losses, best)
     if len(losses) >= cfg.steps:
         model.eval()
         save_checkpoint(out / "model.pt", model, meta_for(cfg), half=True)
@@ -161,8 +223,22 @@ def train(cfg: TrainConfig, log=print) -> list[float]:
     return losses
 
 
-def export_last(out: str, path: str) -> None:
-    """Writes the weights of OUT/last.pt (an unfinished run too) as a fp16 checkpoint."""
+def make_data(cfg: TrainConfig):
+    common = dict(batch_size=cfg.batch, seed=cfg.seed, max_points=cfg.max_points,
+                  voxel_config=VoxelizeConfig(voxel_size=cfg.voxel_size), profile=cfg.profile)
+    if cfg.real_share <= 0 and not cfg.paste:
+        return SyntheticBatches(train_seeds(cfg.train_seeds), **common)
+    return MixedBatches(cfg.real_frames, train_seeds(cfg.train_seeds), cfg.real_share,
+                        cfg.paste, **common)
+
+
+def export_last(out: str, path: str, best: bool = False) -> None:
+    """Writes the weights of OUT/last.pt (an unfinished run too), or with best=True those of
+    OUT/best.pt, as a fp16 checkpoint."""
+    if best:
+        model, meta = load_checkpoint(Path(out) / "best.pt")
+        save_checkpoint(path, model, meta, half=True)
+        return
     state = torch.load(Path(out) / "last.pt", map_location="cpu", weights_only=False)
     cfg = TrainConfig(**state["config"])
     model = build(cfg)[0]
@@ -190,14 +266,28 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--export", default=None, help="write DIR/last.pt's weights here and exit")
     p.add_argument("--voxel-size", type=float, default=0.1)
     p.add_argument("--class-weights", choices=("sqrt-inv", "none"), default="sqrt-inv")
+    p.add_argument("--real-frames", default="", help="'pool' (the whole training pool) or "
+                   "comma-separated training-pool frame names")
+    p.add_argument("--real-share", type=float, default=0.0, help="share of real batch slots")
+    p.add_argument("--paste", type=int, default=0, help="instances pasted into each frame")
+    p.add_argument("--init", default=None, help="start from this checkpoint's weights")
+    p.add_argument("--val-every", type=int, default=0, help="validate every K steps (0: never)")
+    p.add_argument("--threads", type=int, default=None, help="torch.set_num_threads")
+    p.add_argument("--best", action="store_true", help="--export: DIR/best.pt, not last.pt")
     a = p.parse_args(argv)
+    if a.threads:
+        torch.set_num_threads(a.threads)
     if a.export:
-        export_last(a.out, a.export)
+        export_last(a.out, a.export, a.best)
         return 0
+    real = TRAINING_POOL if a.real_frames == "pool" else tuple(
+        n for n in a.real_frames.split(",") if n)
     cfg = TrainConfig(out=a.out, cr=a.cr, steps=a.steps, batch=a.batch, lr=a.lr, seed=a.seed,
                       train_seeds=a.train_seeds, max_points=a.max_points,
                       ckpt_every=a.ckpt_every, stop_at=a.stop_at, resume=a.resume,
-                      voxel_size=a.voxel_size, class_weights=a.class_weights)
+                      voxel_size=a.voxel_size, class_weights=a.class_weights,
+                      real_frames=real, real_share=a.real_share, paste=a.paste, init=a.init,
+                      val_every=a.val_every)
     train(cfg, log=lambda s: print(s, flush=True))
     return 0
 

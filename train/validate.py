@@ -1,0 +1,54 @@
+"""Validation during training: the model through the service's pipeline on the validation
+frames (train/real.py VALIDATION_FRAMES), IoU over points with the standard learning map.
+
+The score that selects the best checkpoint is the mean over the frames of each frame's mIoU over
+the classes present in its ground truth. Validation frames are only ever scored here, never fed
+to gradients.
+"""
+from __future__ import annotations
+
+import copy
+import time
+
+import numpy as np
+
+from app.evaluate import iou_metrics
+from app.pipeline import SegmentationPipeline
+from app.voxelize import VoxelizeConfig
+from models.checkpoints import SEMANTIC_KITTI_CLASSES
+
+from .real import VALIDATION_FRAMES, ROLES, VALIDATION, load_real
+
+
+def validate(model, voxel_size: float, frames=VALIDATION_FRAMES) -> dict:
+    """{"score": mean frame mIoU, "frames": {name: iou_metrics}}; `model` is not changed (a
+    copy runs in eval mode)."""
+    for name in frames:
+        if ROLES.get(name) != VALIDATION:
+            raise ValueError(f"{name!r} is not a validation frame")
+    pipeline = SegmentationPipeline(copy.deepcopy(model), VoxelizeConfig(voxel_size=voxel_size))
+    names = list(SEMANTIC_KITTI_CLASSES)
+    out = {}
+    for name in frames:
+        points, labels, _ = load_real(name)
+        pred = pipeline.segment(np.ascontiguousarray(points), "kitti").labels
+        out[name] = iou_metrics(labels, pred, names)
+    return {"score": float(np.mean([m["miou"] for m in out.values()])), "frames": out}
+
+
+class Progress:
+    """One human-readable line per step: step, loss, steps/s (over the last `window` steps),
+    ETA, and the last validation score."""
+
+    def __init__(self, total: int, start: int, window: int = 20):
+        self.total, self.window = total, window
+        self.marks = [(start, time.perf_counter())]
+        self.last_val: str = "-"
+
+    def line(self, step: int, loss: float, lr: float, voxels: int) -> str:
+        self.marks = (self.marks + [(step, time.perf_counter())])[-(self.window + 1):]
+        (s0, t0), (s1, t1) = self.marks[0], self.marks[-1]
+        rate = (s1 - s0) / max(t1 - t0, 1e-9)
+        eta = (self.total - step) / rate if rate > 0 else float("inf")
+        return (f"step {step}/{self.total} loss {loss:.4f} lr {lr:.2e} voxels {voxels} "
+                f"{rate:.3f} steps/s ETA {eta / 60:.0f} min val mIoU {self.last_val}")
