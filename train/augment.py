@@ -66,6 +66,15 @@ def sector_dropout(points, labels, rng: np.random.Generator, max_degrees: float 
     return points[keep], labels[keep]
 
 
+def sector_crop(points, labels, rng: np.random.Generator, degrees: float):
+    """Keeps only the points in one random azimuth wedge `degrees` wide (a cheaper training
+    sample that still has the full range of distances)."""
+    start = rng.uniform(-np.pi, np.pi)
+    azimuth = np.arctan2(points[:, 1], points[:, 0])
+    keep = np.mod(azimuth - start, 2.0 * np.pi) < np.deg2rad(degrees)
+    return points[keep], labels[keep]
+
+
 def translate(points, labels, rng: np.random.Generator, sigma_xy: float = 0.2,
               sigma_z: float = 0.05):
     """Shifts the whole scan (a slightly different sensor position and mounting height)."""

@@ -23,7 +23,7 @@ from app.inference.voxelize import VoxelizeConfig, voxelize
 from synth.generate import generate_frame
 from synth.sensor import PROFILES
 
-from .augment import REAL_AUGMENT, AugmentConfig, augment, paste_instances
+from .augment import REAL_AUGMENT, AugmentConfig, augment, paste_instances, sector_crop
 from .real import GROUND_CLASSES, check_training_frames, instance_bank, load_real
 
 TRAIN_SEED_START = 0
@@ -125,13 +125,17 @@ class SyntheticBatches:
 class MixedBatches(SyntheticBatches):
     """Batches mixing real training-pool frames (train/real.py) and synthetic frames: each of the
     `batch_size` slots is a real frame with probability `real_share`, else a synthetic one.
-    Every frame first gets up to `paste` thing instances cut from the other real training frames
-    (augment.paste_instances), then the augmentations (REAL_AUGMENT for real frames). Still a
-    pure function of (seed, step). `seeds` are the synthetic training seeds."""
+    With crop_degrees < 360 every frame is first cut to one random azimuth wedge that wide
+    (augment.sector_crop: cheaper steps). Every frame then gets up to `paste` thing instances cut
+    from the other real training frames (augment.paste_instances), then the augmentations
+    (REAL_AUGMENT for real frames). Still a pure function of (seed, step). `seeds` are the
+    synthetic training seeds."""
 
     def __init__(self, real_frames, seeds, real_share: float = 0.75, paste: int = 4,
-                 real_augment: AugmentConfig | None = REAL_AUGMENT, **kw):
+                 real_augment: AugmentConfig | None = REAL_AUGMENT, crop_degrees: float = 360.0,
+                 **kw):
         super().__init__(seeds, **kw)
+        self.crop_degrees = float(crop_degrees)
         self.real_frames = check_training_frames(real_frames)
         if not self.real_frames and real_share > 0:
             raise ValueError("real_share > 0 needs at least one real training frame")
@@ -155,6 +159,8 @@ class MixedBatches(SyntheticBatches):
             if self.max_points and len(points) > self.max_points:
                 idx = np.sort(rng.choice(len(points), self.max_points, replace=False))
                 points, labels = points[idx], labels[idx]
+            if self.crop_degrees < 360:
+                points, labels = sector_crop(points, labels, rng, self.crop_degrees)
             points, labels = paste_instances(points, labels, rng, self.bank, self.paste,
                                              GROUND_CLASSES, exclude_source=name)
             if config is not None:

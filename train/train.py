@@ -4,7 +4,7 @@
                           [--train-seeds N] [--max-points P] [--ckpt-every K] [--resume]
                           [--voxel-size V] [--class-weights sqrt-inv|none]
                           [--real-frames pool|NAME,NAME] [--real-share F] [--paste K]
-                          [--init CHECKPOINT] [--val-every K] [--threads T]
+                          [--init CHECKPOINT] [--val-every K] [--crop-degrees D] [--threads T]
     python -m train.train --out DIR --export PATH [--best]   last.pt's (or best.pt's) weights
 
 AdamW + one-cycle schedule, cross-entropy with ignore_index 255 on voxel labels (the majority
@@ -73,6 +73,7 @@ class TrainConfig:
     paste: int = 0                     # instances pasted into each frame (real frames needed)
     init: str | None = None            # checkpoint to start from (fine-tuning)
     val_every: int = 0                 # 0: no validation
+    crop_degrees: float = 360.0        # < 360: train on one random azimuth wedge of each frame
 
     def __post_init__(self):
         self.real_frames = check_training_frames(self.real_frames)
@@ -150,7 +151,7 @@ def meta_for(cfg: TrainConfig) -> dict:
         voxel_size=cfg.voxel_size,
         training_data=(f"{init}SemanticKITTI scans {', '.join(cfg.real_frames)} (CC BY-NC-SA 4.0; "
                        f"{cfg.real_share:.0%} of batch slots, {cfg.paste} pasted instances a "
-                       f"frame) mixed with {synth}; model selection on {', '.join(VAL_NAMES)} "
+                       f"frame, {cfg.crop_degrees:g} degree wedges) mixed with {synth}; model selection on {', '.join(VAL_NAMES)} "
                        f"(never trained on); {recipe}"),
         version=f"{REAL_VERSION}-cr{cfg.cr:g}-steps{cfg.steps}-seed{cfg.seed}")
     meta["licence"] = REAL_LICENCE
@@ -226,10 +227,10 @@ def train(cfg: TrainConfig, log=print) -> list[float]:
 def make_data(cfg: TrainConfig):
     common = dict(batch_size=cfg.batch, seed=cfg.seed, max_points=cfg.max_points,
                   voxel_config=VoxelizeConfig(voxel_size=cfg.voxel_size), profile=cfg.profile)
-    if cfg.real_share <= 0 and not cfg.paste:
+    if cfg.real_share <= 0 and not cfg.paste and cfg.crop_degrees >= 360:
         return SyntheticBatches(train_seeds(cfg.train_seeds), **common)
     return MixedBatches(cfg.real_frames, train_seeds(cfg.train_seeds), cfg.real_share,
-                        cfg.paste, **common)
+                        cfg.paste, crop_degrees=cfg.crop_degrees, **common)
 
 
 def export_last(out: str, path: str, best: bool = False) -> None:
@@ -272,6 +273,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--paste", type=int, default=0, help="instances pasted into each frame")
     p.add_argument("--init", default=None, help="start from this checkpoint's weights")
     p.add_argument("--val-every", type=int, default=0, help="validate every K steps (0: never)")
+    p.add_argument("--crop-degrees", type=float, default=360.0,
+                   help="train on one random azimuth wedge this wide of each frame")
     p.add_argument("--threads", type=int, default=None, help="torch.set_num_threads")
     p.add_argument("--best", action="store_true", help="--export: DIR/best.pt, not last.pt")
     a = p.parse_args(argv)
@@ -287,7 +290,7 @@ def main(argv: list[str] | None = None) -> int:
                       ckpt_every=a.ckpt_every, stop_at=a.stop_at, resume=a.resume,
                       voxel_size=a.voxel_size, class_weights=a.class_weights,
                       real_frames=real, real_share=a.real_share, paste=a.paste, init=a.init,
-                      val_every=a.val_every)
+                      val_every=a.val_every, crop_degrees=a.crop_degrees)
     train(cfg, log=lambda s: print(s, flush=True))
     return 0
 
