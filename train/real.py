@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from app.evaluate import map_raw_labels
+from app.inference.scoring import map_raw_labels
 
 REAL_DIR = Path(__file__).resolve().parents[2] / "shared" / "data" / "real" / "semantickitti"
 

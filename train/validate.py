@@ -12,9 +12,9 @@ import time
 
 import numpy as np
 
-from app.evaluate import iou_metrics
-from app.pipeline import SegmentationPipeline
-from app.voxelize import VoxelizeConfig
+from app.inference.scoring import iou_metrics
+from app.inference.pipeline import SegmentationPipeline
+from app.inference.voxelize import VoxelizeConfig
 from models.checkpoints import SEMANTIC_KITTI_CLASSES
 
 from .real import VALIDATION_FRAMES, ROLES, VALIDATION, load_real
