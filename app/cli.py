@@ -67,7 +67,8 @@ def load_model_meta(weights: str | None, cr: float) -> tuple[MinkUNet, dict]:
         "name": f"minkunet-random-cr{cr:g}", "version": "seed0",
         "class_names": list(SEMANTIC_KITTI), "voxel_size": 0.05,
         "class_colors": [list(c) for c in SEMANTIC_KITTI_COLORS],
-        "input_features": list(INPUT_FEATURES)}
+        "input_features": list(INPUT_FEATURES),
+        "licence": "no trained weights (random initialisation)", "training_data": "none"}
 
 
 def class_counts(labels: np.ndarray, names: list[str]) -> dict[str, int]:

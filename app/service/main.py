@@ -72,6 +72,8 @@ def load_service(service: ServiceState) -> None:
     service.voxel_size = float(meta["voxel_size"])
     service.input_features = list(meta["input_features"])
     service.model_name, service.model_version = meta["name"], meta["version"]
+    service.model_licence = str(meta.get("licence") or "not stated in the checkpoint")
+    service.training_data = str(meta.get("training_data") or "")
     service.grouping_file = DEFAULT_PATH.name if DEFAULT_PATH.exists() else None  # no paths
     pipeline = SegmentationPipeline(
         model, VoxelizeConfig(voxel_size=service.voxel_size,

@@ -172,6 +172,7 @@ def test_errors_are_json_and_the_server_keeps_serving(http, server):
 def test_model_probes_and_docs(http):
     m = http.get("/v1/model").json()
     assert m["voxel_size"] == 0.05 and m["input_features"] == ["x", "y", "z", "intensity"]
+    assert m["licence"] and isinstance(m["training_data"], str)
     assert len(m["classes"]) == 19 and m["classes"][8] == {"id": 8, "name": "road",
                                                             "color": [255, 0, 255]}
     assert m["engine"]["device"] == "cpu" and "grouping_plan_file" in m["engine"]

@@ -39,6 +39,8 @@ class ServiceState:
     worker: Any = None
     model_name: str = ""
     model_version: str = ""
+    model_licence: str = ""           # the checkpoint's meta["licence"] (terms of use of the weights)
+    training_data: str = ""           # the checkpoint's meta["training_data"]
     class_names: list[str] = field(default_factory=list)
     class_colors: list[list[int]] = field(default_factory=list)
     voxel_size: float = 0.0

@@ -24,6 +24,8 @@ class EngineInfo(BaseModel):
 class ModelInfo(BaseModel):
     name: str
     version: str
+    licence: str         # terms of use of the weights (e.g. non-commercial for SemanticKITTI)
+    training_data: str   # what the weights were trained on
     device: str
     classes: list[ClassInfo]
     ignore_label: int
@@ -39,7 +41,8 @@ async def model_info(service: Service) -> ModelInfo:
     service.require_ready()
     engine = service.pipeline.engine
     return ModelInfo(
-        name=service.model_name, version=service.model_version, device=service.device,
+        name=service.model_name, version=service.model_version,
+        licence=service.model_licence, training_data=service.training_data, device=service.device,
         classes=[ClassInfo(id=i, name=n, color=list(c)) for i, (n, c)
                  in enumerate(zip(service.class_names, service.class_colors))],
         ignore_label=255, voxel_size=service.voxel_size, input_features=service.input_features,
