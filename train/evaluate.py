@@ -7,9 +7,11 @@
   their ground truth (SemanticKITTI's convention), `mean_frame_miou` the mean of per-frame mIoUs;
 * fixed frame: the first held-out seed alone (tests/train/test_shipped_model.py checks the
   shipped weights reproduce it within 0.01);
-* real: every FRAME.bin with a FRAME.label beside it in --real-dir (SemanticKITTI learning map,
-  as `python -m app evaluate`), scored one by one. Real frames are only ever evaluated, never
-  trained or tuned on.
+* real: the validation frames of train/real.py's roles table (SemanticKITTI learning map, as
+  `python -m app evaluate`), scored one by one, each with the confusion between the ground
+  classes (road, parking, sidewalk, other-ground, terrain; rows ground truth, columns predicted,
+  point counts); with --training-frames also the training-pool frames (marked as such: a fit,
+  not a generalisation figure).
 Points go through the service's own pipeline (SegmentationPipeline: voxelize, network, voxel
 labels back to points), so these are the labels a client would get.
 """
@@ -29,6 +31,7 @@ from app.inference.pipeline import SegmentationPipeline
 from app.inference.voxelize import VoxelizeConfig
 
 from .data import HELDOUT_SEED_START, heldout_seeds, synthetic_frame
+from .real import GROUND_CLASSES, ROLES, TRAIN, VALIDATION
 
 DEFAULT_REAL_DIR = Path(__file__).resolve().parents[2] / "shared" / "data" / "real" / "semantickitti"
 FIXED_FRAME_SEED = HELDOUT_SEED_START
@@ -58,17 +61,19 @@ def fixed_frame_miou(pipeline, names: list[str]) -> float:
     return iou_metrics(gt, pred, names)["miou"]
 
 
-def evaluate_real(pipeline, names: list[str], real_dir: Path) -> dict:
+def evaluate_real(pipeline, names: list[str], real_dir: Path, roles=(VALIDATION,)) -> dict:
     out = {}
-    for label_path in sorted(Path(real_dir).glob("*.label")):
-        frame_path = label_path.with_suffix(".bin")
-        if not frame_path.is_file():
-            continue
+    for name in sorted(n for n, role in ROLES.items() if role in roles):
+        frame_path = Path(real_dir) / f"{name}.bin"
         points, sensor = read_frame(str(frame_path), "kitti")
-        gt = read_labels(label_path)
-        if len(gt) != len(points) or len(points) < 1000:  # skip the 50-point test subset
-            continue
-        out[frame_path.name] = iou_metrics(gt, pipeline.segment(points, sensor).labels, names)
+        gt = read_labels(frame_path.with_suffix(".label"))
+        pred = pipeline.segment(points, sensor).labels
+        conf = confusion(gt, pred, len(names))
+        ground = list(GROUND_CLASSES)
+        out[frame_path.name] = {
+            **iou_metrics(gt, pred, names), "role": ROLES[name],
+            "ground_confusion": {names[g]: {names[p]: int(conf[g, p]) for p in ground}
+                                 for g in ground if conf[g].sum()}}
     return out
 
 
@@ -80,6 +85,8 @@ def main(argv=None) -> int:
     ap.add_argument("--real-dir", default=str(DEFAULT_REAL_DIR))
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--json", default=None, help="also write the result here")
+    ap.add_argument("--training-frames", action="store_true",
+                    help="also score the real training-pool frames (a fit figure)")
     a = ap.parse_args(argv)
     model, names, voxel = load_model(a.weights, 1.0)
     pipeline = SegmentationPipeline(model, VoxelizeConfig(voxel_size=voxel), a.device)
@@ -87,7 +94,9 @@ def main(argv=None) -> int:
     result = {"weights": a.weights, "voxel_size": voxel, "heldout_synthetic": heldout,
               # the fixed frame is the first held-out frame: its mIoU is already there
               "fixed_frame": {"seed": FIXED_FRAME_SEED, "miou": heldout["frame_miou"][0]},
-              "real_semantickitti": evaluate_real(pipeline, names, Path(a.real_dir))}
+              "real_semantickitti": evaluate_real(
+                  pipeline, names, Path(a.real_dir),
+                  (VALIDATION, TRAIN) if a.training_frames else (VALIDATION,))}
     text = json.dumps(result, indent=1)
     print(text)
     if a.json:
