@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from kernels.precision import PRECISIONS, PrecisionError
 from models.minkunet import MinkUNet
 
 from app.codecs.files import read_frame
@@ -82,11 +83,12 @@ def class_counts(labels: np.ndarray, names: list[str]) -> dict[str, int]:
 def cmd_segment(args) -> int:
     points, sensor = read_frame(args.frame, args.format)
     model, names, voxel = load_model(args.weights, args.cr)
-    pipeline = SegmentationPipeline(model, VoxelizeConfig(voxel_size=voxel), args.device)
+    pipeline = SegmentationPipeline(model, VoxelizeConfig(voxel_size=voxel), args.device,
+                                    precision=args.precision)
     pipeline.segment(points[: min(len(points), 5000)], sensor)  # warm-up
     result = pipeline.segment(points, sensor, layer_timing=args.layers)
     print(f"frame {args.frame}: {result.num_points} points, {result.num_voxels} voxels, "
-          f"{result.ignored_points} ignored {result.ignored}")
+          f"{result.ignored_points} ignored {result.ignored}; precision {pipeline.precision}")
     for name, count in sorted(class_counts(result.labels, names).items(), key=lambda t: -t[1]):
         print(f"  {name:<14} {count:>8}")
     print("timing_ms " + json.dumps({k: round(v, 2) for k, v in result.timing_ms.items()}))
@@ -101,7 +103,7 @@ def cmd_crosscheck(args) -> int:
 
     points, sensor = read_frame(args.frame, args.format)
     model, _, voxel = load_model(args.weights, args.cr)
-    print(json.dumps(crosscheck(model, points, sensor, voxel)))
+    print(json.dumps(crosscheck(model, points, sensor, voxel, precision=args.precision)))
     return 0
 
 
@@ -130,7 +132,7 @@ def serve(overrides: dict) -> int:
 
 
 def cmd_serve(args) -> int:
-    overrides = {k: getattr(args, k) for k in ("host", "port", "device", "weights")
+    overrides = {k: getattr(args, k) for k in ("host", "port", "device", "weights", "precision")
                  if getattr(args, k, None) is not None}
     return serve(overrides)
 
@@ -152,6 +154,15 @@ def add_serve_options(p: argparse.ArgumentParser, default=None) -> None:
     p.add_argument("--weights", default=default,
                    help="LIDARSEG_WEIGHTS: 'default' (the shipped model, default), 'random' "
                         "or a lidarseg checkpoint")
+    add_precision_option(p, default)
+
+
+PRECISION_HELP = ("LIDARSEG_PRECISION on the CPU: auto (bf16 where the CPU has AVX512_BF16 or AMX, "
+                  "else fp32; the default), fp32, bf16; int8 is refused")
+
+
+def add_precision_option(p: argparse.ArgumentParser, default=None) -> None:
+    p.add_argument("--precision", choices=PRECISIONS, default=default, help=PRECISION_HELP)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -180,6 +191,7 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--cr", type=float, default=1.0, help="channel ratio of --weights random")
         p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
         p.add_argument("--layers", action="store_true", help="per-layer network timing")
+        add_precision_option(p, "fp32" if name == "crosscheck" else "auto")
         p.set_defaults(func=func)
     from app.inference.scoring import cmd_evaluate
 
@@ -190,6 +202,11 @@ def main(argv: list[str] | None = None) -> int:
     eval_p.add_argument("--format", default=None)
     eval_p.add_argument("--cr", type=float, default=1.0, help="channel ratio of --weights random")
     eval_p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    add_precision_option(eval_p, "auto")
     eval_p.set_defaults(func=cmd_evaluate)
     args = parser.parse_args(argv)
-    return args.func(args)
+    try:
+        return args.func(args)
+    except PrecisionError as e:  # int8, or a name only the environment could have given
+        print(f"lidarseg: {e}", file=sys.stderr)
+        return 2

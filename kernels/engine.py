@@ -55,12 +55,13 @@ class EngineConfig:
     """How sparse convolutions execute. Load the tuned grouping once at start-up and share it."""
 
     deterministic: bool = False
+    precision: str = "fp32"  # CPU inference: "fp32" or "bf16" (kernels/precision.py resolves auto)
     grouping: GroupingTable = field(default_factory=GroupingTable.load_default)
     workspace: Workspace = field(default_factory=Workspace, compare=False, repr=False)
 
     def plan(self, kmap: KernelMap, cin: int, cout: int, device: torch.device) -> ExecutionPlan:
         epsilon, threshold, dataflow = self.grouping.choose(device.type, kmap.kernel_volume,
-                                                            cin, cout)
+                                                            cin, cout, self.precision)
         return build_plan(kmap, epsilon, threshold, fused=dataflow == "fused")
 
 
@@ -261,6 +262,12 @@ def sparse_conv(feats: torch.Tensor, weight: torch.Tensor, kmap: KernelMap,
     plan = config.plan(kmap, weight.shape[1], weight.shape[2], feats.device)
     extras = [t for t in (bias, residual) if t is not None]
     grads = torch.is_grad_enabled() and any(t.requires_grad for t in [feats, weight, *extras])
+    if not grads and config.precision == "bf16" and feats.device.type == "cpu" \
+            and feats.dtype == torch.float32:
+        from .bf16 import conv_bf16  # inference in bf16 (kernels/bf16.py)
+        out = conv_bf16(feats.contiguous(), weight, plan, config.workspace, bias, relu, residual)
+        if out is not None:
+            return out
     if not grads:
         return _SparseConvFunction.apply(feats, weight, plan, config.deterministic,
                                          config.workspace, (bias, relu, residual))

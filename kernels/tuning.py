@@ -9,6 +9,10 @@ S may be the string "inf". "dataflow" is "grouped" (gather, grouped mm/bmm, scat
 or "fused" (CPU only: fetch-on-demand gather-GEMM-scatter in one kernel, offsets in the order the
 grouping gives). A shape missing from `entries` takes the entry of the same device and
 kernel volume with the nearest Cin * Cout, then the device default.
+
+Precision (kernels/precision.py) is part of the device: fp32 entries and defaults are keyed by
+the device type alone ("cpu/k27/64x64", "cpu"), the others by device type and precision
+("cpu/bf16/k27/64x64", "cpu/bf16"); a precision with no default of its own takes the device's.
 """
 from __future__ import annotations
 
@@ -24,8 +28,13 @@ DEFAULT_PATH = Path(__file__).resolve().parent / "tuned" / "grouping.json"
 BUILTIN_DEFAULTS = {"cpu": (0.0, 0.0, "fused"), "cuda": (0.3, 65536.0, "grouped")}
 
 
-def shape_key(device_type: str, kernel_volume: int, cin: int, cout: int) -> str:
-    return f"{device_type}/k{kernel_volume}/{cin}x{cout}"
+def device_key(device_type: str, precision: str = "fp32") -> str:
+    return device_type if precision == "fp32" else f"{device_type}/{precision}"
+
+
+def shape_key(device_type: str, kernel_volume: int, cin: int, cout: int,
+              precision: str = "fp32") -> str:
+    return f"{device_key(device_type, precision)}/k{kernel_volume}/{cin}x{cout}"
 
 
 def _threshold(value) -> float:
@@ -45,16 +54,18 @@ class GroupingTable:
     defaults: Mapping[str, tuple[float, float]] = field(
         default_factory=lambda: MappingProxyType(dict(BUILTIN_DEFAULTS)))
 
-    def choose(self, device_type: str, kernel_volume: int, cin: int, cout: int):
-        """(epsilon, S, dataflow) for one layer shape on one device type."""
-        found = self.entries.get(shape_key(device_type, kernel_volume, cin, cout))
+    def choose(self, device_type: str, kernel_volume: int, cin: int, cout: int,
+               precision: str = "fp32"):
+        """(epsilon, S, dataflow) for one layer shape on one device type in one precision."""
+        found = self.entries.get(shape_key(device_type, kernel_volume, cin, cout, precision))
         if found is None:
-            prefix = f"{device_type}/k{kernel_volume}/"
+            prefix = f"{device_key(device_type, precision)}/k{kernel_volume}/"
             near = [(abs(math.log(int(a) * int(b) / (cin * cout))), v)
                     for key, v in self.entries.items() if key.startswith(prefix)
                     for a, b in [key[len(prefix):].split("x")]]
-            found = min(near, key=lambda t: t[0])[1] if near else \
-                self.defaults.get(device_type, BUILTIN_DEFAULTS["cpu"])
+            found = min(near, key=lambda t: t[0])[1] if near else self.defaults.get(
+                device_key(device_type, precision),
+                self.defaults.get(device_type, BUILTIN_DEFAULTS["cpu"]))
         return (*found, "grouped") if len(found) == 2 else tuple(found)
 
     @classmethod

@@ -22,13 +22,14 @@ def spconv_twin_of(model: MinkUNet):
 
 
 def crosscheck(model: MinkUNet, points: np.ndarray, sensor: str = "kitti",
-               voxel_size: float = 0.05, device: str | torch.device = "cpu") -> dict:
+               voxel_size: float = 0.05, device: str | torch.device = "cpu",
+               precision: str = "fp32") -> dict:
     """One dict: label agreement, logit errors, sizes, and the stage timing of both networks.
     spconv builds its maps inside its forward, so its 'network' includes map building."""
     from models.spconv_twin import run_spconv
 
     config = VoxelizeConfig(voxel_size=voxel_size)
-    pipeline = SegmentationPipeline(model, config, device)
+    pipeline = SegmentationPipeline(model, config, device, precision=precision)
     twin = spconv_twin_of(pipeline.model)
     warm = points[: min(len(points), 5000)]
     pipeline.segment(warm, sensor)
@@ -64,4 +65,5 @@ def crosscheck(model: MinkUNet, points: np.ndarray, sensor: str = "kitti",
                        "devoxelize": round((t4 - t3) * 1e3, 3)},
         },
         "spconv_threads": 1 if pipeline.device.type == "cpu" else None,
+        "precision": pipeline.precision,
     }

@@ -14,6 +14,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from kernels import precision as precision_mod
 from models import EngineConfig, SparseTensor
 from models.fold import fold_batchnorm
 from models.minkunet import MinkUNet
@@ -98,14 +99,26 @@ def build_unet_maps(x: SparseTensor, levels: int = 4) -> None:
 
 class SegmentationPipeline:
     def __init__(self, model: MinkUNet, voxel_config: VoxelizeConfig | None = None,
-                 device: str | torch.device = "cpu", engine: EngineConfig | None = None):
+                 device: str | torch.device = "cpu", engine: EngineConfig | None = None,
+                 precision: str | None = None):
+        """precision: auto (None), fp32 or bf16 on the CPU (kernels/precision.py); an `engine`
+        given keeps its own."""
         self.device = torch.device(device)
         self.model = model.to(self.device).eval()
         # What runs: a copy with BatchNorm (and its ReLU) folded into the convs, made once here,
         # so later changes to `model` do not reach it (models/fold.py).
         self.network = fold_batchnorm(self.model)
         self.voxel_config = voxel_config or VoxelizeConfig()
-        self.engine = engine or EngineConfig()
+        self.requested_precision = precision_mod.validate(precision)
+        self.engine = engine or EngineConfig(
+            precision=precision_mod.resolve(precision, self.device))
+
+    @property
+    def precision(self) -> str:
+        """What the network runs in: fp32 or bf16 on the CPU, the model's dtype elsewhere."""
+        if self.device.type != "cpu":
+            return {torch.float16: "fp16"}.get(next(self.model.parameters()).dtype, "fp32")
+        return self.engine.precision
 
     @torch.no_grad()
     def run(self, frames: list[np.ndarray], sensor: str | list[str] = "kitti",

@@ -76,7 +76,7 @@ def iou_metrics(gt: np.ndarray, pred: np.ndarray, names: list[str]) -> dict:
 
 
 def evaluate(frame_path, label_path, weights: str | None = None, cr: float = 1.0,
-             device: str = "cpu", fmt: str | None = None) -> dict:
+             device: str = "cpu", fmt: str | None = None, precision: str | None = None) -> dict:
     from app.cli import load_model
     from app.codecs.files import read_frame
     from app.inference.pipeline import SegmentationPipeline
@@ -87,12 +87,12 @@ def evaluate(frame_path, label_path, weights: str | None = None, cr: float = 1.0
     if len(gt) != len(points):
         raise ValueError(f"{frame_path}: {len(points)} points but {label_path}: {len(gt)} labels")
     model, names, voxel = load_model(weights, cr)
-    result = SegmentationPipeline(model, VoxelizeConfig(voxel_size=voxel), device).segment(
-        points, sensor)
+    result = SegmentationPipeline(model, VoxelizeConfig(voxel_size=voxel), device,
+                                  precision=precision).segment(points, sensor)
     return iou_metrics(gt, result.labels, names)
 
 
 def cmd_evaluate(args) -> int:
     print(json.dumps(evaluate(args.frame, args.labels, args.weights, args.cr, args.device,
-                              args.format)))
+                              args.format, getattr(args, "precision", None))))
     return 0

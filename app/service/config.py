@@ -18,6 +18,7 @@ class Settings(BaseSettings):
     device: Literal["auto", "cpu", "cuda"] = "auto"
     weights: str = "default"             # "default" (shipped model), "random", or a checkpoint path
     cr: float = Field(1.0, gt=0, le=4)   # channel ratio of the random model (tests use 0.25)
+    precision: Literal["auto", "fp32", "bf16", "int8"] = "auto"  # CPU arithmetic (kernels/precision.py)
 
     threads: int = Field(0, ge=0)                # compute threads; 0: cgroup quota, else CPUs
     queue_size: int = Field(16, ge=1)            # requests waiting for the worker, beyond: 503
@@ -68,6 +69,13 @@ class Settings(BaseSettings):
         except FileNotFoundError as e:
             raise ValueError(str(e)) from None
         return str(v)
+
+    @field_validator("precision")
+    @classmethod
+    def _precision_offered(cls, v):
+        from kernels.precision import validate
+
+        return validate(v)  # int8 is refused here, at start-up, with the reason
 
     @model_validator(mode="after")
     def _cuda_available(self):

@@ -77,7 +77,8 @@ def load_service(service: ServiceState) -> None:
     service.grouping_file = DEFAULT_PATH.name if DEFAULT_PATH.exists() else None  # no paths
     pipeline = SegmentationPipeline(
         model, VoxelizeConfig(voxel_size=service.voxel_size,
-                              features=tuple(service.input_features)), service.device)
+                              features=tuple(service.input_features)), service.device,
+        precision=settings.precision)
     pipeline.segment(warmup_frame(), "kitti")  # warm-up: kernels, allocator, OpenMP pool
     service.pipeline = pipeline
     metrics = service.metrics
@@ -88,7 +89,8 @@ def load_service(service: ServiceState) -> None:
                     on_run=service.observe.on_run if service.observe else None),
         after_batch=_trimmer(settings.trim_after_points))
     metrics.model.info({"name": service.model_name, "version": service.model_version,
-                        "device": service.device, "voxel_size": str(service.voxel_size),
+                        "device": service.device, "precision": pipeline.precision,
+                        "voxel_size": str(service.voxel_size),
                         "classes": str(len(service.class_names))})
     service.ready = True
     metrics.ready.set(1)

@@ -1,19 +1,14 @@
 // CPU fused gather-GEMM-scatter ("fetch on demand"): for each kernel offset, tiles of map entries
 // are multiplied by that offset's weight straight from the input rows (no gather buffer) and the
-// tile is added into the output rows (no scatter buffer). Within one offset the output rows are
-// distinct, so tiles run in parallel without atomics; offsets run one after another in the order
-// given, so every output row adds its contributions in a fixed order: bitwise reproducible for
-// any thread count.
+// tile is added into the output rows (no scatter buffer). Which thread computes which rows, and
+// in which order, is fused_driver.h (shared with the bf16 twin, fused_bf16_cpu.cpp): every output
+// row adds its contributions in a fixed order, bitwise reproducible for any thread count.
 //
 // The micro-kernel keeps a tile of kRows entries x (kVecs * kLanes) output channels in vector
 // registers (GCC vector extensions: AVX-512, AVX2 or NEON, whatever -march gives), streams the
 // weight rows, and broadcasts one input value per entry per input channel.
-#include <omp.h>
-
-#include <vector>
-
 #include "api.h"
-#include "cpu_common.h"
+#include "fused_driver.h"
 
 namespace {
 
@@ -28,8 +23,6 @@ constexpr int kLanes = 4;
 constexpr int kRows = 4;
 #endif
 constexpr int kVecs = 4;  // up to 4 vectors of output channels per tile
-constexpr int64_t kParallelWork = 1 << 18;  // multiply-adds below which one thread is faster
-constexpr int64_t kBlockBytes = 256 << 10;  // output rows per block: this many bytes of them
 
 typedef float vfloat __attribute__((vector_size(kLanes * sizeof(float))));
 
@@ -97,23 +90,6 @@ void entries_times_weight(const float* x, int64_t cin, const float* w, int64_t c
   }
 }
 
-// Rows [0, n) of out (cout wide) += bias and += the same rows of residual (each when given),
-// then max(0, .) when relu: done per block while its rows are still in L2, instead of more
-// passes over the whole output.
-void epilogue(const float* bias, const float* residual, bool relu, int64_t cout, float* out,
-              int64_t n) {
-  for (int64_t r = 0; r < n; ++r) {
-    float* row = out + r * cout;
-    for (int64_t c = 0; c < cout; c += kLanes) {
-      vfloat v = load(row + c);
-      if (bias != nullptr) v += load(bias + c);
-      if (residual != nullptr) v += load(residual + r * cout + c);
-      if (relu) v = v > 0 ? v : vfloat{};
-      store(row + c, v);
-    }
-  }
-}
-
 }  // namespace
 
 LS_API int ls_fused_lanes_cpu(void) { return kLanes; }
@@ -125,54 +101,16 @@ LS_API int ls_fused_conv_f32_cpu(const float* x, int64_t cin, const float* w, in
                                  const float* residual, int32_t relu, int64_t num_out,
                                  float* out) {
   if (cout % kLanes != 0 || cin <= 0 || num_out < 0) return lidarseg::kStatusBadArgument;
-  int64_t entries = identity >= 0 ? num_out : 0;
-  for (int64_t j = 0; j < num_kernels; ++j) {
-    const int32_t k = kernel_order[j];
-    entries += bounds[k + 1] - bounds[k];
-  }
-  // Each thread owns a contiguous range of output rows and walks every offset's entries for that
-  // range (entries are sorted by output within an offset). No two threads touch the same output
-  // row, so there is no barrier between offsets, and each row adds its offsets in kernel_order
-  // (after the identity offset, which stores rather than adds, when there is one).
-  //
-  // The range is walked in blocks of output rows that stay in L2 (kBlockBytes), every offset in
-  // turn per block: a row is then read and written back from L2 by all its offsets instead of
-  // once per offset pass over the whole range, and on sorted coordinates the inputs of a block
-  // are a band of nearby rows as well.
-  const int64_t fit = kBlockBytes / (cout * (int64_t)sizeof(float));
-  const int64_t block_rows = fit > 16 ? fit : 16;
-#pragma omp parallel if (entries * cin * cout >= kParallelWork)
-  {
-    const int64_t threads = omp_get_num_threads(), t = omp_get_thread_num();
-    const int64_t lo = num_out * t / threads, hi = num_out * (t + 1) / threads;
-    std::vector<int64_t> cursor(num_kernels);
-    for (int64_t j = 0; j < num_kernels; ++j) {
-      const int32_t k = kernel_order[j];
-      cursor[j] = lidarseg::lower_bound(out_idx, bounds[k], bounds[k + 1], lo);
-    }
-    std::vector<int32_t> rows(block_rows);
-    for (int64_t block = lo; block < hi; block += block_rows) {
-      const int64_t end = block + block_rows < hi ? block + block_rows : hi;
-      if (identity >= 0) {  // in = out = every row of the block
-        for (int64_t r = block; r < end; ++r) rows[r - block] = (int32_t)r;
-        entries_times_weight<true>(x, cin, w + (int64_t)identity * cin * cout, cout, rows.data(),
-                                   rows.data(), end - block, out);
-      }
-      for (int64_t j = 0; j < num_kernels; ++j) {
-        const int32_t k = kernel_order[j];
-        const int64_t first = cursor[j];
-        const int64_t last = lidarseg::lower_bound(out_idx, first, bounds[k + 1], end);
-        cursor[j] = last;
-        if (last > first) {
-          entries_times_weight<false>(x, cin, w + (int64_t)k * cin * cout, cout, in_idx + first,
-                                      out_idx + first, last - first, out);
+  lidarseg::run_fused(
+      w, cin * cout, cin, cout, in_idx, out_idx, bounds, kernel_order, num_kernels, identity, bias,
+      residual, relu, num_out, out,
+      [=](bool store, const float* w_k, const int32_t* in, const int32_t* rows, int64_t m,
+          float* dst) {
+        if (store) {
+          entries_times_weight<true>(x, cin, w_k, cout, in, rows, m, dst);
+        } else {
+          entries_times_weight<false>(x, cin, w_k, cout, in, rows, m, dst);
         }
-      }
-      if (bias != nullptr || residual != nullptr || relu) {
-        epilogue(bias, residual == nullptr ? nullptr : residual + block * cout, relu != 0, cout,
-                 out + block * cout, end - block);
-      }
-    }
-  }
+      });
   return lidarseg::kStatusOk;
 }

@@ -176,6 +176,10 @@ def test_model_probes_and_docs(http):
     assert len(m["classes"]) == 19 and m["classes"][8] == {"id": 8, "name": "road",
                                                             "color": [255, 0, 255]}
     assert m["engine"]["device"] == "cpu" and "grouping_plan_file" in m["engine"]
+    from kernels.precision import cpu_features, resolve
+    assert m["engine"]["precision"] == resolve("auto")  # LIDARSEG_PRECISION unset: auto
+    assert m["engine"]["precision_requested"] == "auto"
+    assert m["engine"]["cpu_features"] == list(cpu_features())
     assert http.get("/healthz").status_code == 200
     assert http.get("/readyz").json()["status"] == "ready"
     spec = http.get("/openapi.json").json()
@@ -194,6 +198,8 @@ def test_metrics_move(http):
                  "lidarseg_points_per_request", "lidarseg_voxels_per_request",
                  "lidarseg_queue_depth", "lidarseg_batch_size", "lidarseg_model_info"):
         assert name in before, name
+    from kernels.precision import resolve
+    assert f'precision="{resolve("auto")}"' in before.split("lidarseg_model_info{", 1)[1]
     assert_good(http)
     after = http.get("/metrics").text
     assert (metric_value(after, "lidarseg_requests_total", 'status="200"')
@@ -395,11 +401,12 @@ def test_bad_settings_fail_fast():
     from tests.conftest import REPO_ROOT
 
     env = {**__import__("os").environ, "LIDARSEG_QUEUE_SIZE": "0",
-           "LIDARSEG_RANGE_POLICY": "maybe"}
+           "LIDARSEG_RANGE_POLICY": "maybe", "LIDARSEG_PRECISION": "int8"}
     proc = subprocess.run([sys.executable, "-m", "app", "serve", "--port", "1"], cwd=REPO_ROOT,
                           env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2
     assert "queue_size" in proc.stderr and "range_policy" in proc.stderr
+    assert "int8 is not offered" in proc.stderr
 
 
 # ---- every wire format, every real frame, over HTTP ----------------------------------------

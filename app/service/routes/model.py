@@ -4,6 +4,8 @@ from __future__ import annotations
 from fastapi import APIRouter
 from pydantic import BaseModel
 
+from kernels.precision import cpu_features
+
 from app.service.routes.deps import ERROR_RESPONSES, ApiKey, Service
 
 router = APIRouter(prefix="/v1", tags=["model"], dependencies=[ApiKey])
@@ -19,6 +21,9 @@ class EngineInfo(BaseModel):
     device: str
     grouping_plan_file: str | None   # file name (never a path); None: built-in defaults
     deterministic: bool
+    precision: str                   # what the network runs in: fp32 or bf16 (CPU), fp32 / fp16
+    precision_requested: str         # LIDARSEG_PRECISION: auto, fp32 or bf16
+    cpu_features: list[str]          # the CPU features auto chose from
 
 
 class ModelInfo(BaseModel):
@@ -47,5 +52,8 @@ async def model_info(service: Service) -> ModelInfo:
                  in enumerate(zip(service.class_names, service.class_colors))],
         ignore_label=255, voxel_size=service.voxel_size, input_features=service.input_features,
         engine=EngineInfo(device=service.device, grouping_plan_file=service.grouping_file,
-                          deterministic=bool(engine.deterministic)),
+                          deterministic=bool(engine.deterministic),
+                          precision=service.pipeline.precision,
+                          precision_requested=service.pipeline.requested_precision,
+                          cpu_features=list(cpu_features())),
         ready=service.ready)

@@ -1,0 +1,119 @@
+"""Network stage in fp32 vs bf16 (kernels/precision.py), side by side in one run, on real frames.
+
+    python -m bench.precision [--weights default] [--frames kitti00 nuscenes ouster128]
+                              [--threads 2] [--runs 9] [--precisions fp32 bf16] [--json OUT]
+
+Per frame: the same voxels and maps, the network forward timed alternately in each precision
+(run r of every precision before run r + 1 of any, so a shared machine's load hits them alike);
+prints each precision's median network time with its spread (min..max), and the speed-up of
+each precision over fp32 as the median of the per-run ratios with their spread. Then the labels
+of the whole pipeline in each precision against fp32 (share of equal labels), and on the
+labelled validation frames (SemanticKITTI seq00_000000, spvnas_000000) the mIoU in each.
+The CPU's features (what `auto` chooses from) head the output; AMX cannot be measured on a CPU
+without it.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+
+import torch
+
+from app.cli import load_model
+from app.inference.pipeline import SegmentationPipeline, build_unet_maps
+from app.inference.scoring import iou_metrics, read_labels
+from app.inference.voxelize import VoxelizeConfig, voxelize
+from bench import common
+from kernels import precision as precision_mod
+from models import SparseTensor
+
+LABELLED = {"kitti00": "semantickitti/seq00_000000.label",
+            "kitti-spvnas": "semantickitti/spvnas_000000.label"}
+
+
+def spread(values: list[float]) -> str:
+    return f"{statistics.median(values):.3g} [{min(values):.3g}..{max(values):.3g}]"
+
+
+def time_networks(pipes: dict, points, sensor: str, runs: int):
+    """(wall ms, process CPU ms) per network forward, per precision, runs interleaved. CPU time
+    leaves out the time the OS gave other processes, so on a shared machine its ratio is the
+    steadier one (it counts OpenMP's idle waiting too: set OMP_WAIT_POLICY=passive)."""
+    inputs = {}
+    for name, pipe in pipes.items():
+        batch = voxelize([points], pipe.voxel_config, sensor, pipe.device)
+        x = SparseTensor(batch.feats, batch.coords, engine=pipe.engine)
+        build_unet_maps(x)
+        inputs[name] = x
+    wall: dict[str, list[float]] = {name: [] for name in pipes}
+    cpu: dict[str, list[float]] = {name: [] for name in pipes}
+    with torch.no_grad():
+        for name, pipe in pipes.items():  # warm-up: plans, weight conversion, workspaces
+            pipe.network(inputs[name])
+        for _ in range(runs):
+            for name, pipe in pipes.items():
+                c0, t0 = time.process_time(), time.perf_counter()
+                pipe.network(inputs[name])
+                wall[name].append((time.perf_counter() - t0) * 1e3)
+                cpu[name].append((time.process_time() - c0) * 1e3)
+    return wall, cpu
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--weights", default="default")
+    p.add_argument("--cr", type=float, default=1.0, help="channel ratio of --weights random")
+    p.add_argument("--frames", nargs="+", default=list(common.DEFAULT_FRAMES) + ["kitti-spvnas"])
+    p.add_argument("--precisions", nargs="+", default=["fp32", "bf16"])
+    p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--runs", type=int, default=9)
+    p.add_argument("--data", default=None)
+    p.add_argument("--json", default=None)
+    args = p.parse_args(argv)
+    if args.threads:
+        common.set_threads(args.threads)
+    model, names, voxel = load_model(args.weights, args.cr)
+    pipes = {name: SegmentationPipeline(model, VoxelizeConfig(voxel_size=voxel), "cpu",
+                                        precision=name) for name in args.precisions}
+    info = precision_mod.describe("auto", precision_mod.resolve("auto"))
+    print(f"# bench.precision weights={args.weights} threads={torch.get_num_threads()} "
+          f"runs={args.runs} torch={torch.__version__}; CPU features {info['cpu_features']}; "
+          f"auto -> {info['running']}; bf16 kernel: {info['bf16_kernel']}")
+    report = {"cpu": info, "frames": {}}
+    base = args.precisions[0]
+    for frame_name in args.frames:
+        frame = common.load_frame(frame_name, args.data)
+        sensor = "nuscenes" if frame_name == "nuscenes" else "kitti"
+        times, cpu = time_networks(pipes, frame.points, sensor, args.runs)
+        labels = {name: pipe.segment(frame.points, sensor).labels for name, pipe in pipes.items()}
+        row = {"points": len(frame.points)}
+        line = f"{frame_name}: {len(frame.points)} points"
+        for name in args.precisions:
+            ratios = [b / t for b, t in zip(times[base], times[name])]
+            cpu_ratios = [b / t for b, t in zip(cpu[base], cpu[name])]
+            agree = float((labels[name] == labels[base]).mean())
+            row[name] = {"network_ms": times[name], "network_cpu_ms": cpu[name],
+                         "speedup": ratios, "cpu_speedup": cpu_ratios, "label_agreement": agree}
+            line += f"\n  {name}: network {spread(times[name])} ms (CPU {spread(cpu[name])} ms)"
+            if name != base:
+                line += (f", x{spread(ratios)} vs {base} (CPU time x{spread(cpu_ratios)}), "
+                         f"labels {agree * 100:.2f} % equal")
+        if frame_name in LABELLED:
+            gt = read_labels(common.DEFAULT_DATA / LABELLED[frame_name] if args.data is None
+                             else f"{args.data}/{LABELLED[frame_name]}")
+            for name in args.precisions:
+                row[name]["miou"] = iou_metrics(gt, labels[name], names)["miou"]
+            line += "\n  mIoU " + ", ".join(f"{n} {row[n]['miou']:.4f}" for n in args.precisions)
+        print(line, flush=True)
+        report["frames"][frame_name] = row
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(report, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

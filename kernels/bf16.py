@@ -1,0 +1,138 @@
+"""bf16 inference on the CPU: inputs and weights of a sparse conv rounded to bf16, products summed
+in fp32, output (with bias, residual and ReLU) in fp32 (kernels/precision.py says when it runs).
+
+- "fused" dataflow: csrc/fused_bf16_cpu.cpp (AVX512_BF16 dot products), the same walk over the
+  map as the fp32 fused kernel; needs the CPU feature (checked at run time), even Cin and Cout a
+  multiple of 16.
+- "grouped" dataflow (or where fused does not apply): the fp32 engine's launches with torch's
+  bf16 matmul (oneDNN: AMX tiles where the CPU has them), each launch's partial sums widened to
+  fp32 before they are added into the output.
+
+A conv with at most FP32_MAX_CIN input channels stays in fp32: it is the network's input layer,
+whose inputs are raw point features (coordinates in metres, where bf16's 8-bit mantissa keeps
+only 0.25 m at 50 m), and with so few products per output bf16 would save nothing.
+
+Weights are converted once per weight tensor (and again only if it changes in place) and kept
+beside it; the input rows are converted per call into a reused workspace buffer.
+Inference only: nothing here records autograd history.
+"""
+from __future__ import annotations
+
+import threading
+import weakref
+
+import torch
+
+from . import backend
+from .grouping import ExecutionPlan
+from .precision import fused_bf16_lanes
+
+FP32_MAX_CIN = 8
+
+_lock = threading.Lock()
+_cache: dict[int, tuple] = {}  # id(weight) -> (weakref, version, data_ptr, plain, pairs)
+
+
+def bf16_weights(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(plain [K, Cin, Cout] bf16, pairs [K, Cin/2, Cout, 2] bf16 or None for odd Cin), cached
+    per weight tensor until it changes."""
+    key = id(weight)
+    with _lock:
+        hit = _cache.get(key)
+        if hit is not None and hit[0]() is weight and hit[1:3] == (weight._version,
+                                                                   weight.data_ptr()):
+            return hit[3], hit[4]
+    plain = weight.detach().to(torch.bfloat16).contiguous()
+    k, cin, cout = plain.shape
+    pairs = None if cin % 2 else \
+        plain.view(k, cin // 2, 2, cout).transpose(2, 3).contiguous()
+    with _lock:
+        _cache[key] = (weakref.ref(weight, lambda _r, key=key: _forget(key)), weight._version,
+                       weight.data_ptr(), plain, pairs)
+    return plain, pairs
+
+
+def _forget(key: int) -> None:
+    with _lock:
+        _cache.pop(key, None)
+
+
+def conv_bf16(src: torch.Tensor, weight: torch.Tensor, plan: ExecutionPlan, workspace,
+              bias=None, relu: bool = False, residual=None) -> torch.Tensor:
+    """The forward conv of engine.sparse_conv in bf16 (src [N, Cin] fp32 -> [num_out, Cout]
+    fp32), or None where the conv stays in fp32 (Cin <= FP32_MAX_CIN)."""
+    n, cin = src.shape
+    if cin <= FP32_MAX_CIN:
+        return None
+    cout = weight.shape[2]
+    xb = workspace.get(2, n, cin, torch.bfloat16, src.device)
+    xb.copy_(src)
+    plain, pairs = bf16_weights(weight)
+    lanes = fused_bf16_lanes()
+    if plan.fused and pairs is not None and lanes and cout % lanes == 0:
+        return _fused(xb, pairs, plan, bias, relu, residual)
+    dst = _grouped(xb, plain, plan, workspace)
+    if bias is not None:
+        dst += bias
+    if residual is not None:
+        dst += residual
+    return dst.relu_() if relu else dst
+
+
+def _fused(xb, pairs, plan: ExecutionPlan, bias, relu, residual) -> torch.Tensor:
+    identity = -1 if plan.identity is None else plan.identity
+    cout = pairs.shape[2]
+    dst = (torch.empty if identity >= 0 else torch.zeros)(plan.num_out, cout)
+    order = plan.kernel_order
+    backend.call("fused_conv_bf16", xb.device, backend.ptr(xb), backend.i64(xb.shape[1]),
+                 backend.ptr(pairs), backend.i64(cout), backend.ptr(plan.kmap.in_idx),
+                 backend.ptr(plan.kmap.out_idx), backend.ptr(plan.bounds), backend.ptr(order),
+                 backend.i64(order.numel()), backend.i32(identity),
+                 backend.ptr(None if bias is None else bias.float().contiguous()),
+                 backend.ptr(None if residual is None else residual.float().contiguous()),
+                 backend.i32(int(relu)), backend.i64(plan.num_out), backend.ptr(dst))
+    return dst
+
+
+def _gather_bf16(xb: torch.Tensor, idx: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    """out[i] = xb[idx[i]], zero rows where idx < 0."""
+    from .engine import gather_rows
+
+    if xb.shape[1] % 2 == 0:  # a row of bf16 pairs is a row of fp32 bit patterns: move those
+        gather_rows(xb.view(torch.float32), idx, out.view(torch.float32))
+        return out
+    torch.index_select(xb, 0, idx.clamp_min(0).long(), out=out)
+    out[idx < 0] = 0
+    return out
+
+
+def _grouped(xb, plain, plan: ExecutionPlan, workspace) -> torch.Tensor:
+    from .engine import scatter_add_unique
+
+    cout = plain.shape[2]
+    if plan.identity is not None:
+        dst = torch.mm(xb, plain[plan.identity]).float()
+    else:
+        dst = torch.zeros(plan.num_out, cout)
+    if not plan.rows:
+        return dst
+    biggest = max(launch.rows for launch in plan.launches)
+    gathered_all = workspace.get(3, biggest, xb.shape[1], torch.bfloat16, xb.device)
+    partial_all = workspace.get(4, biggest, cout, torch.bfloat16, xb.device)
+    wide_all = workspace.get(5, biggest, cout, torch.float32, xb.device)
+    for launch in plan.launches:
+        lo, hi = launch.start, launch.start + launch.rows
+        gathered = _gather_bf16(xb, plan.gather_idx[lo:hi], gathered_all[: launch.rows])
+        partial = partial_all[: launch.rows]
+        n, h = len(launch.kernel_indices), launch.height
+        if n == 1:
+            torch.mm(gathered, plain[launch.kernel_indices[0]], out=partial)
+        else:
+            torch.bmm(gathered.view(n, h, -1), plain[list(launch.kernel_indices)],
+                      out=partial.view(n, h, -1))
+        wide = wide_all[: launch.rows]
+        wide.copy_(partial)
+        for j in range(n):
+            rows = slice(j * h, (j + 1) * h)
+            scatter_add_unique(wide[rows], dst, plan.scatter_idx[lo:hi][rows])
+    return dst

@@ -1,0 +1,121 @@
+// The bf16 twin of fused_cpu.cpp: input rows and weights in bf16, products summed in fp32 by
+// AVX512_BF16 dot products (vdpbf16ps: per fp32 lane, acc += a[2i] * b[2i] + a[2i+1] * b[2i+1]),
+// output, bias, residual and epilogue in fp32; the same walk over the map (fused_driver.h).
+//
+// The library is built for a named ISA level (or the build host), not for AVX512_BF16, so only the
+// functions that use it are compiled for it (target attributes below), and they run only after
+// ls_fused_bf16_lanes_cpu() has found the instructions on this CPU at run time.
+//
+// Weights come packed in pairs of input channels (the layout vdpbf16ps reads):
+//   wp[k][p][o][j] = w[k][2p + j][o],  p < cin / 2, j in {0, 1}
+// so one 64-byte load holds 16 output channels of two input channels, and one input row's two
+// channels are one 32-bit broadcast. cin must be even (every MinkUNet width is).
+#include <immintrin.h>
+#include <string.h>
+
+#include "api.h"
+#include "fused_driver.h"
+
+#define LS_BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
+
+namespace {
+
+constexpr int kLanes = 16;  // fp32 accumulators per vector
+constexpr int kRows = 6;    // map entries per tile: 6 x 4 accumulators + 4 weights + 1 input
+constexpr int kVecs = 4;    // up to 4 vectors (64 output channels) per tile
+
+// One tile: rows in[0..rows) of x times wp[:, :, col .. col + NV * 16), added into (or stored in,
+// when kStore) the out rows.
+template <int NV, bool kStore>
+__attribute__((always_inline)) LS_BF16_TARGET inline void tile(
+    const uint16_t* x, int64_t cin, const uint16_t* wp, int64_t cout, int64_t col,
+    const int32_t* in, const int32_t* out_rows, int rows, float* out) {
+  __m512 acc[kRows][NV];
+  for (int r = 0; r < kRows; ++r)
+    for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_setzero_ps();
+  const uint16_t* src[kRows];
+  for (int r = 0; r < kRows; ++r) src[r] = x + (int64_t)in[r < rows ? r : 0] * cin;
+  for (int64_t p = 0; p < cin / 2; ++p) {
+    __m512bh wv[NV];
+    for (int v = 0; v < NV; ++v) {
+      wv[v] = (__m512bh)_mm512_loadu_si512(wp + (p * cout + col + v * kLanes) * 2);
+    }
+    for (int r = 0; r < kRows; ++r) {
+      int32_t pair;
+      memcpy(&pair, src[r] + 2 * p, sizeof(pair));
+      const __m512bh s = (__m512bh)_mm512_set1_epi32(pair);
+      for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_dpbf16_ps(acc[r][v], s, wv[v]);
+    }
+  }
+  for (int r = 0; r < rows; ++r) {
+    float* dst = out + (int64_t)out_rows[r] * cout + col;
+    for (int v = 0; v < NV; ++v) {
+      __m512 value = acc[r][v];
+      if (!kStore) value = _mm512_add_ps(_mm512_loadu_ps(dst + v * kLanes), value);
+      _mm512_storeu_ps(dst + v * kLanes, value);
+    }
+  }
+}
+
+// Entries [0, m) of one offset (outputs owned by this thread) times that offset's packed weight.
+template <bool kStore>
+LS_BF16_TARGET void entries_times_weight(const uint16_t* x, int64_t cin, const uint16_t* wp,
+                                         int64_t cout, const int32_t* in,
+                                         const int32_t* out_rows, int64_t m, float* out) {
+  for (int64_t first = 0; first < m; first += kRows) {
+    const int rows = (int)((m - first) < kRows ? (m - first) : kRows);
+    // ask for the next tile's scattered input and output rows while this one computes
+    for (int64_t e = first + kRows; e < first + 2 * kRows && e < m; ++e) {
+      const char* src_row = (const char*)(x + (int64_t)in[e] * cin);
+      const char* dst_row = (const char*)(out + (int64_t)out_rows[e] * cout);
+      for (int64_t b = 0; b < cin * 2; b += 64) __builtin_prefetch(src_row + b);
+      for (int64_t b = 0; b < cout * 4; b += 64) __builtin_prefetch(dst_row + b, 1);
+    }
+    for (int64_t col = 0; col < cout; col += kVecs * kLanes) {
+      const int64_t vecs = (cout - col) / kLanes;
+      const int32_t* i = in + first;
+      const int32_t* o = out_rows + first;
+      if (vecs >= 4) {
+        tile<4, kStore>(x, cin, wp, cout, col, i, o, rows, out);
+      } else if (vecs == 3) {
+        tile<3, kStore>(x, cin, wp, cout, col, i, o, rows, out);
+      } else if (vecs == 2) {
+        tile<2, kStore>(x, cin, wp, cout, col, i, o, rows, out);
+      } else {
+        tile<1, kStore>(x, cin, wp, cout, col, i, o, rows, out);
+      }
+    }
+  }
+}
+
+bool cpu_has_bf16_dot() {
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bf16");
+}
+
+}  // namespace
+
+LS_API int ls_fused_bf16_lanes_cpu(void) { return cpu_has_bf16_dot() ? kLanes : 0; }
+
+LS_API int ls_fused_conv_bf16_cpu(const uint16_t* x, int64_t cin, const uint16_t* w_packed,
+                                  int64_t cout, const int32_t* in_idx, const int32_t* out_idx,
+                                  const int64_t* bounds, const int32_t* kernel_order,
+                                  int64_t num_kernels, int32_t identity, const float* bias,
+                                  const float* residual, int32_t relu, int64_t num_out,
+                                  float* out) {
+  if (!cpu_has_bf16_dot() || cout % kLanes != 0 || cin <= 0 || cin % 2 != 0 || num_out < 0) {
+    return lidarseg::kStatusBadArgument;
+  }
+  lidarseg::run_fused(
+      w_packed, cin * cout, cin, cout, in_idx, out_idx, bounds, kernel_order, num_kernels,
+      identity, bias, residual, relu, num_out, out,
+      [=](bool store, const uint16_t* w_k, const int32_t* in, const int32_t* rows, int64_t m,
+          float* dst) {
+        if (store) {
+          entries_times_weight<true>(x, cin, w_k, cout, in, rows, m, dst);
+        } else {
+          entries_times_weight<false>(x, cin, w_k, cout, in, rows, m, dst);
+        }
+      });
+  return lidarseg::kStatusOk;
+}

@@ -1,0 +1,101 @@
+// The walk shared by the fused CPU convolutions (fused_cpu.cpp in fp32, fused_bf16_cpu.cpp with
+// bf16 inputs and weights): which thread computes which output rows, in which order the offsets
+// add into them, and the per-block epilogue. Only the tile arithmetic differs between them, and
+// it comes in as `Entries` (see run_fused below).
+//
+// Each output row is computed by one thread, offsets added in kernel_order (after the identity
+// offset, which stores rather than adds): bitwise reproducible for any thread count. Rows are
+// walked in blocks that stay in L2 (kBlockBytes of output rows), every offset in turn per block:
+// a row is read and written back from L2 by all its offsets instead of once per offset pass over
+// the whole output, and on sorted coordinates the inputs of a block are a band of nearby rows as
+// well. Blocks are handed out to threads dynamically, so a thread that the OS (or another process
+// on a shared machine) holds up does not hold up the others at the end of the region.
+#pragma once
+#include <omp.h>
+#include <stdint.h>
+
+#include <vector>
+
+#include "cpu_common.h"
+
+namespace lidarseg {
+
+constexpr int64_t kFusedParallelWork = 1 << 18;  // multiply-adds below which one thread is faster
+constexpr int64_t kFusedBlockBytes = 256 << 10;  // output rows per block: this many bytes of them
+
+// Rows [0, n) of out (cout wide) += bias and += the same rows of residual (each when given),
+// then max(0, .) when relu: per block while its rows are still in L2.
+inline void fused_epilogue(const float* bias, const float* residual, bool relu, int64_t cout,
+                           float* out, int64_t n) {
+  typedef float v8 __attribute__((vector_size(32)));
+  for (int64_t r = 0; r < n; ++r) {
+    float* row = out + r * cout;
+    const float* res = residual == nullptr ? nullptr : residual + r * cout;
+    int64_t c = 0;
+    for (; c + 8 <= cout; c += 8) {
+      v8 v, t;
+      __builtin_memcpy(&v, row + c, sizeof(v));
+      if (bias != nullptr) {
+        __builtin_memcpy(&t, bias + c, sizeof(t));
+        v += t;
+      }
+      if (res != nullptr) {
+        __builtin_memcpy(&t, res + c, sizeof(t));
+        v += t;
+      }
+      if (relu) v = v > 0 ? v : v8{};
+      __builtin_memcpy(row + c, &v, sizeof(v));
+    }
+    for (; c < cout; ++c) {
+      float v = row[c] + (bias != nullptr ? bias[c] : 0.0f) + (res != nullptr ? res[c] : 0.0f);
+      row[c] = relu && !(v > 0) ? 0.0f : v;
+    }
+  }
+}
+
+// entries(kStore, w_k, in, out_rows, m, out): rows in[0..m) of x times offset weight w_k, stored
+// into (kStore) or added to the out rows out_rows[0..m). w_k = w + k * w_stride.
+template <typename W, typename Entries>
+void run_fused(const W* w, int64_t w_stride, int64_t cin, int64_t cout, const int32_t* in_idx,
+               const int32_t* out_idx, const int64_t* bounds, const int32_t* kernel_order,
+               int64_t num_kernels, int32_t identity, const float* bias, const float* residual,
+               int32_t relu, int64_t num_out, float* out, Entries entries) {
+  int64_t total = identity >= 0 ? num_out : 0;
+  for (int64_t j = 0; j < num_kernels; ++j) {
+    const int32_t k = kernel_order[j];
+    total += bounds[k + 1] - bounds[k];
+  }
+  const int64_t fit = kFusedBlockBytes / (cout * (int64_t)sizeof(float));
+  const int64_t block_rows = fit > 16 ? fit : 16;
+  const int64_t num_blocks = (num_out + block_rows - 1) / block_rows;
+#pragma omp parallel if (total * cin * cout >= kFusedParallelWork && num_blocks > 1)
+  {
+    std::vector<int32_t> rows(block_rows);
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t b = 0; b < num_blocks; ++b) {
+      const int64_t block = b * block_rows;
+      const int64_t end = block + block_rows < num_out ? block + block_rows : num_out;
+      if (identity >= 0) {  // in = out = every row of the block
+        for (int64_t r = block; r < end; ++r) rows[r - block] = (int32_t)r;
+        entries(true, w + (int64_t)identity * w_stride, rows.data(), rows.data(), end - block,
+                out);
+      }
+      for (int64_t j = 0; j < num_kernels; ++j) {
+        const int32_t k = kernel_order[j];
+        // entries of offset k are sorted by output row: the block's are one contiguous run
+        const int64_t first = lower_bound(out_idx, bounds[k], bounds[k + 1], block);
+        const int64_t last = lower_bound(out_idx, first, bounds[k + 1], end);
+        if (last > first) {
+          entries(false, w + (int64_t)k * w_stride, in_idx + first, out_idx + first,
+                  last - first, out);
+        }
+      }
+      if (bias != nullptr || residual != nullptr || relu) {
+        fused_epilogue(bias, residual == nullptr ? nullptr : residual + block * cout, relu != 0,
+                       cout, out + block * cout, end - block);
+      }
+    }
+  }
+}
+
+}  // namespace lidarseg

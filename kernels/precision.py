@@ -1,0 +1,106 @@
+"""Which arithmetic precision the CPU engine runs, chosen at run time from the CPU's features.
+
+    auto  (default) bf16 where the CPU multiplies bf16 natively (AVX512_BF16 dot products, or
+          AMX tiles, which torch's bf16 matmul uses), else fp32
+    fp32  everything in fp32
+    bf16  inputs and weights of every sparse conv rounded to bf16, products summed in fp32
+          (the fused kernel, csrc/fused_bf16_cpu.cpp, or torch's bf16 matmul on the grouped
+          path); outputs, biases, residuals and the head stay fp32. Pinned on a CPU without
+          native bf16 it still runs (torch's bf16 matmul, slower than fp32).
+    int8  refused: not offered (see INT8_REFUSAL)
+
+On CUDA the precision is the model's dtype (fp16 models run fp16); this setting is CPU-only and
+`resolve` answers fp32 for other devices.
+"""
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import torch
+
+PRECISIONS = ("auto", "fp32", "bf16", "int8")
+RUNNABLE = ("fp32", "bf16")
+INT8_REFUSAL = ("int8 is not offered: it needs per-channel activation scales calibrated on "
+                "training frames and an accuracy check against the bar (labels >= 99.5 % equal to "
+                "fp32 on every real frame, mIoU within 0.005), and neither exists yet; "
+                "use auto, fp32 or bf16")
+# /proc/cpuinfo flag -> the name reported (and printed in the README's precision table)
+FEATURE_FLAGS = {"amx_bf16": "AMX_BF16", "amx_tile": "AMX_TILE", "avx512_bf16": "AVX512_BF16",
+                 "avx512_vnni": "AVX512_VNNI", "avx_vnni": "AVX_VNNI", "avx512f": "AVX512F",
+                 "avx2": "AVX2"}
+
+
+class PrecisionError(ValueError):
+    """An unknown or refused precision name."""
+
+
+@functools.lru_cache(maxsize=1)
+def cpu_features() -> tuple[str, ...]:
+    """The reduced-precision-relevant features of this CPU (FEATURE_FLAGS names), from
+    /proc/cpuinfo, else from torch's own CPU probe."""
+    flags: set[str] = set()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags"):
+                flags = set(line.split(":", 1)[1].split())
+                break
+    except OSError:
+        pass
+    if not flags:
+        probe = {"amx_tile": torch.cpu._is_amx_tile_supported,
+                 "avx512_bf16": torch.cpu._is_avx512_bf16_supported,
+                 "avx512_vnni": torch.cpu._is_vnni_supported,
+                 "avx512f": torch.cpu._is_avx512_supported, "avx2": torch.cpu._is_avx2_supported}
+        flags = {flag for flag, fn in probe.items() if _safe(fn)}
+    return tuple(name for flag, name in FEATURE_FLAGS.items() if flag in flags)
+
+
+def _safe(fn) -> bool:
+    try:
+        return bool(fn())
+    except Exception:  # an older torch without the probe
+        return False
+
+
+@functools.lru_cache(maxsize=1)
+def fused_bf16_lanes() -> int:
+    """16 where the fused bf16 kernel runs on this CPU (AVX512_BF16, found at run time by the
+    library itself), else 0."""
+    from . import backend
+
+    return int(backend.library("cpu").ls_fused_bf16_lanes_cpu())
+
+
+def native_bf16() -> bool:
+    """Whether this CPU multiplies bf16 natively (our fused kernel or torch's AMX matmul)."""
+    return fused_bf16_lanes() > 0 or "AMX_BF16" in cpu_features()
+
+
+def validate(name: str | None) -> str:
+    """The canonical name of a requested precision; PrecisionError for unknown names or int8."""
+    value = (name or "auto").strip().lower()
+    if value not in PRECISIONS:
+        raise PrecisionError(f"unknown precision {name!r}: one of {', '.join(PRECISIONS)}")
+    if value == "int8":
+        raise PrecisionError(INT8_REFUSAL)
+    return value
+
+
+def resolve(name: str | None, device: str | torch.device = "cpu") -> str:
+    """What runs for a requested precision on a device: fp32 or bf16."""
+    value = validate(name)
+    if torch.device(device).type != "cpu":
+        return "fp32"
+    if value == "auto":
+        return "bf16" if native_bf16() else "fp32"
+    return value
+
+
+def describe(requested: str | None, running: str) -> dict:
+    """For /v1/model and the CLI: what was asked, what runs, and why."""
+    return {"requested": validate(requested), "running": running,
+            "cpu_features": list(cpu_features()),
+            "bf16_kernel": ("fused AVX512_BF16" if fused_bf16_lanes() > 0 else
+                            "torch bf16 matmul (AMX)" if "AMX_BF16" in cpu_features() else
+                            "torch bf16 matmul (no native bf16: slower than fp32)")}

@@ -1,0 +1,118 @@
+"""bf16 inference (kernels/bf16.py, csrc/fused_bf16_cpu.cpp) against an fp64 oracle on the same
+bf16-rounded inputs and weights, and how the precision is chosen (kernels/precision.py)."""
+import math
+
+import pytest
+import torch
+
+from kernels import precision
+from kernels.bf16 import bf16_weights
+from kernels.engine import EngineConfig, sparse_conv
+from kernels.reference import conv_from_entries, map_entries
+from kernels.tuning import GroupingTable
+
+from tests.kernels.test_engine import maps_for, random_cloud
+
+FUSED = GroupingTable(defaults={"cpu/bf16": (0.0, 0.0, "fused")})
+GROUPED = GroupingTable(defaults={"cpu/bf16": (0.3, math.inf, "grouped")})
+needs_bf16_cpu = pytest.mark.skipif(precision.fused_bf16_lanes() == 0,
+                                    reason="this CPU has no AVX512_BF16")
+
+
+def case(kind, cin, cout, seed=21):
+    kmap = maps_for(random_cloud(500, 6, seed=seed))[kind]
+    gen = torch.Generator().manual_seed(seed + 1)
+    x = torch.randn(kmap.num_in, cin, generator=gen)
+    w = torch.randn(kmap.kernel_volume, cin, cout, generator=gen) / math.sqrt(cin * 8)
+    bias = torch.randn(cout, generator=gen)
+    res = torch.randn(kmap.num_out, cout, generator=gen)
+    rounded = conv_from_entries(x.bfloat16().double(), w.bfloat16().double(), map_entries(kmap),
+                                kmap.num_out)
+    return kmap, x, w, bias, res, torch.relu(rounded + bias.double() + res.double())
+
+
+@needs_bf16_cpu
+@pytest.mark.parametrize("kind", ["subm", "down", "up"])
+@pytest.mark.parametrize("cin, cout", [(10, 16), (16, 32), (64, 64), (96, 48), (30, 80)])
+def test_fused_bf16_sums_bf16_products_in_fp32(kind, cin, cout):
+    kmap, x, w, bias, res, expected = case(kind, cin, cout)
+    config = EngineConfig(precision="bf16", grouping=FUSED)
+    with torch.no_grad():
+        out = sparse_conv(x, w, kmap, config, bias, True, res)
+    assert out.dtype == torch.float32
+    # products of bf16 values are exact in fp32; only the fp32 sums round
+    torch.testing.assert_close(out.double(), expected, rtol=1e-5, atol=1e-5)
+    # and it is not the fp32 path: rounding the inputs moves the result
+    with torch.no_grad():
+        fp32 = sparse_conv(x, w, kmap, EngineConfig(grouping=FUSED), bias, True, res)
+    assert not torch.equal(out, fp32)
+
+
+@needs_bf16_cpu
+def test_fused_bf16_is_bitwise_reproducible_across_thread_counts():
+    kmap, x, w, bias, res, _ = case("subm", 32, 32, seed=5)
+    config = EngineConfig(precision="bf16", grouping=FUSED)
+    before = torch.get_num_threads()
+    try:
+        outs = []
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            with torch.no_grad():
+                outs.append(sparse_conv(x, w, kmap, config, bias, True, res))
+    finally:
+        torch.set_num_threads(before)
+    assert torch.equal(outs[0], outs[1])
+
+
+@pytest.mark.parametrize("kind", ["subm", "down", "up"])
+@pytest.mark.parametrize("cin, cout", [(16, 32), (9, 12)])
+def test_grouped_bf16_matches_oracle(kind, cin, cout):
+    # torch's bf16 matmul rounds each launch's partial sums to bf16: a looser bound
+    kmap, x, w, bias, res, expected = case(kind, cin, cout)
+    with torch.no_grad():
+        out = sparse_conv(x, w, kmap, EngineConfig(precision="bf16", grouping=GROUPED), bias,
+                          True, res)
+    torch.testing.assert_close(out.double(), expected, rtol=2e-2, atol=2e-2)
+
+
+def test_weight_conversion_is_cached_until_the_weight_changes():
+    w = torch.randn(27, 4, 16)
+    plain, pairs = bf16_weights(w)
+    assert bf16_weights(w)[0] is plain
+    assert torch.equal(pairs[:, 1, :, 0], plain[:, 2, :])  # pairs[k][p][o][j] = w[k][2p+j][o]
+    assert torch.equal(pairs[:, 1, :, 1], plain[:, 3, :])
+    w.mul_(2)
+    assert torch.equal(bf16_weights(w)[0], (w.bfloat16()))
+
+
+def test_precision_names():
+    assert precision.resolve("fp32") == "fp32"
+    assert precision.resolve("bf16") == "bf16"
+    assert precision.resolve("auto") == ("bf16" if precision.native_bf16() else "fp32")
+    assert precision.resolve(None) == precision.resolve("auto")
+    assert precision.resolve("bf16", "cuda") == "fp32"  # CPU-only setting
+    with pytest.raises(precision.PrecisionError, match="int8 is not offered"):
+        precision.resolve("int8")
+    with pytest.raises(precision.PrecisionError, match="unknown precision"):
+        precision.resolve("fp8")
+
+
+def test_auto_follows_the_cpu_features():
+    features = precision.cpu_features()
+    if "AVX512_BF16" in features:
+        assert precision.fused_bf16_lanes() == 16
+    if "AVX512_BF16" in features or "AMX_BF16" in features:
+        assert precision.resolve("auto") == "bf16"
+    else:
+        assert precision.resolve("auto") == "fp32"
+
+
+def test_grouping_table_has_a_precision_dimension():
+    table = GroupingTable.from_json({"version": 1, "defaults": {
+        "cpu": {"epsilon": 0.0, "S": 0, "dataflow": "fused"},
+        "cpu/bf16": {"epsilon": 0.3, "S": "inf", "dataflow": "grouped"}}, "entries": {
+        "cpu/bf16/k27/64x64": {"epsilon": 0.1, "S": 0, "dataflow": "fused"}}})
+    assert table.choose("cpu", 27, 64, 64) == (0.0, 0.0, "fused")
+    assert table.choose("cpu", 27, 64, 64, "bf16") == (0.1, 0.0, "fused")
+    assert table.choose("cpu", 27, 32, 32, "bf16") == (0.1, 0.0, "fused")  # nearest shape
+    assert table.choose("cpu", 8, 32, 32, "bf16") == (0.3, math.inf, "grouped")  # default
