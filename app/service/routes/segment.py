@@ -21,6 +21,7 @@ from fastapi.responses import Response
 from pydantic import BaseModel
 
 from app.codecs import DecodeError, decode
+from app.codecs.labels import labels_json
 from app.inference.pipeline import IGNORE_LABEL
 from app.inference.voxelize import INTENSITY_SCALE, valid_mask
 from app.service import observe
@@ -274,7 +275,7 @@ async def segment(
         headers["Server-Timing"] = server_timing(timing)
         media_type = "application/octet-stream"
     else:
-        labels_json = json.dumps(result.labels.tolist(), separators=(",", ":"))
+        labels = labels_json(result.labels)
         counts = np.bincount(result.labels, minlength=256)
         names = service.class_names
         class_counts = {names[i]: int(counts[i]) for i in range(len(names)) if counts[i]}
@@ -291,7 +292,7 @@ async def segment(
                 "request_id": request_id, "batch_size": job.batch_size}
         if detail == "layers":
             rest["layer_ms"] = {k: round(v, 3) for k, v in (result.layer_ms or {}).items()}
-        payload = ('{"labels":' + labels_json + "," + json.dumps(rest)[1:]).encode()
+        payload = b'{"labels":' + labels + b"," + json.dumps(rest)[1:].encode()
         headers["Server-Timing"] = server_timing(timing)
         media_type = "application/json"
     exemplar = observe.record(request, timing=timing, result=result, batch_size=job.batch_size,
