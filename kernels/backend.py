@@ -52,10 +52,11 @@ class KernelError(RuntimeError):
 
 
 # C pointee type -> the dtype of the tensor that may be passed for it (uint16_t: fp16 bits;
-# lidarseg::Slot: the hash table's int64 [capacity, 2] slots).
+# ls_bf16: bf16 bits; lidarseg::Slot: the hash table's int64 [capacity, 2] slots).
 POINTEE_DTYPES = {
     "int32_t": torch.int32, "int64_t": torch.int64, "float": torch.float32,
     "double": torch.float64, "uint16_t": torch.float16, "lidarseg::Slot": torch.int64,
+    "ls_bf16": torch.bfloat16,
 }
 SCALAR_TYPES = {"int32_t": ctypes.c_int32, "int64_t": ctypes.c_int64}
 

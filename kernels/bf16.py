@@ -84,13 +84,11 @@ def _fused(xb, pairs, plan: ExecutionPlan, bias, relu, residual) -> torch.Tensor
     cout = pairs.shape[2]
     dst = (torch.empty if identity >= 0 else torch.zeros)(plan.num_out, cout)
     order = plan.kernel_order
-    backend.call("fused_conv_bf16", xb.device, backend.ptr(xb), backend.i64(xb.shape[1]),
-                 backend.ptr(pairs), backend.i64(cout), backend.ptr(plan.kmap.in_idx),
-                 backend.ptr(plan.kmap.out_idx), backend.ptr(plan.bounds), backend.ptr(order),
-                 backend.i64(order.numel()), backend.i32(identity),
-                 backend.ptr(None if bias is None else bias.float().contiguous()),
-                 backend.ptr(None if residual is None else residual.float().contiguous()),
-                 backend.i32(int(relu)), backend.i64(plan.num_out), backend.ptr(dst))
+    backend.call("fused_conv_bf16", xb.device, xb, xb.shape[1], pairs, cout, plan.kmap.in_idx,
+                 plan.kmap.out_idx, plan.bounds, order, order.numel(), identity,
+                 None if bias is None else bias.float().contiguous(),
+                 None if residual is None else residual.float().contiguous(), int(relu),
+                 plan.num_out, dst)
     return dst
 
 

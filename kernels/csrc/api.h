@@ -14,6 +14,9 @@
 
 #define LS_API extern "C" __attribute__((visibility("default")))
 
+// bf16 values as their 16 bits (torch.bfloat16 tensors; a plain uint16_t pointer is fp16 bits).
+typedef uint16_t ls_bf16;
+
 // Inserts coords [n, 4] (batch, x, y, z) with value = row index into an empty table (all -1).
 // err: kStatusOutOfRange / kStatusDuplicate / kStatusProbeLimit with an offending row.
 LS_API int ls_hash_build_cpu(const int32_t* coords, int64_t n, lidarseg::Slot* table,
@@ -89,7 +92,7 @@ LS_API int ls_fused_conv_f32_cpu(const float* x, int64_t cin, const float* w, in
 // time: the library is not compiled for it) and 0 where it has not; the conv then returns
 // kStatusBadArgument.
 LS_API int ls_fused_bf16_lanes_cpu(void);
-LS_API int ls_fused_conv_bf16_cpu(const uint16_t* x, int64_t cin, const uint16_t* w_packed,
+LS_API int ls_fused_conv_bf16_cpu(const ls_bf16* x, int64_t cin, const ls_bf16* w_packed,
                                   int64_t cout, const int32_t* in_idx, const int32_t* out_idx,
                                   const int64_t* bounds, const int32_t* kernel_order,
                                   int64_t num_kernels, int32_t identity, const float* bias,

@@ -97,7 +97,7 @@ bool cpu_has_bf16_dot() {
 
 LS_API int ls_fused_bf16_lanes_cpu(void) { return cpu_has_bf16_dot() ? kLanes : 0; }
 
-LS_API int ls_fused_conv_bf16_cpu(const uint16_t* x, int64_t cin, const uint16_t* w_packed,
+LS_API int ls_fused_conv_bf16_cpu(const ls_bf16* x, int64_t cin, const ls_bf16* w_packed,
                                   int64_t cout, const int32_t* in_idx, const int32_t* out_idx,
                                   const int64_t* bounds, const int32_t* kernel_order,
                                   int64_t num_kernels, int32_t identity, const float* bias,
