@@ -31,7 +31,7 @@ def traced():
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
-    with app_client(Tracing(provider), max_batch=2, max_wait_ms=1000) as (client, app, log):
+    with app_client(Tracing(provider), max_batch=2, deadline_s=300) as (client, app, log):
         yield client, exporter, log
 
 
@@ -85,7 +85,7 @@ def test_batched_frames_link_to_one_inference_span(traced):
         first = pool.submit(client.post, "/v1/segment?format=kitti", content=big)
         time.sleep(0.5)                      # the big frame occupies the worker ...
         responses = list(pool.map(lambda _: post(client), range(2)))   # ... these two queue
-        assert first.result().status_code == 200
+        assert first.result().status_code == 200, first.result().text
     assert all(r.status_code == 200 for r in responses)
     if {r.json()["batch_size"] for r in responses} != {2}:
         pytest.skip("the two frames did not meet in one batch (the big frame ended first)")
