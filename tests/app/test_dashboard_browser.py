@@ -122,3 +122,31 @@ def test_docs_render_offline(server, page):
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "docs.png"))
     assert page.errors == []
+
+
+def test_dashboard_with_api_keys(browser, tmp_path):
+    """Keys set: the browser is asked for one (Basic: any user, the key as password); with it
+    the page, its JSON and a dropped frame all work; without it nothing but the 401."""
+    require_real_data()
+    key = "browser-key-0123456789"
+    srv = Server(api_keys=key)
+    try:
+        r = httpx.get(f"{srv.url}/dashboard")          # what makes a browser ask for the key
+        assert r.status_code == 401 and r.headers["www-authenticate"].startswith("Basic")
+        context = browser.new_context(http_credentials={"username": "me", "password": key})
+        page = context.new_page()
+        errors = []
+        page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        assert page.goto(f"{srv.url}/dashboard").status == 200
+        page.wait_for_selector("#held:not(:text('-'))")
+        frame = tmp_path / "frame.bin"
+        frame.write_bytes(np.ascontiguousarray(
+            load_frame("semantickitti/seq00_000000.bin")[::40]).tobytes())
+        page.set_input_files("#file", str(frame))
+        page.wait_for_selector("#view-note:text('points')", timeout=120_000)
+        assert page.locator("#requests tbody tr").count() == 1
+        assert errors == []
+        context.close()
+    finally:
+        assert srv.stop() == 0, srv.output()
