@@ -10,7 +10,7 @@ import numpy as np
 INTENSITY_NAMES = ("intensity", "i", "reflectivity")
 # Text values are parsed this many bytes at a time: bounded scratch memory, and no single C call
 # holds the GIL for long (the event loop keeps answering probes during a large decode).
-TEXT_CHUNK = 64 * 1024
+TEXT_CHUNK = 16 * 1024
 _SPACE = re.compile(rb"\s")
 
 

@@ -22,7 +22,7 @@ from app.codecs.base import DecodeError, Frame, check_count, malformed, sensor_f
 FMT = "json"
 CONTENT_TYPE = "application/json"
 SLOW_PATH_BYTES = 1 << 20
-_CHUNK = 1 << 20
+_CHUNK = 1 << 18
 _OBJECT = re.compile(rb'\s*\{\s*"points"\s*:\s*(?=\[)')
 _WHITESPACE = b" \t\r\n"
 _LEAD = re.compile(rb"[ \t\r\n]*")

@@ -9,6 +9,7 @@ import contextlib
 import ctypes
 import ctypes.util
 import logging
+import os
 import re
 import threading
 import time
@@ -98,6 +99,13 @@ def load_service(service: ServiceState) -> None:
              time.perf_counter() - t0)
 
 
+def _lower_priority(niceness: int = 5) -> None:
+    """Decode threads run a little nicer than the event loop (probes stay prompt while bodies
+    are decoded); Linux gives each thread its own nice value."""
+    with contextlib.suppress(AttributeError, OSError):
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), niceness)
+
+
 def _trimmer(points: int):
     """After a batch of at least `points` points, hand freed heap back to the OS (glibc keeps
     it in per-thread arenas otherwise: RSS climbs under mixed load; README, Limits)."""
@@ -123,7 +131,8 @@ async def lifespan(app: FastAPI):
     service: ServiceState = app.state.service
     service.loop = asyncio.get_running_loop()
     service.decoder = concurrent.futures.ThreadPoolExecutor(
-        service.settings.decode_slots, thread_name_prefix="lidarseg-decode")
+        service.settings.decode_slots, thread_name_prefix="lidarseg-decode",
+        initializer=_lower_priority)
     loader = threading.Thread(target=_load_in_background, args=(service,), name="lidarseg-load",
                               daemon=True)
     loader.start()

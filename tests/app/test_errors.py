@@ -1,0 +1,126 @@
+"""Errors that must not leak: fixed messages for 500s and unexpected decode failures (details only
+in the log, with the request id), no server paths, /docs and /openapi.json behind the key; and
+values that must be accepted: intensity clamped to the sensor's range, huge JSON integers. The
+app runs in process (httpx's ASGI transport) with its state set by hand: no model is loaded."""
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+
+import httpx
+import numpy as np
+import pytest
+
+from app.codecs import decode
+from app.inference.voxelize import VoxelizeConfig
+from app.service.config import Settings
+from app.service.main import create_app
+from app.service.routes import segment
+from tests.conftest import REPO_ROOT
+
+KEY = "errors-key-0123456789"
+SECRET = f"{REPO_ROOT}/secret 0x7f00deadbeef"
+
+
+class Exploding:
+    """A worker whose submit fails with a message that must not reach the client."""
+    depth, alive, idle = 0, True, True
+
+    def submit(self, *args, **kwargs):
+        raise RuntimeError(SECRET)
+
+
+class Pipeline:
+    voxel_config = VoxelizeConfig()
+
+
+def _app(**settings):
+    app = create_app(Settings(weights="random", **settings))
+    service = app.state.service
+    service.ready, service.worker, service.pipeline = True, Exploding(), Pipeline()
+    service.decoder = concurrent.futures.ThreadPoolExecutor(2)
+    service.model_name, service.model_version = "m", "v"
+    return app
+
+
+def _call(app, method: str, path: str, **kwargs) -> httpx.Response:
+    async def go():
+        transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as c:
+            return await c.request(method, path, **kwargs)
+    return asyncio.run(go())
+
+
+def test_500_has_a_fixed_message_and_the_log_has_the_details(caplog):
+    app = _app()
+    body = np.zeros((100, 4), np.float32).tobytes()
+    with caplog.at_level(logging.ERROR):
+        r = _call(app, "POST", "/v1/segment?format=kitti", content=body,
+                  headers={"X-Request-Id": "req-42"})
+    assert r.status_code == 500
+    assert r.json() == {"error": "internal_error", "detail": "internal error (request id req-42)"}
+    assert SECRET not in r.text and "0x7f" not in r.text
+    assert "req-42" in caplog.text and SECRET in caplog.text
+
+
+def test_unexpected_decode_failure_is_a_fixed_400(monkeypatch, caplog):
+    def broken(*args, **kwargs):
+        raise KeyError(SECRET)
+
+    monkeypatch.setattr(segment, "decode", broken)
+    with caplog.at_level(logging.ERROR):
+        r = _call(_app(), "POST", "/v1/segment?format=kitti", content=b"\0" * 16,
+                  headers={"X-Request-Id": "req-7"})
+    assert r.status_code == 400 and r.json()["error"] == "malformed_body"
+    assert "req-7" in r.json()["detail"] and str(REPO_ROOT) not in r.text
+    assert SECRET in caplog.text
+
+
+def test_docs_behind_the_key_unless_opened():
+    closed = _app(api_keys=KEY)
+    for path in ("/openapi.json", "/docs"):
+        r = _call(closed, "GET", path)
+        assert r.status_code == 401 and r.headers["connection"] == "close", path
+        assert _call(closed, "GET", path,
+                     headers={"Authorization": f"Bearer {KEY}"}).status_code == 200
+    opened = _app(api_keys=KEY, open_docs=True)
+    assert _call(opened, "GET", "/openapi.json").status_code == 200
+    assert _call(_app(), "GET", "/openapi.json").json()["paths"]["/v1/segment"]
+
+
+def test_model_description_has_no_server_path():
+    app = _app()
+    service = app.state.service
+
+    class Engine:
+        deterministic = False
+
+    service.pipeline.engine = Engine()
+    service.grouping_file = "grouping.json"
+    r = _call(app, "GET", "/v1/model")
+    assert r.status_code == 200
+    assert str(REPO_ROOT) not in r.text and r.json()["engine"]["grouping_plan_file"] == \
+        "grouping.json"
+
+
+@pytest.mark.parametrize("sensor,top", [("kitti", 1.0), ("nuscenes", 255.0), ("ouster", 255.0)])
+def test_intensity_clamped_to_the_sensor_range(sensor, top):
+    pts = np.zeros((5, 5), np.float32)
+    pts[:, 3] = [-7.0, 0.5, 3e38, np.nan, np.inf]
+    pts[:, 4] = [1, 2, 3, np.nan, 5]
+    out = segment.clean_extra_columns(pts, sensor)
+    np.testing.assert_array_equal(out[:, 3], [0.0, min(0.5, top), top, 0.0, 0.0])  # inf: 0
+    np.testing.assert_array_equal(out[:, 4], [1, 2, 3, 0, 5])
+    assert np.isinf(pts[4, 3])                       # the caller's array is not changed
+    ok = np.ones((3, 4), np.float32)
+    assert segment.clean_extra_columns(ok, sensor) is ok
+
+
+def test_large_json_integers_are_numbers():
+    body = b'{"points": [[100000000000000000000000, 2, 3, 1], [1e30, -99999999999999999999, 0, 0]]}'
+    frame = decode(body, "json")
+    assert frame.points.tolist() == np.array([[1e23, 2, 3, 1], [1e30, -1e20, 0, 0]],
+                                             np.float32).tolist()
+    slow = body.replace(b'"points"', b'"meta": 1, "points"')  # the json-module path
+    assert decode(slow, "json").points.tolist() == frame.points.tolist()

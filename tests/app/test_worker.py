@@ -1,0 +1,120 @@
+"""The inference worker with a stand-in pipeline: deadline-aware admission, abandoned jobs never
+run, the supervised loop (an injected failure), and /readyz following the worker's life."""
+from __future__ import annotations
+
+import threading
+import time
+
+import httpx
+import numpy as np
+import pytest
+
+from app.service.worker import DeadlineExceeded, InferenceWorker
+
+
+class FakePipeline:
+    """Takes `ms_per_point` per point; records every frame it ran (by its first value)."""
+
+    def __init__(self, ms_per_point: float = 0.01):
+        self.ms_per_point, self.ran = ms_per_point, []
+        self.gate = threading.Event()
+        self.gate.set()
+
+    def run(self, frames, sensors, layer_timing=False):
+        self.gate.wait(30)
+        time.sleep(sum(len(f) for f in frames) * self.ms_per_point / 1e3)
+        self.ran.extend(int(f[0, 0]) for f in frames)
+        return [len(f) for f in frames]
+
+
+def frame(tag: int, n: int = 20_000) -> np.ndarray:
+    pts = np.zeros((n, 4), np.float32)
+    pts[0, 0] = tag
+    return pts
+
+
+def test_admits_only_what_can_finish_in_time():
+    pipe = FakePipeline(ms_per_point=0.01)              # 20k points: 0.2 s
+    w = InferenceWorker(pipe, queue_size=16, max_batch=1)
+    w.submit(frame(0), "kitti", time.monotonic() + 30).future.result(30)  # measures the cost
+    assert w.cost.ms_per_point >= 0.01
+    pipe.gate.clear()                                   # hold the next batch
+    first = w.submit(frame(1), "kitti", time.monotonic() + 30)
+    tight = time.monotonic() + 1.0
+    # five frames queued behind one that takes >= 0.2 s: each needs >= 0.2 s more
+    admitted, refused = [], 0
+    for tag in range(2, 12):
+        try:
+            admitted.append(w.submit(frame(tag), "kitti", tight))
+        except DeadlineExceeded:
+            refused += 1
+    pipe.gate.set()
+    first.future.result(30)
+    done = [j for j in admitted if j.future.exception(30) is None]
+    # what was admitted fits the deadline by the measured cost; the rest was refused unrun
+    assert refused >= 5 and len(admitted) <= 5
+    assert all(j.future.result() == 20_000 for j in done)
+    assert sorted(pipe.ran) == sorted([0, 1] + [int(j.points[0, 0]) for j in done])
+    w.stop(30)
+
+
+def test_abandoned_job_is_not_run():
+    pipe = FakePipeline()
+    w = InferenceWorker(pipe, queue_size=4, max_batch=1)
+    pipe.gate.clear()
+    running = w.submit(frame(1), "kitti", time.monotonic() + 30)
+    time.sleep(0.2)                                     # the worker took it
+    waiting = w.submit(frame(2), "kitti", time.monotonic() + 30)
+    w.cancel(waiting)                                   # its client went away
+    assert waiting.future.cancelled() and w.depth == 0
+    pipe.gate.set()
+    running.future.result(30)
+    w.stop(30)
+    assert pipe.ran == [1]
+
+
+def test_loop_failure_is_logged_and_the_worker_restarts(caplog):
+    pipe = FakePipeline()
+    calls = {"n": 0}
+
+    def on_batch(_size):
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise RuntimeError("injected failure")
+
+    from app.service.worker import WorkerStats
+
+    w = InferenceWorker(pipe, queue_size=4, max_batch=1, stats=WorkerStats(on_batch=on_batch))
+    failed = w.submit(frame(1), "kitti", time.monotonic() + 30)
+    with pytest.raises(RuntimeError, match="injected"):
+        failed.future.result(30)
+    ok = w.submit(frame(2), "kitti", time.monotonic() + 30)
+    assert ok.future.result(30) == 20_000
+    assert w.restarts == 1 and w.alive
+    assert "worker loop failed" in caplog.text
+    w.stop(30)
+    assert not w.alive
+
+
+def test_readyz_checks_the_worker_is_alive():
+    """/readyz is 200 with a live worker and 503 once its thread has ended (in-process app, no
+    model: the state is set by hand)."""
+    import asyncio
+
+    from app.service.config import Settings
+    from app.service.main import create_app
+
+    app = create_app(Settings(weights="random"))
+    service = app.state.service
+    service.ready = True
+    service.worker = InferenceWorker(FakePipeline(), queue_size=2)
+
+    async def readyz():
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as c:
+            return await c.get("/readyz")
+
+    assert asyncio.run(readyz()).status_code == 200
+    service.worker.stop(30)
+    r = asyncio.run(readyz())
+    assert r.status_code == 503 and r.json()["status"] == "worker_dead"
