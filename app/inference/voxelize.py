@@ -86,69 +86,92 @@ def voxelize(frames: list[np.ndarray], config: VoxelizeConfig, sensor: str | lis
     sensors = [sensor] * len(frames) if isinstance(sensor, str) else list(sensor)
     if len(sensors) != len(frames):
         raise ValueError(f"{len(frames)} frames but {len(sensors)} sensor names")
-    keys, feats, owners, masks, ignored = [], [], [], [], []
-    for b, (points, frame_sensor) in enumerate(zip(frames, sensors)):
+    grids, feats, masks, ignored = [], [], [], []
+    for points, frame_sensor in zip(frames, sensors):
         keep, counts = valid_mask(points, config)
         ignored.append(counts)
-        masks.append(keep)
-        kept = points if keep.all() else points[keep]
-        grid = np.floor(kept[:, :3] / np.float32(config.voxel_size)).astype(np.int32)
-        keys.append(np.concatenate([np.full((len(kept), 1), b, np.int32), grid], axis=1))
+        all_kept = bool(keep.all())
+        masks.append(None if all_kept else keep)
+        kept = points if all_kept else points[keep]
+        cells = kept[:, :3] / np.float32(config.voxel_size)
+        np.floor(cells, out=cells)
+        grids.append(cells.astype(np.int32))
         feats.append(point_features(kept, config, frame_sensor))
-        owners.append(np.full(len(kept), b))
-    all_keys = np.concatenate(keys) if keys else np.zeros((0, 4), np.int32)
-    all_feats = torch.from_numpy(np.concatenate(feats)) if feats else torch.zeros(0, len(config.features))
-    voxel_of_point = _unique_rows(all_keys)
-    num_voxels = int(voxel_of_point.max()) + 1 if len(voxel_of_point) else 0
-    counts = torch.bincount(voxel_of_point, minlength=num_voxels).clamp_min(1)
-    vfeats = torch.zeros(num_voxels, all_feats.shape[1]).index_add_(0, voxel_of_point, all_feats)
-    vfeats /= counts.unsqueeze(1)
-    coords = torch.zeros(num_voxels, 4, dtype=torch.int32)
-    coords[voxel_of_point] = torch.from_numpy(all_keys)
+    all_feats = np.concatenate(feats) if feats else np.zeros((0, len(config.features)), np.float32)
+    voxel_of_point, coords = _unique_rows(grids)
+    vfeats = _voxel_means(voxel_of_point.numpy(), all_feats, len(coords))
     point_to_voxel, start = [], 0
-    for keep in masks:
+    for grid, keep in zip(grids, masks):
+        ids = voxel_of_point[start:start + len(grid)]
+        start += len(grid)
+        if keep is None:  # every point in a voxel: the ids are the mapping
+            point_to_voxel.append(ids)
+            continue
         mapping = torch.full((len(keep),), -1, dtype=torch.int64)
-        n = int(keep.sum())
-        mapping[torch.from_numpy(np.flatnonzero(keep))] = voxel_of_point[start:start + n]
+        mapping[torch.from_numpy(np.flatnonzero(keep))] = ids
         point_to_voxel.append(mapping)
-        start += n
     return VoxelBatch(coords.to(device), vfeats.to(device), point_to_voxel, ignored)
 
 
-def _unique_rows(keys: np.ndarray) -> torch.Tensor:
-    """Voxel id of every key row through Open3D's tensor hash set, ids in ascending key order."""
-    n = len(keys)
-    if n == 0:
-        return torch.zeros(0, dtype=torch.int64)
-    if o3c is None:  # torch.unique sorts its rows, so the inverse is already in key order
-        return torch.unique(torch.from_numpy(keys), dim=0, return_inverse=True)[1]
-    # A HashSet (Open3D's HashMap without value buffers): the same slots for half the tear-down
-    # time (about 4 ms instead of 9 for a KITTI frame).
-    table = o3c.HashSet(n, key_dtype=o3c.int32, key_element_shape=(4,))
-    o3d_keys = o3c.Tensor(np.ascontiguousarray(keys))
-    table.insert(o3d_keys)
-    buf, found = table.find(o3d_keys)
-    buf = torch.from_numpy(buf.numpy().astype(np.int64))
-    if not bool(torch.from_numpy(found.numpy()).all()):
+def _voxel_means(voxel_of_point: np.ndarray, feats: np.ndarray, num_voxels: int) -> torch.Tensor:
+    """float32 [M, F] mean feature of each voxel's points: one single-threaded bincount per
+    column (sums in float64), steady on a busy machine where a parallel index_add_ is not."""
+    counts = np.maximum(np.bincount(voxel_of_point, minlength=num_voxels), 1)
+    out = np.empty((num_voxels, feats.shape[1]), dtype=np.float32)
+    for j in range(feats.shape[1]):
+        out[:, j] = np.bincount(voxel_of_point, weights=feats[:, j], minlength=num_voxels) / counts
+    return torch.from_numpy(out)
+
+
+def _unique_rows(grids: list[np.ndarray]) -> tuple[torch.Tensor, torch.Tensor]:
+    """(voxel id of every point, int32 [M, 4] distinct (batch, x, y, z) in ascending order) for
+    the int32 [N_b, 3] grid cells of each frame b: Open3D's tensor hash set finds the distinct
+    cells, ids follow the ascending key order.
+
+    Each cell is hashed as one packed 64-bit key (batch 12 bits, x, y, z 17 bits each, shifted to
+    their minimum) seen by Open3D as two int32 (its int64 keys are an order of magnitude slower
+    on the CPU); a run of equal keys (LiDAR points in scan order often repeat a voxel) is hashed
+    once; only the M distinct keys are sorted, not the N points."""
+    cells = np.concatenate(grids) if grids else np.zeros((0, 3), np.int32)
+    if len(cells) == 0:
+        return torch.zeros(0, dtype=torch.int64), torch.zeros(0, 4, dtype=torch.int32)
+    lo = np.concatenate([[0], cells.min(axis=0)]).astype(np.int64)
+    span = cells.max(axis=0).astype(np.int64) - lo[1:]
+    if o3c is None or len(grids) > 2**12 or span.max() >= 2**17:
+        # no Open3D, or beyond 12 + 3 x 17 bits: torch.unique sorts its rows, the inverse follows
+        rows = np.concatenate([np.column_stack([np.full(len(g), b, np.int32), g])
+                               for b, g in enumerate(grids)])
+        coords, inverse = torch.unique(torch.from_numpy(rows), dim=0, return_inverse=True)
+        return inverse, coords
+    shifted = cells - cells.min(axis=0)
+    packed = (shifted[:, 0].astype(np.int64) << 34 | shifted[:, 1].astype(np.int64) << 17
+              | shifted[:, 2])
+    start = 0
+    for b, grid in enumerate(grids):
+        packed[start:start + len(grid)] |= b << 51
+        start += len(grid)
+    head = np.empty(len(packed), dtype=bool)  # first point of each run of equal keys
+    head[0] = True
+    np.not_equal(packed[1:], packed[:-1], out=head[1:])
+    heads = packed[head]
+    as_pairs = o3c.Tensor(heads.view(np.int32).reshape(-1, 2))
+    table = o3c.HashSet(len(heads), key_dtype=o3c.int32, key_element_shape=(2,))
+    first_slot, first = table.insert(as_pairs)  # first: the first occurrence of its key
+    slot, found = table.find(as_pairs)
+    if not bool(found.numpy().all()):
         raise RuntimeError("Open3D HashSet lost a key it had just inserted")
-    return _ids_in_key_order(buf, keys)
-
-
-def _ids_in_key_order(slot_of_point: torch.Tensor, keys: np.ndarray) -> torch.Tensor:
-    """Renumbers Open3D's slot ids so voxels are in ascending (batch, x, y, z) order."""
-    k = torch.from_numpy(keys)
-    shifted = (k[:, 1:] - k[:, 1:].amin(dim=0)).long()
-    batch = k[:, 0].long()
-    if int(shifted.max()) >= 2**17 or int(batch.min()) < 0 or int(batch.max()) >= 2**12:
-        # Beyond 12 + 3 x 17 bits: rank the distinct rows lexicographically instead.
-        return torch.unique(k, dim=0, return_inverse=True)[1]
-    packed = ((batch << 17 | shifted[:, 0]) << 17 | shifted[:, 1]) << 17 | shifted[:, 2]
-    slot_key = torch.full((int(slot_of_point.max()) + 1,), -1, dtype=torch.int64)
-    slot_key[slot_of_point] = packed  # every point of a slot has the same key
-    used = (slot_key >= 0).nonzero().flatten()
-    rank = torch.empty_like(slot_key)
-    rank[used[torch.sort(slot_key[used]).indices]] = torch.arange(len(used))
-    return rank[slot_of_point]
+    first = first.numpy()
+    distinct, distinct_slot = heads[first], first_slot.numpy()[first]
+    order = np.argsort(distinct)
+    rank = np.empty(int(distinct_slot.max()) + 1, dtype=np.int64)
+    rank[distinct_slot[order]] = np.arange(len(order))
+    voxel_of_point = rank[slot.numpy()][np.cumsum(head) - 1]
+    sorted_keys = distinct[order]
+    coords = np.empty((len(order), 4), dtype=np.int32)
+    for axis in range(3, -1, -1):  # unpack z, y, x, batch
+        coords[:, axis] = (sorted_keys & (2**17 - 1)) + lo[axis]
+        sorted_keys = sorted_keys >> 17
+    return torch.from_numpy(voxel_of_point), torch.from_numpy(coords)
 
 
 def devoxelize(voxel_labels: torch.Tensor, point_to_voxel: torch.Tensor,
