@@ -29,6 +29,9 @@ the built-in one). Each entry records its "dataflow". The new device default is 
 the lowest sum over all measured shapes of time / that shape's best time, again kept unless beaten
 by more than --margin.
 
+--precision bf16 tunes the entries the engine reads in bf16 (keyed cpu/bf16/..., kernels/tuning.py):
+the grouped candidates then run torch's bf16 matmul, the fused one csrc/fused_bf16_cpu.cpp.
+
 The output follows kernels/tuning.py (version 1); this device's measured shapes are replaced, every
 other entry (other devices, other shapes) is kept. The engine reads the file at start-up
 (GroupingTable.load_default()).
@@ -52,7 +55,7 @@ from kernels.engine import EngineConfig, Workspace, sparse_conv
 from kernels.grouping import plan_launches
 from kernels.hashtable import CoordHashTable
 from kernels.kmap import KernelMap, downsample, submanifold_map
-from kernels.tuning import BUILTIN_DEFAULTS, DEFAULT_PATH, GroupingTable, shape_key
+from kernels.tuning import BUILTIN_DEFAULTS, DEFAULT_PATH, GroupingTable, device_key, shape_key
 
 EPSILONS = (0.0, 0.1, 0.2, 0.3, 0.5, 1.0)
 THRESHOLDS = (0.0, 4096.0, 16384.0, 65536.0, math.inf)
@@ -76,11 +79,25 @@ def as_setting(value) -> tuple[float, float, str]:
     return (float(value[0]), float(value[1]), value[2] if len(value) > 2 else "grouped")
 
 
-def fused_applies(device: torch.device, cout: int) -> bool:
-    """Whether the engine runs the fused dataflow for this output width (CPU, fp32)."""
+def fused_applies(device: torch.device, cin: int, cout: int, precision: str = "fp32") -> bool:
+    """Whether the engine runs the fused dataflow for this shape (CPU; kernels/bf16.py for bf16)."""
     if device.type != "cpu":
         return False
+    if precision == "bf16":
+        from kernels.bf16 import FP32_MAX_CIN
+        from kernels.precision import fused_bf16_lanes
+
+        lanes = fused_bf16_lanes()
+        return bool(lanes) and cout % lanes == 0 and cin % 2 == 0 and cin > FP32_MAX_CIN
     return cout % backend.library("cpu").ls_fused_lanes_cpu() == 0
+
+
+def is_key_of(key: str, device_type: str, precision: str) -> bool:
+    """Whether a file entry ("cpu/k27/64x64", "cpu/bf16/k27/64x64") is this device and precision's."""
+    parts = key.split("/")
+    if precision == "fp32":
+        return parts[0] == device_type and parts[1].startswith("k")
+    return parts[:2] == [device_type, precision]
 
 
 def entry_of(setting) -> dict:
@@ -120,15 +137,16 @@ def candidates(kmaps: list[KernelMap], epsilons, thresholds):
 
 
 
-def measure_shape(kmaps, cin, cout, cands, device, runs, workspace) -> dict:
+def measure_shape(kmaps, cin, cout, cands, device, runs, workspace, precision="fp32") -> dict:
     """Median forward time (s) summed over the maps, per representative candidate
     ((eps, S, dataflow))."""
     gen = torch.Generator().manual_seed(cin * 1000 + cout)
     volume = kmaps[0].kernel_volume
     weight = (torch.randn(volume, cin, cout, generator=gen) / math.sqrt(volume * cin)).to(device)
     feats = [torch.randn(k.num_in, cin, generator=gen).to(device) for k in kmaps]
-    configs = {rep: EngineConfig(grouping=GroupingTable(
-        entries={}, defaults={device.type: rep}), workspace=workspace) for rep, _ in cands}
+    configs = {rep: EngineConfig(precision=precision, grouping=GroupingTable(
+        entries={}, defaults={device_key(device.type, precision): rep}), workspace=workspace)
+        for rep, _ in cands}
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     times = {rep: [[] for _ in kmaps] for rep, _ in cands}
     with torch.no_grad():
@@ -177,6 +195,9 @@ def main(argv=None) -> int:
     p.add_argument("--margin", type=float, default=0.03,
                    help="keep the device default unless beaten by more than this share")
     p.add_argument("--out", type=Path, default=DEFAULT_PATH)
+    p.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
+                   help="CPU arithmetic the entries are for (kernels/precision.py); bf16 entries "
+                        "are keyed cpu/bf16/...")
     args = p.parse_args(argv)
 
     device = torch.device(args.device)
@@ -193,8 +214,10 @@ def main(argv=None) -> int:
     maps = sample_maps(specs, args.data, device)
     existing = load_existing(args.out)
     # the file's default as the engine reads it (a missing "dataflow" -> the built-in one's)
-    default = as_setting(GroupingTable.from_json(existing).defaults.get(
-        device.type, BUILTIN_DEFAULTS.get(device.type, (0.0, 0.0))))
+    dev_key = device_key(device.type, args.precision)
+    file_defaults = GroupingTable.from_json(existing).defaults
+    default = as_setting(file_defaults.get(dev_key, file_defaults.get(
+        device.type, BUILTIN_DEFAULTS.get(device.type, (0.0, 0.0)))))
     use_fused = device.type == "cpu" and not args.no_fused
     if default[2] == "fused" and not use_fused:
         default = (default[0], default[1], "grouped")  # not a candidate here: its grouped form
@@ -202,7 +225,8 @@ def main(argv=None) -> int:
     # default's (epsilon, S) when the default is fused (so the default is a candidate as it is).
     fused = default if default[2] == "fused" else (0.0, 0.0, "fused")
     print(f"# bench.tuner device={device.type} threads={torch.get_num_threads()} "
-          f"runs={args.runs} torch={torch.__version__}; device default {cand_name(*default)}"
+          f"runs={args.runs} torch={torch.__version__} precision={args.precision}; "
+          f"device default {cand_name(*default)}"
           f"; fused candidate: {use_fused}")
     workspace = Workspace()
     new_entries, measured = {}, {}
@@ -223,9 +247,10 @@ def main(argv=None) -> int:
               f"{sum(len(m) for _, m in grouped)}" + (" + fused" if fused_cands else ""))
         for cin, cout in shapes:
             t0 = time.perf_counter()
-            fused_here = bool(fused_cands) and fused_applies(device, cout)
+            fused_here = bool(fused_cands) and fused_applies(device, cin, cout, args.precision)
             cands = grouped + (fused_cands if fused_here else [])
-            score = measure_shape(kmaps, cin, cout, cands, device, args.runs, workspace)
+            score = measure_shape(kmaps, cin, cout, cands, device, args.runs, workspace,
+                                  args.precision)
             best = min(score, key=score.get)
             shape_default = default if (default[2] == "grouped" or fused_here) else \
                 (default[0], default[1], "grouped")
@@ -236,7 +261,7 @@ def main(argv=None) -> int:
             # the representative for S: prefer the member that reads most plainly
             ms = {cand_name(*m): round(score[rep] * 1e3, 3) for rep, members in cands
                   for m in sorted(members, key=lambda m: (m[1], m[0]))}
-            key = shape_key(device.type, volume, cin, cout)
+            key = shape_key(device.type, volume, cin, cout, args.precision)
             new_entries[key] = {**entry_of(chosen), "ms": ms}
             measured[key] = {m: score[rep] for rep, members in cands for m in members}
             if fused_cands and not fused_here:
@@ -260,7 +285,7 @@ def main(argv=None) -> int:
     # A partial re-tune (some of this device's entries in the file left unmeasured) keeps the
     # default as it is.
     unmeasured = [k for k in existing.get("entries", {})
-                  if k.startswith(device.type + "/") and k not in measured]
+                  if is_key_of(k, device.type, args.precision) and k not in measured]
     def_rep = default
     if common_cands and not unmeasured:
         rel = {c: sum(v[c] / min(v.values()) for v in measured.values()) for c in common_cands}
@@ -279,10 +304,10 @@ def main(argv=None) -> int:
     data.setdefault("defaults", {})
     for dev, setting in BUILTIN_DEFAULTS.items():
         data["defaults"].setdefault(dev, entry_of(as_setting(setting)))
-    data["defaults"][device.type] = entry_of(def_rep)
+    data["defaults"][dev_key] = entry_of(def_rep)
     data.setdefault("entries", {}).update(new_entries)
     data["entries"] = dict(sorted(data["entries"].items()))
-    data.setdefault("tuned_with", {})[device.type] = {
+    data.setdefault("tuned_with", {})[dev_key] = {
         "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "device_name": (torch.cuda.get_device_name() if device.type == "cuda" else "cpu"),
         "threads": torch.get_num_threads(), "torch": torch.__version__, "runs": args.runs,
@@ -294,7 +319,7 @@ def main(argv=None) -> int:
     GroupingTable.from_json(data)  # what the engine will load must parse
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(data, indent=1) + "\n")
-    print(f"# default {device.type}: {cand_name(*def_rep)}; wrote {len(new_entries)} entries to "
+    print(f"# default {dev_key}: {cand_name(*def_rep)}; wrote {len(new_entries)} entries to "
           f"{args.out} in {time.perf_counter() - start:.1f} s")
     return 0
 
