@@ -10,7 +10,9 @@ this process. The two are timed one after the other, never at once (they share t
 Overhead = HTTP round trip - in-process wall time, and its share of the round trip; the server's
 own decode / queue / encode stages (Server-Timing) say where it goes. On a loaded machine the
 pipeline itself varies more than the overhead: "service layer" (round trip minus the server's
-own pipeline stages) isolates what HTTP, decoding, queueing and encoding cost.
+own pipeline stages) isolates what HTTP, decoding, queueing and encoding cost. Each run also posts
+the frame asking for JSON; per run it prints HTTP total (binary) / the server's network stage of
+the same request, and JSON round trip - binary round trip (issue 16's two ratios).
 """
 from __future__ import annotations
 
@@ -38,6 +40,10 @@ from bench import common
 # (the wire carries no intensity convention), so the Ouster frame runs as "kitti" on both sides
 SENSOR = {"nuscenes": "nuscenes"}
 FORMAT = {"nuscenes": "nuscenes"}
+
+
+def _spread(values: list[float]) -> str:
+    return f"{statistics.median(values):.3g} [{min(values):.3g}..{max(values):.3g}]"
 
 
 def start_server(weights: str, cr: float, device: str, env: dict | None = None,
@@ -109,14 +115,14 @@ def main(argv=None) -> int:
                     local_stages.append(result.timing_ms)
                     return result.labels
 
-                def remote():
+                def remote(accept="application/octet-stream"):
                     r = http.post(f"/v1/segment?format={fmt}", content=body,
                                   headers={"Content-Type": "application/octet-stream",
-                                           "Accept": "application/octet-stream"})
+                                           "Accept": accept})
                     r.raise_for_status()
                     return r
 
-                local_ms, remote_ms, stages = [], [], []
+                local_ms, remote_ms, stages, json_ms, json_stages = [], [], [], [], []
                 labels = local()  # warm-up
                 r = remote()
                 assert np.array_equal(np.frombuffer(r.content, np.uint8), labels), name
@@ -130,6 +136,10 @@ def main(argv=None) -> int:
                     r = remote()
                     remote_ms.append((time.perf_counter() - t) * 1e3)
                     stages.append(server_timing(r.headers["server-timing"]))
+                    t = time.perf_counter()
+                    rj = remote("application/json")
+                    json_ms.append((time.perf_counter() - t) * 1e3)
+                    json_stages.append(server_timing(rj.headers["server-timing"]))
                 lm, rm = statistics.median(local_ms), statistics.median(remote_ms)
                 srv = {k: statistics.median(s[k] for s in stages)
                        for k in ("decode", "queue", "voxelize", "maps", "network", "devoxelize",
@@ -152,6 +162,16 @@ def main(argv=None) -> int:
                       f"{service_ms:.1f} ms = {100 * service_ms / rm:.1f}%")
                 print(f"{'':<11}pipeline stages in-proc / server in-proc / server: " + ", ".join(
                     f"{k} {loc[k]:.1f}/{srv[k]:.1f}" for k in loc))
+                # issue 16's ratios, per request: HTTP total (binary) / that request's network
+                # stage, and a JSON response's round trip minus the binary one before it
+                per_net = [r / s["network"] for r, s in zip(remote_ms, stages)]
+                json_extra = [j - b for j, b in zip(json_ms, remote_ms)]
+                enc = [s["encode"] for s in json_stages]
+                row.update(http_over_network=per_net, json_minus_binary_ms=json_extra,
+                           json_encode_ms=enc)
+                print(f"{'':<11}HTTP total (binary) / network stage: x{_spread(per_net)}; "
+                      f"JSON - binary round trip: {_spread(json_extra)} ms "
+                      f"(server JSON encode {_spread(enc)} ms)")
     finally:
         if proc is not None:
             proc.send_signal(signal.SIGTERM)
