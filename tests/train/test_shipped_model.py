@@ -1,67 +1,110 @@
-"""The shipped default model (models/weights): size, default everywhere, recorded metrics."""
+"""The shipped models (models/weights): `default` (fine-tuned on real scans) and `synthetic`:
+size, names, licences, and the metrics recorded when they were shipped."""
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
+import time
 
+import numpy as np
 import pytest
 
 from app.cli import load_model, load_model_meta
-from app.service.config import Settings
+from app.codecs.files import read_frame
 from app.inference.pipeline import SegmentationPipeline
+from app.inference.scoring import iou_metrics, read_labels
 from app.inference.voxelize import VoxelizeConfig
-from models.weights import DEFAULT_WEIGHTS, MODEL_CARD, resolve_weights
+from app.service.config import Settings
+from models.weights import DEFAULT_WEIGHTS, MODEL_CARD, WEIGHTS, resolve_weights
 from tests.conftest import REPO_ROOT, require_real_data
 from train.evaluate import FIXED_FRAME_SEED, fixed_frame_miou
-
-METRICS = DEFAULT_WEIGHTS.with_suffix(".metrics.json")
-
-
-@pytest.fixture(scope="module")
-def recorded() -> dict:
-    return json.loads(METRICS.read_text())
+from train.train import REAL_LICENCE, SYNTHETIC_LICENCE
 
 
-def test_weights_file_small_and_card_present():
-    assert DEFAULT_WEIGHTS.is_file() and DEFAULT_WEIGHTS.stat().st_size <= 12 * 1024 * 1024
+def recorded(name: str) -> dict:
+    return json.loads(WEIGHTS[name].with_suffix(".metrics.json").read_text())
+
+
+def pipeline_for(name: str) -> SegmentationPipeline:
+    model, _, voxel = load_model(name, 1.0)
+    return SegmentationPipeline(model, VoxelizeConfig(voxel_size=voxel), "cpu")
+
+
+def test_weights_files_small_and_card_present():
+    for path in WEIGHTS.values():
+        assert path.is_file() and path.stat().st_size <= 12 * 1024 * 1024, path
     card = MODEL_CARD.read_text()
-    for needle in ("Training data", "Recipe", "Classes", "held-out", "SemanticKITTI"):
+    for needle in ("Training data", "Recipe", "Classes", "held-out", "SemanticKITTI",
+                   "CC BY-NC-SA 4.0", "non-commercial", "synthetic"):
         assert needle in card, needle
 
 
-def test_default_is_the_shipped_model_everywhere():
+def test_names_licences_and_default_everywhere():
     assert Settings().weights == "default"
     assert resolve_weights(None) == resolve_weights("default") == DEFAULT_WEIGHTS
+    assert DEFAULT_WEIGHTS.name == "minkunet_real.pt"
+    assert resolve_weights("synthetic").name == "minkunet_synth.pt"
     assert resolve_weights("random") is None
     _, meta = load_model_meta(None, 1.0)
-    assert meta["name"] == DEFAULT_WEIGHTS.stem and meta["version"].startswith("synth-")
+    assert meta["name"] == DEFAULT_WEIGHTS.stem and meta["version"].startswith("real-")
+    assert meta["licence"] == REAL_LICENCE and "SemanticKITTI" in meta["training_data"]
+    for frame in ("seq00_000000", "spvnas_000000"):  # validation frames: never trained on
+        assert frame not in meta["training_data"].split("model selection on")[0]
+    _, synth = load_model_meta("synthetic", 1.0)
+    assert synth["version"].startswith("synth-") and synth["licence"] == SYNTHETIC_LICENCE
     with pytest.raises(FileNotFoundError, match="no/such.pt"):
         resolve_weights("no/such.pt")
 
 
-def test_shipped_weights_reproduce_recorded_synthetic_miou(recorded):
-    """One fixed held-out synthetic frame (seed FIXED_FRAME_SEED): the mIoU written to the
-    metrics file when the model was shipped, within 0.01."""
-    assert recorded["fixed_frame"]["seed"] == FIXED_FRAME_SEED
-    model, names, voxel = load_model("default", 1.0)
-    pipeline = SegmentationPipeline(model, VoxelizeConfig(voxel_size=voxel), "cpu")
-    miou = fixed_frame_miou(pipeline, names)
-    print(f"fixed frame {FIXED_FRAME_SEED}: mIoU {miou:.4f}, recorded "
-          f"{recorded['fixed_frame']['miou']:.4f}")
-    assert abs(miou - recorded["fixed_frame"]["miou"]) <= 0.01
-
-
-def test_cli_evaluate_defaults_to_shipped_model_on_real_frame(recorded):
-    """`python -m app evaluate` without --weights scores the shipped model; on the real KITTI
-    frame it reproduces the model card's figure."""
+@pytest.mark.parametrize("name", ["default", "synthetic"])
+def test_shipped_weights_reproduce_recorded_validation_miou(name):
+    """Both shipped models load, label every point of the real validation frame seq00_000000,
+    and reproduce the mIoU recorded when they were shipped, within 0.01."""
     d = require_real_data() / "semantickitti"
-    frame, labels = d / "seq00_000000.bin", d / "seq00_000000.label"
-    out = subprocess.run([sys.executable, "-m", "app", "evaluate", str(frame), str(labels),
-                          "--device", "cpu"], cwd=REPO_ROOT, capture_output=True, text=True,
-                         timeout=300)
-    assert out.returncode == 0, out.stderr
-    result = json.loads(out.stdout.strip().splitlines()[-1])
-    expected = recorded["real_semantickitti"]["seq00_000000.bin"]
+    points, sensor = read_frame(str(d / "seq00_000000.bin"), "kitti")
+    gt = read_labels(d / "seq00_000000.label")
+    labels = pipeline_for(name).segment(points, sensor).labels
+    assert labels.shape == (len(points),) and int(labels.max()) < 19
+    result = iou_metrics(gt, labels, load_model_meta(name, 1.0)[1]["class_names"])
+    expected = recorded(name)["real_semantickitti"]["seq00_000000.bin"]
+    print(f"{name}: seq00_000000 mIoU {result['miou']:.4f}, recorded {expected['miou']:.4f}")
     assert abs(result["miou"] - expected["miou"]) <= 0.01
     assert set(result["per_class_iou"]) == set(expected["per_class_iou"])
+
+
+def test_synthetic_weights_reproduce_recorded_synthetic_miou():
+    """One fixed held-out synthetic frame (seed FIXED_FRAME_SEED), within 0.01."""
+    expected = recorded("synthetic")["fixed_frame"]
+    assert expected["seed"] == FIXED_FRAME_SEED
+    miou = fixed_frame_miou(pipeline_for("synthetic"), load_model("synthetic", 1.0)[1])
+    assert abs(miou - expected["miou"]) <= 0.01
+
+
+def test_cli_evaluate_defaults_to_the_default_model():
+    """`python -m app evaluate` without --weights scores the default model."""
+    d = require_real_data() / "semantickitti"
+    out = subprocess.run([sys.executable, "-m", "app", "evaluate", str(d / "spvnas_000000.bin"),
+                          str(d / "spvnas_000000.label"), "--device", "cpu"], cwd=REPO_ROOT,
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert abs(result["miou"] - recorded("default")["real_semantickitti"]["spvnas_000000.bin"]
+               ["miou"]) <= 0.01
+
+
+def test_v1_model_shows_licence_and_training_data():
+    from fastapi.testclient import TestClient
+
+    from app.service.main import create_app
+
+    app = create_app(Settings(weights="default", device="cpu"))
+    with TestClient(app, raise_server_exceptions=False) as client:
+        end = time.monotonic() + 300
+        while client.get("/readyz").status_code != 200:
+            assert time.monotonic() < end, "app not ready within 300 s"
+            time.sleep(0.1)
+        m = client.get("/v1/model").json()
+    assert m["name"] == "minkunet_real" and m["licence"] == REAL_LICENCE
+    assert "non-commercial" in m["licence"] and "SemanticKITTI" in m["training_data"]
+    assert np.isclose(m["voxel_size"], 0.1)
