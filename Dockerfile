@@ -16,7 +16,8 @@ ARG CUDA_DEVEL_IMAGE=nvidia/cuda:12.6.3-devel-ubuntu22.04
 
 # ---- Python dependencies and the CPU kernels (compilers stay in these stages) ----
 FROM ${BASE_IMAGE} AS deps
-# pip's local wheel folder, if any (e.g. with `-v /opt/wheels:/wheels:ro`); empty: the indexes
+# pip's local wheel folder, if any (e.g. with `-v /opt/wheels:/wheels:ro`); empty: the indexes.
+# An ARG is seen only by the stage that declares it: each pip stage declares this one.
 ARG PIP_FIND_LINKS=""
 # hadolint ignore=DL3008
 RUN apt-get update \
@@ -34,6 +35,7 @@ COPY app/ app/
 COPY models/ models/
 
 FROM deps AS builder
+ARG PIP_FIND_LINKS=""
 # The CPU torch: TORCH_SPEC (pinned) from TORCH_INDEX_URL (PyTorch's CPU wheels) or
 # PIP_FIND_LINKS (then TORCH_INDEX_URL="" leaves PyPI as the index for the rest).
 ARG TORCH_SPEC="torch==2.13.0"
@@ -47,6 +49,7 @@ RUN LIDARSEG_BUILD_DIR=/opt/lidarseg/lib python -m kernels.build --isa ${CPU_ISA
  && python -m compileall -q app models kernels
 
 FROM deps AS builder-cuda
+ARG PIP_FIND_LINKS=""
 # A CUDA torch: PyPI's default x86-64 Linux wheel is a CUDA build; CUDA_TORCH_INDEX_URL picks
 # another (e.g. https://download.pytorch.org/whl/cu126). CUDA_TORCH_SPEC="" keeps a torch the
 # base image already brings (an NGC PyTorch base), never reinstalling it.

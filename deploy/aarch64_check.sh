@@ -40,7 +40,8 @@ file -b "$ARM_LIB" | grep -q "ARM aarch64" || { echo "not an aarch64 library: $A
 echo "cross-compiled for armv8.2-a with -Werror: $(basename "$ARM_LIB") ($((SECONDS - t0)) s)"
 
 # 2. the arm64 root (python3 + numpy + libgomp1), bootstrapped once per machine
-KEY=$(sha256sum "$0" | cut -c1-12)
+ROOTFS="bookworm arm64 minbase python3,python3-numpy,libgomp1"  # what the cached root holds
+KEY=$(echo "$ROOTFS" | sha256sum | cut -c1-12)
 TARBALL=$CACHE/bookworm-arm64-numpy-$KEY.tar
 if [ ! -f "$TARBALL" ]; then
   mkdir -p "$CACHE"

@@ -3,6 +3,7 @@
 # (deploy/image/base.sh) instead of python:3.11-slim-bookworm (no registry is reachable).
 # pip's CA bundle ($PIP_CERT) goes in as a build secret and the local wheel folder
 # (/opt/wheels: the CPU torch) as a read-only bind mount; neither stays in the image.
+# --format docker: the OCI format has no HEALTHCHECK.
 #
 #   bash deploy/image/build.sh [TAG]      # default localhost/lidarseg:cpu; prints size and time
 set -euo pipefail
@@ -19,7 +20,7 @@ WHEELS=${LIDARSEG_WHEELS:-/opt/wheels}
 if [ -d "$WHEELS" ]; then
   ARGS+=(-v "$WHEELS:/wheels:ro" --build-arg PIP_FIND_LINKS=/wheels --build-arg TORCH_INDEX_URL=)
 fi
-buildah "${STORE[@]}" bud --isolation chroot --layers --target cpu "${ARGS[@]}" -t "$TAG" . >&2
+buildah "${STORE[@]}" bud --isolation chroot --format docker --layers --force-rm --target cpu "${ARGS[@]}" -t "$TAG" . >&2
 build_s=$((SECONDS - start - base_s))
 size=$(buildah "${STORE[@]}" images --format '{{.Size}}' "$TAG" | head -1)
 echo "image $TAG: $size; base $base_s s, build $build_s s" >&2
