@@ -30,9 +30,6 @@ COPY requirements/service.txt requirements/service.txt
 RUN --mount=type=secret,id=pipcert \
     if [ -f /run/secrets/pipcert ]; then export PIP_CERT=/run/secrets/pipcert; fi \
  && pip install --no-cache-dir -r requirements/service.txt
-COPY kernels/ kernels/
-COPY app/ app/
-COPY models/ models/
 
 FROM deps AS builder
 ARG PIP_FIND_LINKS=""
@@ -45,6 +42,10 @@ ARG CPU_ISAS="x86-64-v2 x86-64-v3 x86-64-v4"
 RUN --mount=type=secret,id=pipcert \
     if [ -f /run/secrets/pipcert ]; then export PIP_CERT=/run/secrets/pipcert; fi \
  && pip install --no-cache-dir ${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"} "$TORCH_SPEC"
+# the code last: a code change reuses every layer above
+COPY kernels/ kernels/
+COPY app/ app/
+COPY models/ models/
 RUN LIDARSEG_BUILD_DIR=/opt/lidarseg/lib python -m kernels.build --isa ${CPU_ISAS} \
  && python -m compileall -q app models kernels
 
@@ -63,6 +64,9 @@ RUN --mount=type=secret,id=pipcert \
       pip install --no-cache-dir ${CUDA_TORCH_INDEX_URL:+--index-url "$CUDA_TORCH_INDEX_URL"} \
         "$CUDA_TORCH_SPEC"; \
     fi
+COPY kernels/ kernels/
+COPY app/ app/
+COPY models/ models/
 RUN LIDARSEG_BUILD_DIR=/opt/lidarseg/lib python -m kernels.build --isa ${CPU_ISAS} \
  && python -m compileall -q app models kernels
 
