@@ -5,8 +5,8 @@ in fp32, output (with bias, residual and ReLU) in fp32 (kernels/precision.py say
   map as the fp32 fused kernel; needs the CPU feature (checked at run time), even Cin and Cout a
   multiple of 16.
 - "grouped" dataflow (or where fused does not apply): the fp32 engine's launches with torch's
-  bf16 matmul (oneDNN: AMX tiles where the CPU has them), each launch's partial sums widened to
-  fp32 before they are added into the output.
+  bf16 matmul (oneDNN: AMX tiles where the CPU has them), which returns each launch's partial
+  sums rounded to bf16; they are widened to fp32 and added into the fp32 output.
 
 A conv with at most FP32_MAX_CIN input channels stays in fp32: it is the network's input layer,
 whose inputs are raw point features (coordinates in metres, where bf16's 8-bit mantissa keeps
@@ -29,7 +29,7 @@ from .precision import fused_bf16_lanes
 
 FP32_MAX_CIN = 8
 
-_lock = threading.Lock()
+_lock = threading.RLock()  # re-entrant: a weakref callback may run inside a locked section
 _cache: dict[int, tuple] = {}  # id(weight) -> (weakref, version, data_ptr, plain, pairs)
 
 
