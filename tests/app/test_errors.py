@@ -33,6 +33,7 @@ class Exploding:
 
 class Pipeline:
     voxel_config = VoxelizeConfig()
+    precision = requested_precision = "fp32"
 
 
 def _app(**settings):
