@@ -24,7 +24,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from app.service import observe
 from app.service.config import Settings
 from app.service.routes import ROUTERS
-from app.service.routes.deps import ServiceError, ServiceState, key_valid, unauthorized
+from app.service.routes.deps import ErrorBody, ServiceError, ServiceState, key_valid, unauthorized
 
 log = logging.getLogger("lidarseg")
 
@@ -280,6 +280,28 @@ def _add_openapi(app: FastAPI) -> None:
     """/openapi.json (and /docs, from the dashboard routes) stay behind the API key when keys
     are set, unless LIDARSEG_OPEN_DOCS (RequestAccounting checks DOC_PATHS)."""
     app.openapi_url = "/openapi.json"  # for /docs; FastAPI's own route is not added
+    generate = app.openapi
+
+    def schema() -> dict:
+        """FastAPI's schema, with parameter validation errors documented as what this app
+        answers for them: 400 and an ErrorBody (FastAPI documents 422 for them)."""
+        if app.openapi_schema is None:
+            doc = generate()
+            for path in doc.get("paths", {}).values():
+                for op in path.values():
+                    responses = op.get("responses", {})
+                    if responses.get("422", {}).get("description") == "Validation Error":
+                        del responses["422"]
+                        responses.setdefault("400", {
+                            "description": "Malformed body or parameters",
+                            "content": {"application/json": {
+                                "schema": {"$ref": "#/components/schemas/ErrorBody"}}}})
+            doc.get("components", {}).setdefault("schemas", {}).setdefault(
+                "ErrorBody", ErrorBody.model_json_schema())
+            app.openapi_schema = doc
+        return app.openapi_schema
+
+    app.openapi = schema
 
     @app.get("/openapi.json", include_in_schema=False)
     async def openapi() -> JSONResponse:

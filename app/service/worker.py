@@ -18,6 +18,7 @@ import collections
 import concurrent.futures
 import contextlib
 import logging
+import statistics
 import threading
 import time
 from dataclasses import dataclass, field
@@ -42,10 +43,11 @@ class WorkerStopped(Exception):
 
 
 class CostModel:
-    """Milliseconds per point: the least of the last `keep` batches of at least `min_points`
-    points (None until one ran; a small batch is mostly fixed overhead and says little).
-    Optimistic on purpose: a slow outlier (a first run, a noisy neighbour) never makes the worker
-    refuse work it could do; under steady load the batches agree and the estimate is close."""
+    """Milliseconds per point: the median of the last `keep` batches of at least `min_points`
+    points (None until one ran; a small batch is mostly fixed overhead and says little). The
+    median ignores one slow outlier (a first run) and one lucky run alike: too low an estimate
+    admits frames that then miss their deadline (wasted work), too high a one refuses frames
+    that would have made it."""
 
     def __init__(self, keep: int = 8, min_points: int = 10_000):
         self.min_points = min_points
@@ -53,7 +55,7 @@ class CostModel:
 
     @property
     def ms_per_point(self) -> float | None:
-        return min(self.recent) if self.recent else None
+        return statistics.median(self.recent) if self.recent else None
 
     def observe(self, points: int, ms: float) -> None:
         if points >= self.min_points:

@@ -91,18 +91,14 @@ def test_docs_behind_the_key_unless_opened():
 
 
 def test_model_description_has_no_server_path():
-    app = _app()
-    service = app.state.service
+    from app.service.main import load_service
 
-    class Engine:
-        deterministic = False
-
-    service.pipeline.engine = Engine()
-    service.grouping_file = "grouping.json"
+    app = create_app(Settings(weights="random", cr=0.25, device="cpu"))
+    load_service(app.state.service)
     r = _call(app, "GET", "/v1/model")
     assert r.status_code == 200
-    assert str(REPO_ROOT) not in r.text and r.json()["engine"]["grouping_plan_file"] == \
-        "grouping.json"
+    assert str(REPO_ROOT) not in r.text and "/" not in str(r.json()["engine"]["grouping_plan_file"])
+    app.state.service.worker.stop(30)
 
 
 @pytest.mark.parametrize("sensor,top", [("kitti", 1.0), ("nuscenes", 255.0), ("ouster", 255.0)])

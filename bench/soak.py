@@ -1,0 +1,128 @@
+"""Soak: mixed formats and sizes from several clients for minutes; the server's RSS over time.
+
+    python -m bench.soak [--minutes 3] [--clients 4] [--warmup 0.25] [--weights random --cr 0.25]
+                         [--config NAME=VAR=VALUE,VAR=VALUE ...]
+
+Each --config runs its own server (one after the other) with those environment variables, e.g.
+  --config glibc=LIDARSEG_TRIM_AFTER_POINTS=0 --config arena2=MALLOC_ARENA_MAX=2,LIDARSEG_TRIM_AFTER_POINTS=0
+  --config shipped=MALLOC_ARENA_MAX=2     (the container's setting plus the built-in trim)
+Clients post real frames (and slices of them, 1 k to 125 k points) as kitti, nuscenes, pcd
+(binary, binary_compressed, ascii), ply, npy, las, pointcloud2 and json, picked at random with a
+fixed seed. The server's VmRSS is sampled every second; printed: RSS at start (ready), after the
+warm-up (--warmup, a fraction of the run), at the end, the growth after warm-up (target < 10 %),
+and requests by status.
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import threading
+import time
+
+import httpx
+import numpy as np
+
+from app.codecs.encode import encode
+from bench import common
+from bench.service import start_server
+
+VARIANTS = ["kitti", "nuscenes", "pcd_binary", "pcd_binary_compressed", "ply_binary_little_endian",
+            "npy", "las", "pointcloud2", "pcd_ascii", "json"]
+TEXT = {"pcd_ascii", "json"}
+
+
+def bodies(seed: int = 0, count: int = 40) -> list[tuple[bytes, str]]:
+    rng = np.random.default_rng(seed)
+    frames = [common.load_frame(n).points for n in ("kitti00", "nuscenes", "ouster128")]
+    out = []
+    for _ in range(count):
+        pts = frames[rng.integers(len(frames))]
+        variant = VARIANTS[rng.integers(len(VARIANTS))]
+        top = 20_000 if variant in TEXT else len(pts)
+        n = int(rng.integers(1_000, min(top, len(pts)) + 1))
+        sel = np.ascontiguousarray(pts[rng.choice(len(pts), n, replace=False)], np.float32)
+        if variant == "nuscenes" and sel.shape[1] < 5:
+            sel = np.column_stack([sel, np.zeros(n, np.float32)])
+        body, ctype = encode(sel if variant == "nuscenes" else sel[:, :4], variant)
+        out.append((body, ctype))
+    return out
+
+
+def rss_mb(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def soak(name: str, env: dict, args, payloads) -> dict:
+    proc, url = start_server(args.weights, args.cr, "cpu", env)
+    samples: list[tuple[float, float]] = []
+    statuses: collections.Counter = collections.Counter()
+    lock = threading.Lock()
+    t0 = time.monotonic()
+    end = t0 + args.minutes * 60
+    start_rss = rss_mb(proc.pid)
+
+    def client(k: int):
+        rng = np.random.default_rng(k)
+        with httpx.Client(base_url=url, timeout=300) as c:
+            while time.monotonic() < end:
+                body, ctype = payloads[rng.integers(len(payloads))]
+                r = c.post("/v1/segment", content=body,
+                           headers={"Content-Type": ctype, "Accept": "application/octet-stream"})
+                with lock:
+                    statuses[r.status_code] += 1
+
+    threads = [threading.Thread(target=client, args=(k,)) for k in range(args.clients)]
+    for t in threads:
+        t.start()
+    while time.monotonic() < end:
+        samples.append((time.monotonic() - t0, rss_mb(proc.pid)))
+        time.sleep(1.0)
+    for t in threads:
+        t.join()
+    samples.append((time.monotonic() - t0, rss_mb(proc.pid)))
+    proc.terminate()
+    proc.wait(60)
+    warm_at = args.warmup * args.minutes * 60
+    warm = next(r for t, r in samples if t >= warm_at)
+    final = samples[-1][1]
+    peak = max(r for _, r in samples)
+    return {"config": name, "env": env, "rss_start_mb": round(start_rss, 1),
+            "rss_warm_mb": round(warm, 1), "rss_end_mb": round(final, 1),
+            "rss_peak_mb": round(peak, 1), "growth_after_warmup": round(final / warm - 1, 4),
+            "statuses": dict(statuses)}
+
+
+def parse_config(text: str) -> tuple[str, dict]:
+    name, _, rest = text.partition("=")
+    env = dict(kv.split("=", 1) for kv in rest.split(",") if kv)
+    return name, env
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--minutes", type=float, default=3.0)
+    ap.add_argument("--clients", type=int, default=4)
+    ap.add_argument("--warmup", type=float, default=0.25)
+    ap.add_argument("--weights", default="random")
+    ap.add_argument("--cr", type=float, default=0.25)
+    ap.add_argument("--config", action="append", default=[])
+    args = ap.parse_args(argv)
+    configs = [parse_config(c) for c in args.config] or [("shipped", {"MALLOC_ARENA_MAX": "2"})]
+    payloads = bodies()
+    for name, env in configs:
+        r = soak(name, env, args, payloads)
+        print(f"{name:<10} RSS start {r['rss_start_mb']} MB, after warm-up {r['rss_warm_mb']} MB,"
+              f" end {r['rss_end_mb']} MB (peak {r['rss_peak_mb']}): growth after warm-up "
+              f"{100 * r['growth_after_warmup']:+.1f} %; statuses {r['statuses']}", flush=True)
+        print(json.dumps(r), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
