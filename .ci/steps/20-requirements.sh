@@ -37,27 +37,30 @@ def lines(p: Path):
 print("\n".join(lines(Path(path))))
 PYEOF
 }
-fail=0
 check() {  # check PYVER MACHINE GLIBC_MINOR FILE
-  local reqs="$TMP/req-$1-$2.txt"
+  local reqs="$TMP/req-$1-$2-${4//\//_}"
   flatten "$4" "$1" "$2" >"$reqs"
   local plats=(--platform "manylinux2014_$2") glibc
   for glibc in $(seq 17 "$3"); do plats+=(--platform "manylinux_2_${glibc}_$2"); done
   # This machine's pip configuration (local wheel folders, caps) is left out: the public index
   # is what an image build elsewhere sees.
   if ! out=$(PIP_CONFIG_FILE=/dev/null PIP_FIND_LINKS="" "$PY" -m pip install --dry-run --quiet \
-      --ignore-installed --only-binary=:all: --disable-pip-version-check --target "$TMP/target" \
+      --ignore-installed --only-binary=:all: --disable-pip-version-check --target "$reqs.target" \
       --python-version "$1" "${plats[@]}" -r "$reqs" 2>&1); then
     echo "FAIL: $4 on Python $1 $2:"; echo "$out" | grep -v "is ignored: it is neither\|Ignored the following versions" | tail -15
-    fail=1
+    return 1
   else
     echo "ok: $4 on Python $1 $2"
   fi
 }
+# The checks run in parallel (each is mostly waiting on the index); results in order.
+run() { check "$@" >"$TMP/out-$1-$2-${4//\//_}" 2>&1 || echo 1 >"$TMP/failed-$1-$2-${4//\//_}"; }
 for py in 3.10 3.11 3.12; do
-  check "$py" x86_64 36 requirements.txt
-  check "$py" aarch64 35 requirements.txt
+  run "$py" x86_64 36 requirements.txt &
+  run "$py" aarch64 35 requirements.txt &
 done
 # The Orin image: torch comes from the JetPack wheel index, the rest from here.
-check 3.10 aarch64 35 deploy/jetson/requirements.txt
-exit $fail
+run 3.10 aarch64 35 deploy/jetson/requirements.txt &
+wait
+cat "$TMP"/out-*
+if ls "$TMP"/failed-* >/dev/null 2>&1; then exit 1; fi
