@@ -12,42 +12,23 @@ sums are scatter-added into the output.
   runs in parallel without atomics.
   Either way every output row adds its offsets in plan order: bitwise reproducible, for any
   thread count.
-- CUDA: one gather, the matmuls, one scatter. The default scatter uses float atomics;
-  EngineConfig(deterministic=True) switches to a scatter ordered by output row (CSR) with no
-  float atomics. fp16 accumulates scatters in fp32.
+- CUDA: per chunk of launches, one gather, the matmuls, one scatter. The default scatter uses
+  float atomics; EngineConfig(deterministic=True) switches to a scatter ordered by output row
+  (CSR) with no float atomics. fp16 accumulates scatters in an fp32 copy of the output.
+Scratch buffers stay under EngineConfig.memory_cap (kernels/chunking.py): chunks keep the plan's
+row order, so chunking changes no result except where a launch too big for the cap is split.
 """
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass, field
 
 import torch
 
 from . import backend
-from .grouping import ExecutionPlan, Launch, build_plan
+from .chunking import Chunk, Piece, Workspace, chunks, default_cap, rows_under_cap
+from .grouping import ExecutionPlan, build_plan
 from .kmap import KernelMap
 from .tuning import GroupingTable
-
-
-class Workspace:
-    """Scratch buffers reused across inference calls (per thread, per device and dtype).
-
-    Gather buffers of a large frame are tens of MB; allocating them fresh each call costs more in
-    page faults than the matmuls (measured 17 ms for 65 MB on the CPU). Buffers are only reused
-    when no autograd graph keeps them alive (inference)."""
-
-    def __init__(self):
-        self._local = threading.local()
-
-    def get(self, slot: int, rows: int, cols: int, dtype: torch.dtype,
-            device: torch.device) -> torch.Tensor:
-        buffers = self._local.__dict__.setdefault("buffers", {})
-        key = (slot, dtype, device)
-        flat = buffers.get(key)
-        if flat is None or flat.numel() < rows * cols:
-            flat = torch.empty(max(rows * cols * 5 // 4, 1), dtype=dtype, device=device)
-            buffers[key] = flat
-        return flat[: rows * cols].view(rows, cols)
 
 
 @dataclass(frozen=True)
@@ -58,11 +39,17 @@ class EngineConfig:
     precision: str = "fp32"  # CPU inference: "fp32" or "bf16" (kernels/precision.py resolves auto)
     grouping: GroupingTable = field(default_factory=GroupingTable.load_default)
     workspace: Workspace = field(default_factory=Workspace, compare=False, repr=False)
+    memory_cap: int | None = None  # scratch bytes per conv; None: chunking.default_cap(device)
 
     def plan(self, kmap: KernelMap, cin: int, cout: int, device: torch.device) -> ExecutionPlan:
         epsilon, threshold, dataflow = self.grouping.choose(device.type, kmap.kernel_volume,
                                                             cin, cout, self.precision)
         return build_plan(kmap, epsilon, threshold, fused=dataflow == "fused")
+
+    def max_rows(self, cin: int, cout: int, dtype: torch.dtype, device: torch.device) -> int:
+        """Buffer rows per chunk under the memory cap."""
+        cap = self.memory_cap if self.memory_cap is not None else default_cap(device)
+        return rows_under_cap(cap, cin, cout, dtype)
 
 
 def gather_rows(src: torch.Tensor, idx: torch.Tensor, dst: torch.Tensor | None = None):
@@ -76,19 +63,20 @@ def gather_rows(src: torch.Tensor, idx: torch.Tensor, dst: torch.Tensor | None =
 
 
 def scatter_add_rows(src: torch.Tensor, dst: torch.Tensor, idx: torch.Tensor,
-                     csr: tuple[torch.Tensor, torch.Tensor] | None) -> torch.Tensor:
-    """dst[idx[i]] += src[i] (idx < 0 skipped). With `csr` (ptr, rows) the sums run in a fixed
-    order; without it (CUDA only) float atomics are used. Returns dst."""
+                     csr: tuple[torch.Tensor, torch.Tensor] | None,
+                     row_lo: int = 0) -> torch.Tensor:
+    """dst[idx[i]] += src[i] (idx < 0 skipped), src holding buffer rows [row_lo, row_lo + len).
+    With `csr` (ptr, rows) of the whole buffer the sums run in a fixed order; without it (CUDA
+    only) float atomics are used. dst is fp32 for an fp16 src (the caller rounds once).
+    Returns dst."""
     suffix = backend.DTYPE_SUFFIX[src.dtype]
-    c = src.shape[1]
+    m, c = src.shape
     if csr is not None:
         ptr, rows = csr
-        backend.call(f"scatter_add_csr_{suffix}", src.device, src, c, ptr, rows, dst.shape[0], dst)
-        return dst
-    acc = dst.float() if src.dtype == torch.float16 else dst
-    backend.call(f"scatter_add_atomic_{suffix}", src.device, src, src.shape[0], c, idx, acc)
-    if acc is not dst:
-        dst.copy_(acc)
+        backend.call(f"scatter_add_csr_{suffix}", src.device, src, c, ptr, rows, dst.shape[0],
+                     row_lo, row_lo + m, dst)
+    else:
+        backend.call(f"scatter_add_atomic_{suffix}", src.device, src, m, c, idx, dst)
     return dst
 
 
@@ -99,56 +87,88 @@ def scatter_add_unique(src: torch.Tensor, dst: torch.Tensor, idx: torch.Tensor) 
                  src.shape[0], src.shape[1], idx, dst)
 
 
-def _matmul(buffer: torch.Tensor, weight: torch.Tensor, launch: Launch, out: torch.Tensor) -> None:
-    """One launch: [n*h, Cin] rows times the weights of its n offsets -> out [n*h, Cout]."""
-    n, h = len(launch.kernel_indices), launch.height
+def _matmul(gathered: torch.Tensor, weight: torch.Tensor, piece: Piece, out: torch.Tensor):
+    """One piece: its [n*h, Cin] rows times the weights of its n offsets -> out [n*h, Cout]."""
+    n, h = len(piece.kernel_indices), piece.height
     if n == 1:
-        torch.mm(buffer, weight[launch.kernel_indices[0]], out=out)
+        torch.mm(gathered, weight[piece.kernel_indices[0]], out=out)
     else:
-        w = weight[list(launch.kernel_indices)]                         # [n, Cin, Cout]
-        torch.bmm(buffer.view(n, h, -1), w, out=out.view(n, h, -1))
+        w = weight[list(piece.kernel_indices)]                          # [n, Cin, Cout]
+        torch.bmm(gathered.view(n, h, -1), w, out=out.view(n, h, -1))
 
 
-def _stream_launches(src, weight, plan: ExecutionPlan, dst, src_idx, dst_idx,
-                     workspace: Workspace | None) -> None:
-    """CPU path: launch by launch, gather -> mm/bmm -> scatter each offset's rows (distinct
-    outputs, so no atomics). Buffers hold one launch, small enough to stay in cache; every output
-    row receives its offsets in plan order, for any thread count."""
-    biggest = max((launch.rows for launch in plan.launches), default=0)
-    cin, cout = weight.shape[1], weight.shape[2]
+def _scratch(workspace, chunk_list, max_rows, cin, cout, src):
+    """The gather and partial buffers for the largest chunk (reused across calls when a
+    workspace is given)."""
+    rows = max(c.rows for c in chunk_list)
     ws = workspace or Workspace()
-    gathered_all = ws.get(0, biggest, cin, src.dtype, src.device)
-    partial_all = ws.get(1, biggest, cout, src.dtype, src.device)
-    for launch in plan.launches:
-        lo, hi = launch.start, launch.start + launch.rows
-        gathered = gather_rows(src, src_idx[lo:hi], gathered_all[: launch.rows])
-        partial = partial_all[: launch.rows]
-        _matmul(gathered, weight, launch, partial)
-        for j in range(len(launch.kernel_indices)):
-            rows = slice(j * launch.height, (j + 1) * launch.height)
-            scatter_add_unique(partial[rows], dst, dst_idx[lo:hi][rows])
+    return (ws.get(0, rows, cin, src.dtype, src.device, max_rows),
+            ws.get(1, rows, cout, src.dtype, src.device, max_rows))
 
 
-def _buffered_launches(src, weight, plan: ExecutionPlan, dst, src_idx, dst_idx, csr) -> None:
-    """CUDA path: one gather of every launch's rows, the matmuls, one scatter (ordered by `csr`
-    in deterministic mode, float atomics otherwise)."""
-    gathered = gather_rows(src, src_idx)                                # [R, Cin]
-    partial = torch.empty(plan.rows, weight.shape[2], dtype=src.dtype, device=src.device)
-    for launch in plan.launches:
-        rows = slice(launch.start, launch.start + launch.rows)
-        _matmul(gathered[rows], weight, launch, partial[rows])
-    scatter_add_rows(partial, dst, dst_idx, csr)
+def _run_chunks(src, weight, plan: ExecutionPlan, dst, src_idx, dst_idx, scatter,
+                max_rows: int, per_launch: bool, workspace) -> None:
+    """Gather -> mm/bmm -> scatter, chunk by chunk, in the plan's row order. scatter(partial,
+    chunk) adds a chunk's partial sums into dst."""
+    chunk_list = chunks(plan, max_rows, per_launch)
+    gathered_all, partial_all = _scratch(workspace, chunk_list, max_rows, weight.shape[1],
+                                         weight.shape[2], src)
+    for chunk in chunk_list:
+        lo, hi = chunk.start, chunk.start + chunk.rows
+        gathered = gather_rows(src, src_idx[lo:hi], gathered_all[: chunk.rows])
+        partial = partial_all[: chunk.rows]
+        for piece in chunk.pieces:
+            rows = slice(piece.start - lo, piece.start - lo + piece.rows)
+            _matmul(gathered[rows], weight, piece, partial[rows])
+        scatter(partial, chunk)
 
 
-def _weight_grads(feats, grad_out, weight, plan: ExecutionPlan) -> torch.Tensor:
-    """dW[k] = (gathered inputs of k)^T @ (gathered output grads of k); padding rows are zero."""
+def _scatter_mode(device: torch.device, deterministic: bool) -> str:
+    """CPU: per offset without atomics ("unique"); CUDA: ordered ("csr") or float atomics."""
+    if device.type == "cpu":
+        return "unique"
+    return "csr" if deterministic else "atomic"
+
+
+def _launches(src, weight, plan: ExecutionPlan, dst, transposed: bool, deterministic: bool,
+              max_rows: int, workspace) -> None:
+    """The plan's launches added into dst, in chunks under the memory cap."""
+    src_idx, dst_idx = (plan.scatter_idx, plan.gather_idx) if transposed else \
+        (plan.gather_idx, plan.scatter_idx)
+    mode = _scatter_mode(src.device, deterministic)
+    if mode == "unique":  # one offset's output rows are distinct: no atomics, any thread count
+        def scatter(partial, chunk: Chunk):
+            for piece in chunk.pieces:
+                for _, first, rows in piece.segments():
+                    part = partial[first - chunk.start:first - chunk.start + rows]
+                    scatter_add_unique(part, dst, dst_idx[first:first + rows])
+        _run_chunks(src, weight, plan, dst, src_idx, dst_idx, scatter, max_rows, True,
+                    workspace)
+        return
+    acc = dst.float() if dst.dtype == torch.float16 else dst
+    csr = (plan.gather_csr if transposed else plan.scatter_csr) if mode == "csr" else None
+
+    def scatter(partial, chunk: Chunk):
+        idx = dst_idx[chunk.start:chunk.start + chunk.rows]
+        scatter_add_rows(partial, acc, idx, csr, chunk.start)
+    _run_chunks(src, weight, plan, dst, src_idx, dst_idx, scatter, max_rows, False, workspace)
+    if acc is not dst:
+        dst.copy_(acc)
+
+
+def _weight_grads(feats, grad_out, weight, plan: ExecutionPlan, max_rows: int) -> torch.Tensor:
+    """dW[k] = (gathered inputs of k)^T @ (gathered output grads of k), chunk by chunk under the
+    memory cap; padding rows are zero."""
     grad_w = torch.zeros_like(weight)
-    for launch in plan.launches:
-        n, h = len(launch.kernel_indices), launch.height
-        lo, hi = launch.start, launch.start + launch.rows
-        a = gather_rows(feats, plan.gather_idx[lo:hi]).view(n, h, -1)    # [n, h, Cin]
-        g = gather_rows(grad_out, plan.scatter_idx[lo:hi]).view(n, h, -1)  # [n, h, Cout]
-        grad_w[list(launch.kernel_indices)] = torch.bmm(a.transpose(1, 2), g)
+    for chunk in chunks(plan, max_rows):
+        lo, hi = chunk.start, chunk.start + chunk.rows
+        a_all = gather_rows(feats, plan.gather_idx[lo:hi])               # [rows, Cin]
+        g_all = gather_rows(grad_out, plan.scatter_idx[lo:hi])           # [rows, Cout]
+        for piece in chunk.pieces:
+            n, h = len(piece.kernel_indices), piece.height
+            rows = slice(piece.start - lo, piece.start - lo + piece.rows)
+            a, g = a_all[rows].view(n, h, -1), g_all[rows].view(n, h, -1)
+            grad_w[list(piece.kernel_indices)] += torch.bmm(a.transpose(1, 2), g)
     if plan.identity is not None:
         grad_w[plan.identity] += feats.t() @ grad_out
     return grad_w
@@ -175,8 +195,16 @@ def _fused_conv(src, weight, plan: ExecutionPlan, transposed: bool, bias=None, r
     return dst
 
 
-def _conv(src, weight, plan, transposed: bool, deterministic: bool, workspace,
-          epilogue=None) -> torch.Tensor:
+@dataclass(frozen=True)
+class _Run:
+    """How one sparse_conv call executes (from its EngineConfig)."""
+
+    deterministic: bool
+    max_rows: int                  # buffer rows per chunk under the memory cap
+    workspace: Workspace | None    # reused scratch in inference, None under autograd
+
+
+def _conv(src, weight, plan, transposed: bool, run: _Run, epilogue=None) -> torch.Tensor:
     """The whole conv (transposed: grads flow out -> in): the identity offset, if any (inside
     the fused CPU kernel, else one mm), plus the other offsets by the plan's dataflow; then the
     epilogue (bias or None, relu, residual or None): + bias + residual, then ReLU, inside the
@@ -186,7 +214,13 @@ def _conv(src, weight, plan, transposed: bool, deterministic: bool, workspace,
         dst = _fused_conv(src, weight, plan, transposed, bias, relu, residual)
         if dst is not None:
             return dst
-    dst = _unfused_conv(src, weight, plan, transposed, deterministic, workspace)
+    if plan.identity is not None:
+        dst = torch.mm(src, weight[plan.identity])                      # [N, Cout]
+    else:
+        dst = src.new_zeros(plan.num_in if transposed else plan.num_out, weight.shape[2])
+    if plan.rows:
+        _launches(src, weight, plan, dst, transposed, run.deterministic, run.max_rows,
+                  run.workspace)
     if bias is not None:
         dst += bias
     if residual is not None:
@@ -194,32 +228,13 @@ def _conv(src, weight, plan, transposed: bool, deterministic: bool, workspace,
     return dst.relu_() if relu else dst
 
 
-def _unfused_conv(src, weight, plan, transposed: bool, deterministic: bool, workspace):
-    """The identity offset as one mm (or zeros), plus the plan's launches."""
-    if plan.identity is not None:
-        dst = torch.mm(src, weight[plan.identity])                      # [N, Cout]
-    else:
-        dst = src.new_zeros(plan.num_in if transposed else plan.num_out, weight.shape[2])
-    if not plan.rows:
-        return dst
-    src_idx, dst_idx = (plan.scatter_idx, plan.gather_idx) if transposed else \
-        (plan.gather_idx, plan.scatter_idx)
-    if src.device.type == "cpu":
-        _stream_launches(src, weight, plan, dst, src_idx, dst_idx, workspace)
-    else:
-        csr = (plan.gather_csr if transposed else plan.scatter_csr) if deterministic else None
-        _buffered_launches(src, weight, plan, dst, src_idx, dst_idx, csr)
-    return dst
-
-
 class _SparseConvFunction(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, feats, weight, plan: ExecutionPlan, deterministic: bool,
-                workspace: Workspace | None, epilogue):
+    def forward(ctx, feats, weight, plan: ExecutionPlan, run: _Run, epilogue):
         feats, weight = feats.contiguous(), weight.contiguous()
-        out = _conv(feats, weight, plan, False, deterministic, workspace, epilogue)  # [N, Cout]
+        out = _conv(feats, weight, plan, False, run, epilogue)          # [N, Cout]
         ctx.save_for_backward(feats, weight)
-        ctx.plan, ctx.deterministic = plan, deterministic
+        ctx.plan, ctx.run = plan, run
         return out
 
     @staticmethod
@@ -230,21 +245,17 @@ class _SparseConvFunction(torch.autograd.Function):
         grad_feats = grad_weight = None
         if ctx.needs_input_grad[0]:
             w_t = weight.transpose(1, 2).contiguous()                   # [K, Cout, Cin]
-            grad_feats = _conv(grad_out, w_t, plan, True, ctx.deterministic, None)
+            grad_feats = _conv(grad_out, w_t, plan, True, ctx.run)
         if ctx.needs_input_grad[1]:
-            grad_weight = _weight_grads(feats, grad_out, weight, plan)
-        return grad_feats, grad_weight, None, None, None, None
+            grad_weight = _weight_grads(feats, grad_out, weight, plan, ctx.run.max_rows)
+        return grad_feats, grad_weight, None, None, None
 
 
-def sparse_conv(feats: torch.Tensor, weight: torch.Tensor, kmap: KernelMap,
-                config: EngineConfig, bias: torch.Tensor | None = None, relu: bool = False,
-                residual: torch.Tensor | None = None) -> torch.Tensor:
-    """feats [num_in, Cin], weight [K^3, Cin, Cout] -> [num_out, Cout] (autograd-aware), plus
-    bias [Cout] and residual [num_out, Cout] when given, then ReLU when asked (all fused into
-    the CPU kernel's epilogue in inference)."""
+def _check_args(feats, weight, kmap: KernelMap, bias, residual) -> None:
     if feats.dim() != 2 or feats.shape[0] != kmap.num_in:
         raise ValueError(f"feats must be [{kmap.num_in}, Cin], got {tuple(feats.shape)}")
-    if weight.dim() != 3 or weight.shape[0] != kmap.kernel_volume or weight.shape[1] != feats.shape[1]:
+    if weight.dim() != 3 or weight.shape[0] != kmap.kernel_volume or \
+            weight.shape[1] != feats.shape[1]:
         raise ValueError(f"weight must be [{kmap.kernel_volume}, {feats.shape[1]}, Cout], "
                          f"got {tuple(weight.shape)}")
     if weight.dtype != feats.dtype:
@@ -259,7 +270,24 @@ def sparse_conv(feats: torch.Tensor, weight: torch.Tensor, kmap: KernelMap,
                                  or residual.dtype != weight.dtype):
         raise ValueError(f"residual must be [{kmap.num_out}, {weight.shape[2]}] {weight.dtype}, "
                          f"got {tuple(residual.shape)} {residual.dtype}")
-    plan = config.plan(kmap, weight.shape[1], weight.shape[2], feats.device)
+    named = {"feats": feats, "weight": weight, "kernel map": kmap.in_idx, "bias": bias,
+             "residual": residual}
+    devices = {name: t.device for name, t in named.items() if t is not None}
+    if len(set(devices.values())) > 1:
+        raise ValueError("sparse_conv arguments on different devices: "
+                         + ", ".join(f"{name} on {d}" for name, d in devices.items()))
+
+
+def sparse_conv(feats: torch.Tensor, weight: torch.Tensor, kmap: KernelMap,
+                config: EngineConfig, bias: torch.Tensor | None = None, relu: bool = False,
+                residual: torch.Tensor | None = None) -> torch.Tensor:
+    """feats [num_in, Cin], weight [K^3, Cin, Cout] -> [num_out, Cout] (autograd-aware), plus
+    bias [Cout] and residual [num_out, Cout] when given, then ReLU when asked (all fused into
+    the CPU kernel's epilogue in inference)."""
+    _check_args(feats, weight, kmap, bias, residual)
+    cin, cout = weight.shape[1], weight.shape[2]
+    plan = config.plan(kmap, cin, cout, feats.device)
+    max_rows = config.max_rows(cin, cout, feats.dtype, feats.device)
     extras = [t for t in (bias, residual) if t is not None]
     grads = torch.is_grad_enabled() and any(t.requires_grad for t in [feats, weight, *extras])
     if not grads and config.precision == "bf16" and feats.device.type == "cpu" \
@@ -269,9 +297,10 @@ def sparse_conv(feats: torch.Tensor, weight: torch.Tensor, kmap: KernelMap,
         if out is not None:
             return out
     if not grads:
-        return _SparseConvFunction.apply(feats, weight, plan, config.deterministic,
-                                         config.workspace, (bias, relu, residual))
-    out = _SparseConvFunction.apply(feats, weight, plan, config.deterministic, None, None)
+        run = _Run(config.deterministic, max_rows, config.workspace)
+        return _SparseConvFunction.apply(feats, weight, plan, run, (bias, relu, residual))
+    out = _SparseConvFunction.apply(feats, weight, plan, _Run(config.deterministic, max_rows,
+                                                              None), None)
     for t in extras:
         out = out + t
     return torch.relu(out) if relu else out

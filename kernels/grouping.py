@@ -75,6 +75,7 @@ class ExecutionPlan:
     identity: int | None
     kmap: KernelMap = field(repr=False)
     fused: bool = False  # CPU: run fused gather-GEMM-scatter over the map instead of launches
+    chunk_cache: dict = field(default_factory=dict, repr=False)  # kernels/chunking.py
 
     @property
     def rows(self) -> int:

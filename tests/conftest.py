@@ -78,6 +78,11 @@ def voxelized_frame(name: str, voxel_size: float) -> torch.Tensor:
 
 from models.spconv_twin import num_threads  # noqa: E402  (one thread-count context manager)
 
+# Devices our kernels run on here: every device-parametrised test runs on the CPU and, where torch
+# sees a GPU, on CUDA (skipped cleanly otherwise; the GPU check selects them with -k cuda).
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="no CUDA device"))]
+
 
 def single_thread():
     """spconv's CPU path is only correct single-threaded (spconv issue #679): wrap every spconv

@@ -1,18 +1,18 @@
 #!/usr/bin/env bash
 # Runs HERE (a machine with network access to PyPI), not on the GPU machine.
 #
-# Downloads the CUDA 12.6 build of spconv and everything `import spconv.pytorch` needs that a
-# torch image lacks, for CPython 3.12 on x86_64 Linux, unpacks the wheels into one site folder
-# and packs it with xz into .gpu_carry/ (gitignored; the device tool's carry limit is 64 MiB for
-# everything that travels, so this aims at < 60 MB):
+# Downloads the CUDA 12.6 build of spconv and everything `import spconv.pytorch` needs that the
+# H200 image (torch, numpy, pytest, hypothesis) lacks, for CPython 3.12 on x86_64 Linux, unpacks
+# the wheels into one site folder and packs it with xz into .gpu_carry/ (gitignored):
 #   .gpu_carry/site-py312.tar.xz    spconv-cu126, cumm-cu126, pccm, ccimport, pybind11, fire,
 #                                   termcolor, lark, portalocker, ninja
-#   .gpu_carry/numpy-py312.tar.xz   numpy (only unpacked on the GPU machine when its Python
-#                                   has none; the torch image normally brings numpy)
-#   .gpu_carry/testdeps-py3.tar.xz  pytest 9.2.0, hypothesis 6.170.17 and their pure-Python deps
-#                                   (only put on the path there when the image lacks them)
+#   .gpu_carry/frames-real.tar.xz   the real frames the tests and benchmarks read
 #   .gpu_carry/MANIFEST.txt         wheel names, sizes, sha256
 # torch is NOT carried: the GPU machine brings its own (torch 2.11 + CUDA 13).
+#
+# Everything that travels to the GPU machine (the files git tracks or would track, plus the
+# carry folder) must stay under 60 MiB (the device tool refuses 64 MiB): the script measures
+# both at the end and, above that, deletes the archives and exits 1.
 #
 # Usage (from anywhere):  bash deploy/gpu_check/prepare.sh [PIP]
 #   PIP defaults to .venv/bin/pip (any pip >= 21 works; `pip download` with --python-version
@@ -23,7 +23,9 @@ PIP="${1:-$ROOT/.venv/bin/pip}"
 CARRY="$ROOT/.gpu_carry"
 WORK="$(mktemp -d)"
 trap 'rm -rf "$WORK"' EXIT
-mkdir -p "$CARRY" "$WORK/wheels" "$WORK/site" "$WORK/numpy"
+mkdir -p "$CARRY" "$WORK/wheels" "$WORK/site"
+T0=$(date +%s)
+LIMIT=$((60 * 1024 * 1024))
 
 PY=3.12
 # spconv/cumm cu126 wheels are tagged manylinux 2014 (= 2_17) and/or 2_28 depending on release;
@@ -50,27 +52,11 @@ get "cumm-cu126==0.7.11"
 # in the metadata (Requires-Dist of spconv, cumm, pccm, ccimport, fire).
 get "pccm>=0.4.16" "ccimport>=0.4.4" "pybind11>=2.6.0" fire termcolor "lark>=1.0.0" \
     "portalocker>=2.3.2" ninja
-mkdir -p "$WORK/npwheel"
-if ! "$PIP" download --no-deps --disable-pip-version-check --python-version "$PY" \
-      --implementation cp --only-binary=:all: "${PLATFORMS[@]}" -d "$WORK/npwheel" \
-      "numpy>=1.26,<2.5" >"$WORK/pip.log" 2>&1; then
-  echo "WARNING: numpy download failed (only needed if the GPU image lacks numpy):" >&2
-  cat "$WORK/pip.log" >&2
-fi
-# Test runner (pure Python; only put on the path there when the image has no pytest/hypothesis).
-mkdir -p "$WORK/testwheels"
-if ! "$PIP" download --no-deps --disable-pip-version-check --python-version "$PY" \
-      --implementation cp --only-binary=:all: "${PLATFORMS[@]}" -d "$WORK/testwheels" \
-      "pytest==9.2.0" "hypothesis==6.170.17" "pluggy>=1.6,<2" "iniconfig>=2" "packaging>=24" \
-      "pygments>=2.15" "sortedcontainers>=2.1,<3" >"$WORK/pip.log" 2>&1; then
-  echo "WARNING: test-runner download failed (only needed if the GPU image lacks pytest):" >&2
-  cat "$WORK/pip.log" >&2
-fi
 [ "$fail" = 0 ] || { echo "prepare.sh: some downloads failed, nothing packed" >&2; exit 1; }
 
 {
   echo "# prepared $(date -u +%Y-%m-%dT%H:%M:%SZ) for CPython $PY x86_64"
-  for w in "$WORK"/wheels/*.whl "$WORK"/npwheel/*.whl "$WORK"/testwheels/*.whl; do
+  for w in "$WORK"/wheels/*.whl; do
     [ -e "$w" ] || continue
     printf '%s %s %s\n' "$(basename "$w")" "$(stat -c %s "$w")" "$(sha256sum "$w" | cut -d' ' -f1)"
   done
@@ -86,21 +72,11 @@ for w in sys.argv[2:]:
 PYEOF
 }
 unzip_to "$WORK/site" "$WORK"/wheels/*.whl
-ls "$WORK"/npwheel/*.whl >/dev/null 2>&1 && unzip_to "$WORK/numpy" "$WORK"/npwheel/*.whl
-mkdir -p "$WORK/testdeps"
-ls "$WORK"/testwheels/*.whl >/dev/null 2>&1 && unzip_to "$WORK/testdeps" "$WORK"/testwheels/*.whl
 # Byte code is rebuilt on first import.
-find "$WORK/site" "$WORK/numpy" "$WORK/testdeps" -name '__pycache__' -type d -prune \
-  -exec rm -rf {} +
+find "$WORK/site" -name '__pycache__' -type d -prune -exec rm -rf {} +
 
 rm -f "$CARRY"/*.tar.xz
 XZ_OPT=-9e tar -C "$WORK/site" -cJf "$CARRY/site-py312.tar.xz" .
-if [ -n "$(ls -A "$WORK/numpy")" ]; then
-  XZ_OPT=-9e tar -C "$WORK/numpy" -cJf "$CARRY/numpy-py312.tar.xz" .
-fi
-if [ -n "$(ls -A "$WORK/testdeps")" ]; then
-  XZ_OPT=-9e tar -C "$WORK/testdeps" -cJf "$CARRY/testdeps-py3.tar.xz" .
-fi
 # The real frames the tests, bench.layers and the tuner read (repo_root.parent/shared/data/real here; the GPU
 # machine gets only the repo). They go into the gitignored carry folder, never into tracked
 # files; run.sh unpacks them outside the repo. NO_FRAMES=1 skips this (then the GPU bench has no
@@ -119,8 +95,16 @@ if [ "${NO_FRAMES:-0}" != 1 ]; then
 fi
 echo "== wheels"; cat "$CARRY/MANIFEST.txt"
 echo "== unpacked site: $(du -sh "$WORK/site" | cut -f1)"
-echo "== carry"; ls -l "$CARRY"; du -cb "$CARRY"/* | tail -1
-total=$(du -cb "$CARRY"/* | tail -1 | cut -f1)
-if [ "$total" -gt $((60 * 1000 * 1000)) ]; then
-  echo "WARNING: .gpu_carry is $total bytes, over the 60 MB target (64 MiB carry limit)" >&2
+echo "== carry"; ls -l "$CARRY"
+# What travels: tracked files and untracked ones git does not ignore, plus the carry folder.
+repo=$(git -C "$ROOT" ls-files -z --cached --others --exclude-standard \
+       | (cd "$ROOT" && du -cb --files0-from=- 2>/dev/null) | tail -1 | cut -f1)
+carry=$(du -cb "$CARRY"/* | tail -1 | cut -f1)
+total=$((repo + carry))
+echo "== travels: repo files $repo + carry $carry = $total bytes (limit $LIMIT = 60 MiB)"
+echo "== prepare.sh took $(( $(date +%s) - T0 )) s"
+if [ "$total" -gt "$LIMIT" ]; then
+  echo "ERROR: $total bytes would travel, over 60 MiB: archives removed, nothing to carry" >&2
+  rm -f "$CARRY"/*.tar.xz
+  exit 1
 fi

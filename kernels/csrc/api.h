@@ -52,11 +52,16 @@ LS_API int ls_gather_rows_f32_cpu(const float* src, int64_t n, int64_t c, const 
 LS_API int ls_gather_rows_f64_cpu(const double* src, int64_t n, int64_t c, const int32_t* idx,
                                   int64_t m, double* dst);
 
-// dst[o] += sum of src[rows[j]] for j in [ptr[o], ptr[o + 1]), in that order (deterministic).
+// dst[o] += sum of src[rows[j] - row_lo] for j in [ptr[o], ptr[o + 1]) with rows[j] in
+// [row_lo, row_hi), in that order (deterministic): src holds the buffer rows [row_lo, row_hi) of
+// a scatter whose CSR (ptr, rows; each output's rows ascending) covers the whole buffer, so a
+// scatter done range by range makes the same additions as one call.
 LS_API int ls_scatter_add_csr_f32_cpu(const float* src, int64_t c, const int64_t* ptr,
-                                      const int32_t* rows, int64_t n_out, float* dst);
+                                      const int32_t* rows, int64_t n_out, int64_t row_lo,
+                                      int64_t row_hi, float* dst);
 LS_API int ls_scatter_add_csr_f64_cpu(const double* src, int64_t c, const int64_t* ptr,
-                                      const int32_t* rows, int64_t n_out, double* dst);
+                                      const int32_t* rows, int64_t n_out, int64_t row_lo,
+                                      int64_t row_hi, double* dst);
 
 // dst[idx[i]] += src[i] for i in [0, m), idx < 0 skipped. The caller guarantees that the
 // non-negative idx are distinct (true for the rows of one kernel offset), so rows update in
@@ -169,16 +174,17 @@ LS_API int ls_gather_rows_f64_cuda(const double* src, int64_t n, int64_t c, cons
                                    int64_t m, double* dst, void* stream);
 LS_API int ls_gather_rows_f16_cuda(const uint16_t* src, int64_t n, int64_t c, const int32_t* idx,
                                    int64_t m, uint16_t* dst, void* stream);
-// Deterministic scatter: one thread group per output row, sums in row order, fp32 accumulation.
+// Deterministic scatter: one thread group per output row, sums in row order (as the CPU twin,
+// row ranges included). The f16 variant adds into an fp32 copy of the output.
 LS_API int ls_scatter_add_csr_f32_cuda(const float* src, int64_t c, const int64_t* ptr,
-                                       const int32_t* rows, int64_t n_out, float* dst,
-                                       void* stream);
+                                       const int32_t* rows, int64_t n_out, int64_t row_lo,
+                                       int64_t row_hi, float* dst, void* stream);
 LS_API int ls_scatter_add_csr_f64_cuda(const double* src, int64_t c, const int64_t* ptr,
-                                       const int32_t* rows, int64_t n_out, double* dst,
-                                       void* stream);
+                                       const int32_t* rows, int64_t n_out, int64_t row_lo,
+                                       int64_t row_hi, double* dst, void* stream);
 LS_API int ls_scatter_add_csr_f16_cuda(const uint16_t* src, int64_t c, const int64_t* ptr,
-                                       const int32_t* rows, int64_t n_out, uint16_t* dst,
-                                       void* stream);
+                                       const int32_t* rows, int64_t n_out, int64_t row_lo,
+                                       int64_t row_hi, float* dst, void* stream);
 // Fast scatter with float atomics (order varies run to run): dst[idx[i]] += src[i], idx < 0
 // skipped. The f16 variant accumulates into an fp32 buffer.
 LS_API int ls_scatter_add_atomic_f32_cuda(const float* src, int64_t m, int64_t c,

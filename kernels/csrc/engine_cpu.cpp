@@ -28,14 +28,17 @@ int gather_rows(const T* src, int64_t n, int64_t c, const int32_t* idx, int64_t 
 
 template <typename T>
 int scatter_add_csr(const T* src, int64_t c, const int64_t* ptr, const int32_t* rows,
-                    int64_t n_out, T* dst) {
+                    int64_t n_out, int64_t row_lo, int64_t row_hi, T* dst) {
 #pragma omp parallel for schedule(static) if (n_out * c >= kParallelWork)
   for (int64_t o = 0; o < n_out; ++o) {
     const int64_t begin = ptr[o], end = ptr[o + 1];
     if (begin == end) continue;
     T* out = dst + o * c;
     for (int64_t j = begin; j < end; ++j) {
-      const T* in = src + (int64_t)rows[j] * c;
+      const int64_t r = rows[j];
+      if (r < row_lo) continue;
+      if (r >= row_hi) break;  // each output's rows ascend
+      const T* in = src + (r - row_lo) * c;
 #pragma omp simd
       for (int64_t x = 0; x < c; ++x) out[x] += in[x];
     }
@@ -68,12 +71,14 @@ LS_API int ls_gather_rows_f64_cpu(const double* src, int64_t n, int64_t c, const
   return gather_rows(src, n, c, idx, m, dst);
 }
 LS_API int ls_scatter_add_csr_f32_cpu(const float* src, int64_t c, const int64_t* ptr,
-                                      const int32_t* rows, int64_t n_out, float* dst) {
-  return scatter_add_csr(src, c, ptr, rows, n_out, dst);
+                                      const int32_t* rows, int64_t n_out, int64_t row_lo,
+                                      int64_t row_hi, float* dst) {
+  return scatter_add_csr(src, c, ptr, rows, n_out, row_lo, row_hi, dst);
 }
 LS_API int ls_scatter_add_csr_f64_cpu(const double* src, int64_t c, const int64_t* ptr,
-                                      const int32_t* rows, int64_t n_out, double* dst) {
-  return scatter_add_csr(src, c, ptr, rows, n_out, dst);
+                                      const int32_t* rows, int64_t n_out, int64_t row_lo,
+                                      int64_t row_hi, double* dst) {
+  return scatter_add_csr(src, c, ptr, rows, n_out, row_lo, row_hi, dst);
 }
 LS_API int ls_scatter_add_unique_f32_cpu(const float* src, int64_t m, int64_t c,
                                          const int32_t* idx, float* dst) {

@@ -11,9 +11,7 @@ import torch
 
 from kernels import (CoordHashTable, CoordinateRangeError, DuplicateCoordinateError, backend,
                      build, downsample, hashtable, submanifold_map)
-
-DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
-    not torch.cuda.is_available(), reason="no CUDA device"))]
+from tests.conftest import DEVICES
 
 
 def header_constants() -> dict[str, int]:

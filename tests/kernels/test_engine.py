@@ -10,9 +10,7 @@ from kernels.grouping import build_plan, csr_by_key
 from kernels.reference import conv_from_entries, map_entries
 from kernels import reference
 from kernels.tuning import GroupingTable
-
-DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
-    not torch.cuda.is_available(), reason="no CUDA device"))]
+from tests.conftest import DEVICES
 SEPARATE = GroupingTable(defaults={"cpu": (0.0, 0.0), "cuda": (0.0, 0.0)})
 DENSE = GroupingTable(defaults={"cpu": (1.0, math.inf), "cuda": (1.0, math.inf)})
 ADAPTIVE = GroupingTable(defaults={"cpu": (0.3, 1e9), "cuda": (0.3, 1e9)})
@@ -34,17 +32,20 @@ def maps_for(coords):
     return {"subm": sub, "down": down, "up": down.transposed}
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("kind", ["subm", "down", "up"])
-def test_engine_matches_oracle(kind):
+def test_engine_matches_oracle(device, kind):
     coords = random_cloud(300, 6, seed=1)
-    kmap = maps_for(coords)[kind]
+    kmap = maps_for(coords.to(device))[kind]
     gen = torch.Generator().manual_seed(2)
     feats = torch.randn(kmap.num_in, 5, generator=gen, dtype=torch.float64)
     weight = torch.randn(kmap.kernel_volume, 5, 7, generator=gen, dtype=torch.float64)
     expected = conv_from_entries(feats, weight, map_entries(kmap), kmap.num_out)
     for grouping in (SEPARATE, DENSE, ADAPTIVE):
-        out = sparse_conv(feats, weight, kmap, EngineConfig(grouping=grouping))
-        torch.testing.assert_close(out, expected, rtol=1e-12, atol=1e-12)
+        for deterministic in (False, True):
+            config = EngineConfig(grouping=grouping, deterministic=deterministic)
+            out = sparse_conv(feats.to(device), weight.to(device), kmap, config)
+            torch.testing.assert_close(out.cpu(), expected, rtol=1e-12, atol=1e-12)
 
 
 @pytest.mark.parametrize("kind", ["subm", "down", "up"])
@@ -70,16 +71,18 @@ def test_fused_cpu_dataflow_matches_oracle(kind, cin, cout):
     torch.testing.assert_close(weight32.grad.double(), w64.grad, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("kind", ["subm", "down", "up"])
 @pytest.mark.parametrize("grouping", [SEPARATE, DENSE], ids=["separate", "dense"])
-def test_gradcheck(kind, grouping):
+def test_gradcheck(device, kind, grouping):
     coords = random_cloud(60, 3, seed=3)
-    kmap = maps_for(coords)[kind]
+    kmap = maps_for(coords.to(device))[kind]
     gen = torch.Generator().manual_seed(4)
-    feats = torch.randn(kmap.num_in, 3, generator=gen, dtype=torch.float64, requires_grad=True)
-    weight = torch.randn(kmap.kernel_volume, 3, 2, generator=gen, dtype=torch.float64,
-                         requires_grad=True)
-    config = EngineConfig(grouping=grouping)
+    feats = torch.randn(kmap.num_in, 3, generator=gen, dtype=torch.float64).to(device)
+    weight = torch.randn(kmap.kernel_volume, 3, 2, generator=gen, dtype=torch.float64).to(device)
+    feats.requires_grad_()
+    weight.requires_grad_()
+    config = EngineConfig(grouping=grouping, deterministic=True)
     assert torch.autograd.gradcheck(lambda f, w: sparse_conv(f, w, kmap, config), (feats, weight))
 
 
@@ -157,3 +160,10 @@ def test_bad_arguments_are_clear():
     with pytest.raises(ValueError, match="unsupported dtype"):
         sparse_conv(torch.randn(kmap.num_in, 4).half(), torch.randn(27, 4, 4).half(), kmap,
                     EngineConfig())
+    # Mixed devices are refused before any kernel runs (meta stands in for a second device).
+    with pytest.raises(ValueError, match="different devices: feats on cpu, weight on meta"):
+        sparse_conv(torch.randn(kmap.num_in, 4), torch.randn(27, 4, 4, device="meta"), kmap,
+                    EngineConfig())
+    with pytest.raises(ValueError, match="kernel map on cpu, bias on meta"):
+        sparse_conv(torch.randn(kmap.num_in, 4), torch.randn(27, 4, 4), kmap, EngineConfig(),
+                    bias=torch.zeros(4, device="meta"))

@@ -6,9 +6,7 @@ from hypothesis import given, settings, strategies as st
 from kernels import (CoordHashTable, CoordinateRangeError, DuplicateCoordinateError, downsample,
                      submanifold_map)
 from kernels.reference import brute_force_map, map_entries, unique_floor
-
-DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
-    not torch.cuda.is_available(), reason="no CUDA device"))]
+from tests.conftest import DEVICES
 
 
 def coords_tensor(rows, device="cpu"):
@@ -43,38 +41,43 @@ def clouds(draw, max_points=40, span=4):
     return coords_tensor(pts) if pts else torch.zeros(0, 4, dtype=torch.int32)
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @settings(max_examples=60, deadline=None)
 @given(cloud=clouds(), kernel=st.sampled_from([1, 3, 5]))
-def test_submanifold_map_matches_oracle(cloud, kernel):
-    kmap = sub_map(cloud, kernel)
+def test_submanifold_map_matches_oracle(device, cloud, kernel):
+    kmap = sub_map(cloud.to(device), kernel)
     assert map_entries(kmap) == brute_force_map(cloud, cloud, kernel)
     counts = kmap.counts
     assert all(counts[k] == counts[kernel**3 - 1 - k] for k in range(kernel**3))
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @settings(max_examples=60, deadline=None)
 @given(cloud=clouds(), case=st.sampled_from([(2, 2, 0), (3, 2, 1), (2, 3, 0)]))
-def test_downsample_matches_oracle(cloud, case):
+def test_downsample_matches_oracle(device, cloud, case):
     kernel, stride, padding = case
-    out_coords, out_table, kmap = downsample(cloud, CoordHashTable.build(cloud), kernel, stride,
-                                             padding)
+    on_device = cloud.to(device)
+    out_coords, out_table, kmap = downsample(on_device, CoordHashTable.build(on_device), kernel,
+                                             stride, padding)
+    out_coords = out_coords.cpu()
     assert torch.equal(out_coords, unique_floor(cloud, stride))
     assert map_entries(kmap) == brute_force_map(cloud, out_coords, kernel, stride, padding)
     # The coarse table (None where the sorted CPU path needed none) maps every output
     # coordinate to its row.
     if out_table is not None:
-        nbr, _ = out_table.lookup(out_coords)
-        assert torch.equal(nbr[0], torch.arange(len(out_coords), dtype=torch.int32))
+        nbr, _ = out_table.lookup(out_coords.to(device))
+        assert torch.equal(nbr[0].cpu(), torch.arange(len(out_coords), dtype=torch.int32))
     # Inverse map: the transposed entries, outputs on the finer level.
     inverse = kmap.transposed
     assert inverse.num_out == len(cloud) and inverse.num_in == len(out_coords)
     assert map_entries(inverse) == {(q, p, k) for p, q, k in map_entries(kmap)}
 
 
-def test_k2_downsample_covers_every_input_once():
+@pytest.mark.parametrize("device", DEVICES)
+def test_k2_downsample_covers_every_input_once(device):
     cloud = torch.unique(torch.randint(-50, 50, (3000, 4), dtype=torch.int32), dim=0)
     cloud[:, 0] = cloud[:, 0].abs() % 3
-    cloud = torch.unique(cloud, dim=0)
+    cloud = torch.unique(cloud, dim=0).to(device)
     _, _, kmap = downsample(cloud, CoordHashTable.build(cloud), 2, 2)
     assert sorted(kmap.in_idx.tolist()) == list(range(len(cloud)))
 
@@ -92,35 +95,43 @@ def test_maps_are_deterministic(device):
     assert torch.equal(da[0], db[0]) and torch.equal(da[2].in_idx, db[2].in_idx)
 
 
-def test_duplicates_are_rejected_with_rows():
-    cloud = coords_tensor([(0, 1, 2, 3), (0, 4, 5, 6), (0, 1, 2, 3)])
+@pytest.mark.parametrize("device", DEVICES)
+def test_duplicates_are_rejected_with_rows(device):
+    cloud = coords_tensor([(0, 1, 2, 3), (0, 4, 5, 6), (0, 1, 2, 3)], device)
     with pytest.raises(DuplicateCoordinateError, match=r"\[0, 1, 2, 3\].*rows \[0, 2\]"):
         CoordHashTable.build(cloud)
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("bad", [(0, 131072, 0, 0), (0, 0, -131073, 0), (1023, 0, 0, 0), (-1, 0, 0, 0)])
-def test_out_of_range_is_an_error_not_a_wrap(bad):
-    with pytest.raises(CoordinateRangeError, match="outside the supported range"):
-        CoordHashTable.build(coords_tensor([(0, 0, 0, 0), bad]))
+def test_out_of_range_is_an_error_not_a_wrap(device, bad):
+    with pytest.raises(CoordinateRangeError, match=r"outside the supported range"):
+        CoordHashTable.build(coords_tensor([(0, 0, 0, 0), bad], device))
+    with pytest.raises(CoordinateRangeError, match=r"at row 1 "):
+        downsample(coords_tensor([(0, 0, 0, 0), bad], device), None, 3, 2, 1)
 
 
-def test_lookup_outside_range_misses_instead_of_aliasing():
-    table = CoordHashTable.build(coords_tensor([(0, -131072, 0, 0), (0, 131071, 5, 5)]))
+@pytest.mark.parametrize("device", DEVICES)
+def test_lookup_outside_range_misses_instead_of_aliasing(device):
+    table = CoordHashTable.build(coords_tensor([(0, -131072, 0, 0), (0, 131071, 5, 5)], device))
     nbr, counts = table.lookup(coords_tensor([(0, 131072, 0, 0), (0, -131072, 0, 0),
-                                              (0, 131071, 5, 5), (0, 3, 3, 3)]))
+                                              (0, 131071, 5, 5), (0, 3, 3, 3)], device))
     assert nbr[0].tolist() == [-1, 0, 1, -1] and counts.tolist() == [2]
     # Offsets that step past the edge miss too.
-    nbr, _ = table.lookup(coords_tensor([(0, 131071, 5, 5)]), 1,
+    nbr, _ = table.lookup(coords_tensor([(0, 131071, 5, 5)], device), 1,
                           torch.tensor([[1, 0, 0]], dtype=torch.int32))
     assert nbr.tolist() == [[-1]]
 
 
-def test_empty_cloud():
-    empty = torch.zeros(0, 4, dtype=torch.int32)
+@pytest.mark.parametrize("device", DEVICES)
+def test_empty_cloud(device):
+    empty = torch.zeros(0, 4, dtype=torch.int32, device=device)
     kmap = sub_map(empty)
     assert kmap.num_in == 0 and kmap.in_idx.numel() == 0 and sum(kmap.counts) == 0
+    assert kmap.transposed.in_idx.numel() == 0
     out_coords, _, dmap = downsample(empty, CoordHashTable.build(empty))
     assert out_coords.shape == (0, 4) and dmap.in_idx.numel() == 0
+    assert sum(dmap.transposed.counts) == 0
 
 
 def test_capacity_and_load_factor():

@@ -17,7 +17,7 @@ import torch
 
 from models import (SparseConv3d, SparseInverseConv3d, SparseTensor, SubMConv3d,
                     weight_from_spconv, weight_to_spconv)
-from tests.conftest import (FRAMES, load_frame, match_rows, ours_threads, rel_err,
+from tests.conftest import (DEVICES, FRAMES, load_frame, match_rows, ours_threads, rel_err,
                             single_thread, spconv_grid, voxelize)
 
 TOL = 1e-4
@@ -48,11 +48,13 @@ def _unshift(c: torch.Tensor, shift: torch.Tensor, stride: int) -> torch.Tensor:
 
 
 def _grads(out_feats, r, leaf_feats, weight):
-    (out_feats * r).sum().backward()
-    return leaf_feats.grad.clone(), weight.grad.clone()
+    """Gradients of (out * r).sum() wrt the leaf features and the weight, on the CPU."""
+    (out_feats * r.to(out_feats.device)).sum().backward()
+    return leaf_feats.grad.cpu(), weight.grad.cpu()
 
 
-def test_submconv3_gradients_match_spconv(spconv):
+@pytest.mark.parametrize("device", DEVICES)
+def test_submconv3_gradients_match_spconv(spconv, device):
     coords = _subset()
     shifted, shift, shape = spconv_grid(coords)
     g = torch.Generator().manual_seed(11)
@@ -68,19 +70,20 @@ def test_submconv3_gradients_match_spconv(spconv):
         y_ref = ref(spconv.SparseConvTensor(f_ref, shifted, shape, 1))
         gf_ref, gw_ref = _grads(y_ref.features, r, f_ref, ref.weight)
     with ours_threads():
-        f = feats.clone().requires_grad_()
-        x = SparseTensor(f, coords)
-        y = ours(x)
+        f = feats.to(device).requires_grad_()
+        x = SparseTensor(f, coords.to(device))
+        y = ours.to(device)(x)
         gf, gw = _grads(y.feats, r, f, ours.weight)
         kmap_rows = sum(x.manager.submanifold_map(1, 3).counts) - len(coords)
     assert kmap_rows > 2 * len(coords), "subset too sparse to exercise the neighbour offsets"
     assert torch.equal(y_ref.indices, shifted)
-    assert rel_err(y.feats, y_ref.features) <= TOL
+    assert rel_err(y.feats.cpu(), y_ref.features) <= TOL
     assert rel_err(gf, gf_ref) <= TOL
     assert rel_err(gw, weight_from_spconv(gw_ref)) <= TOL
 
 
-def test_sparseconv_k2s2_gradients_match_spconv(spconv):
+@pytest.mark.parametrize("device", DEVICES)
+def test_sparseconv_k2s2_gradients_match_spconv(spconv, device):
     coords = _subset()
     shifted, shift, shape = spconv_grid(coords)
     g = torch.Generator().manual_seed(31)
@@ -94,20 +97,21 @@ def test_sparseconv_k2s2_gradients_match_spconv(spconv):
         f_ref = feats.clone().requires_grad_()
         y_ref = ref(spconv.SparseConvTensor(f_ref, shifted, shape, 1))
     with ours_threads():
-        f = feats.clone().requires_grad_()
-        y = ours(SparseTensor(f, coords))
-    perm = match_rows(y.coords, _unshift(y_ref.indices, shift, 2))  # y.coords[perm] == ref rows
+        f = feats.to(device).requires_grad_()
+        y = ours.to(device)(SparseTensor(f, coords.to(device)))
+    perm = match_rows(y.coords.cpu(), _unshift(y_ref.indices, shift, 2))  # y.coords[perm] == ref
     r = torch.randn(len(y.coords), COUT, generator=g)                # R on our coarse rows
     with single_thread():
         gf_ref, gw_ref = _grads(y_ref.features, r[perm], f_ref, ref.weight)
     with ours_threads():
         gf, gw = _grads(y.feats, r, f, ours.weight)
-    assert rel_err(y.feats[perm], y_ref.features) <= TOL
+    assert rel_err(y.feats.detach().cpu()[perm], y_ref.features) <= TOL
     assert rel_err(gf, gf_ref) <= TOL  # fine rows: the same order on both sides
     assert rel_err(gw, weight_from_spconv(gw_ref)) <= TOL
 
 
-def test_inverseconv_k2_gradients_match_spconv(spconv):
+@pytest.mark.parametrize("device", DEVICES)
+def test_inverseconv_k2_gradients_match_spconv(spconv, device):
     coords = _subset()
     shifted, shift, shape = spconv_grid(coords)
     g = torch.Generator().manual_seed(41)
@@ -123,8 +127,8 @@ def test_inverseconv_k2_gradients_match_spconv(spconv):
         with single_thread():
             c_ref = ref_down(spconv.SparseConvTensor(fine, shifted, shape, 1))
         with ours_threads():
-            c = down(SparseTensor(fine, coords))
-    perm = match_rows(c.coords, _unshift(c_ref.indices, shift, 2))
+            c = down.to(device)(SparseTensor(fine.to(device), coords.to(device)))
+    perm = match_rows(c.coords.cpu(), _unshift(c_ref.indices, shift, 2))
     coarse = torch.randn(len(c.coords), CIN, generator=g)   # leaf features on our coarse rows
     r = torch.randn(len(coords), COUT, generator=g)         # R on the fine rows
     with single_thread():
@@ -132,10 +136,10 @@ def test_inverseconv_k2_gradients_match_spconv(spconv):
         y_ref = ref(c_ref.replace_feature(leaf_ref))
         gc_ref, gw_ref = _grads(y_ref.features, r, leaf_ref, ref.weight)
     with ours_threads():
-        leaf = coarse.clone().requires_grad_()
-        y = ours(c.replace_feats(leaf))
+        leaf = coarse.to(device).requires_grad_()
+        y = ours.to(device)(c.replace_feats(leaf))
         gc, gw = _grads(y.feats, r, leaf, ours.weight)
-    assert torch.equal(y.coords, coords) and torch.equal(y_ref.indices, shifted)
-    assert rel_err(y.feats, y_ref.features) <= TOL
+    assert torch.equal(y.coords.cpu(), coords) and torch.equal(y_ref.indices, shifted)
+    assert rel_err(y.feats.detach().cpu(), y_ref.features) <= TOL
     assert rel_err(gc[perm], gc_ref) <= TOL
     assert rel_err(gw, weight_from_spconv(gw_ref)) <= TOL

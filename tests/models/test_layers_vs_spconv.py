@@ -15,16 +15,19 @@ from torch import nn
 
 from models import (BatchNorm, ReLU, SparseConv3d, SparseInverseConv3d, SparseTensor,
                     SubMConv3d, cat, weight_from_spconv, weight_to_spconv)
-from tests.conftest import (FRAMES, frame_id, match_rows, ours_threads, rel_err, single_thread,
-                            spconv_grid, voxelized_frame)
+from tests.conftest import (DEVICES, FRAMES, frame_id, match_rows, ours_threads, rel_err,
+                            single_thread, spconv_grid, voxelized_frame)
 
 TOL = 1e-4
 VOXEL_SIZES = (0.05, 0.1, 0.2)
 CHANNELS = (4, 16, 64)
 KITTI = FRAMES[0][0]
 
-CASES = [pytest.param(name, vs, c, id=f"{frame_id(name)}-{vs}m-C{c}")
+CASES = [pytest.param(name, vs, c, "cpu", id=f"{frame_id(name)}-{vs}m-C{c}")
          for name, _ in FRAMES for vs in VOXEL_SIZES for c in CHANNELS]
+# Ours on CUDA against the same CPU reference: one frame, every voxel size and width.
+CASES += [pytest.param(KITTI, vs, c, "cuda", id=f"{frame_id(KITTI)}-{vs}m-C{c}-cuda",
+                       marks=DEVICES[1].marks) for vs in VOXEL_SIZES for c in CHANNELS]
 
 
 def _seed(*parts) -> int:
@@ -53,8 +56,15 @@ def _unshift(spconv_coords: torch.Tensor, shift: torch.Tensor, level_stride: int
     return out.to(torch.int32)
 
 
-@pytest.mark.parametrize("name,vs,c", CASES)
-def test_submconv3_matches_spconv(spconv, name, vs, c):
+def _ours(layer: nn.Module, x: SparseTensor, device: str) -> SparseTensor:
+    """Our layer on `device`, the result back on the CPU (coordinates and features)."""
+    with ours_threads():
+        o = layer.to(device)(SparseTensor(x.feats.to(device), x.coords.to(device)))
+    return SparseTensor(o.feats.cpu(), o.coords.cpu(), o.stride)
+
+
+@pytest.mark.parametrize("name,vs,c,device", CASES)
+def test_submconv3_matches_spconv(spconv, name, vs, c, device):
     coords, shifted, shift, shape, feats = _inputs(name, vs, c)
     torch.manual_seed(_seed("subm3", name, vs, c))
     ours = SubMConv3d(c, c, 3)
@@ -63,15 +73,14 @@ def test_submconv3_matches_spconv(spconv, name, vs, c):
     with torch.no_grad():
         with single_thread():
             r = ref(spconv.SparseConvTensor(feats, shifted, shape, 1))
-        with ours_threads():
-            o = ours(SparseTensor(feats, coords))
+        o = _ours(ours, SparseTensor(feats, coords), device)
     # SubM keeps the input rows, in input order, on both sides.
     assert torch.equal(r.indices, shifted)
     assert torch.equal(o.coords, coords)
     assert rel_err(o.feats, r.features) <= TOL
 
 
-def _downsample_pair(spconv, name, vs, c):
+def _downsample_pair(spconv, name, vs, c, device="cpu"):
     coords, shifted, shift, shape, feats = _inputs(name, vs, c)
     torch.manual_seed(_seed("down", name, vs, c))
     ours = SparseConv3d(c, c, 2, 2)
@@ -81,13 +90,14 @@ def _downsample_pair(spconv, name, vs, c):
         with single_thread():
             r = ref(spconv.SparseConvTensor(feats, shifted, shape, 1))
         with ours_threads():
-            o = ours(SparseTensor(feats, coords))
+            o = ours.to(device)(SparseTensor(feats.to(device), coords.to(device)))
     return coords, shifted, shift, o, r
 
 
-@pytest.mark.parametrize("name,vs,c", CASES)
-def test_sparseconv_k2s2_matches_spconv(spconv, name, vs, c):
-    coords, _, shift, o, r = _downsample_pair(spconv, name, vs, c)
+@pytest.mark.parametrize("name,vs,c,device", CASES)
+def test_sparseconv_k2s2_matches_spconv(spconv, name, vs, c, device):
+    coords, _, shift, o, r = _downsample_pair(spconv, name, vs, c, device)
+    o = SparseTensor(o.feats.cpu(), o.coords.cpu(), o.stride)
     assert o.stride == 2
     expected = coords.clone()
     expected[:, 1:] = torch.div(expected[:, 1:], 2, rounding_mode="floor")
@@ -96,23 +106,24 @@ def test_sparseconv_k2s2_matches_spconv(spconv, name, vs, c):
     assert rel_err(o.feats[perm], r.features) <= TOL
 
 
-@pytest.mark.parametrize("name,vs,c", CASES)
-def test_inverseconv_k2_matches_spconv(spconv, name, vs, c):
-    coords, shifted, shift, o, r = _downsample_pair(spconv, name, vs, c)
-    perm = match_rows(o.coords, _unshift(r.indices, shift, 2))
+@pytest.mark.parametrize("name,vs,c,device", CASES)
+def test_inverseconv_k2_matches_spconv(spconv, name, vs, c, device):
+    coords, shifted, shift, o, r = _downsample_pair(spconv, name, vs, c, device)
+    perm = match_rows(o.coords.cpu(), _unshift(r.indices, shift, 2))
     # Fresh coarse features (so this test does not depend on the downsample's numbers), the same
     # per coordinate on both sides.
     g = torch.Generator().manual_seed(_seed("coarse", name, vs, c))
-    coarse = torch.randn(o.coords.shape[0], c, generator=g)
+    coarse = torch.randn(o.coords.shape[0], c, generator=g).to(device)
     torch.manual_seed(_seed("up", name, vs, c))
     ours = SparseInverseConv3d(c, c, 2)
     ref = spconv.SparseInverseConv3d(c, c, 2, bias=False, indice_key="down")
     _copy_to_spconv(ours, ref)
     with torch.no_grad():
         with single_thread():
-            ru = ref(r.replace_feature(coarse[perm]))
+            ru = ref(r.replace_feature(coarse.cpu()[perm]))
         with ours_threads():
-            ou = ours(o.replace_feats(coarse))
+            ou = ours.to(device)(o.replace_feats(coarse))
+    ou = SparseTensor(ou.feats.cpu(), ou.coords.cpu(), ou.stride)
     assert ou.stride == 1
     assert torch.equal(ou.coords, coords)  # exactly the fine level, original row order
     assert torch.equal(ru.indices, shifted)

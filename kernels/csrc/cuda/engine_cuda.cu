@@ -4,7 +4,8 @@
 //
 // The CSR scatter is deterministic: each output element is owned by one thread, which starts from
 // dst, adds the contributions in ptr order and writes once. For f32 and f64 that is the same
-// sequence of additions as the CPU twin, so the results match it bit for bit. The atomic scatter
+// sequence of additions as the CPU twin, so the results match it bit for bit; fp16 sums into an
+// fp32 copy of the output, like the atomic scatter. The atomic scatter
 // is faster for scattered writes but its summation order varies from run to run.
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -18,6 +19,9 @@
 
 using namespace lidarseg;
 
+// Kernels live in lidarseg::(anonymous), so every one of ours has "lidarseg" in its name (the
+// GPU check's compute-sanitizer run filters on it).
+namespace lidarseg {
 namespace {
 
 // ---- gather: a bit-exact row copy, so it works on raw words of the widest size that the row
@@ -63,7 +67,7 @@ int gather_rows(const void* src, int64_t n, int64_t c, int64_t elem_bytes, const
   return launch_gather<uint16_t>(src, n, row_bytes, idx, m, dst, s);  // every type is >= 2 bytes
 }
 
-// ---- accumulation types: f32 and f16 accumulate in float, f64 in double.
+// ---- accumulation: f32 and f16 sources add in float, f64 in double.
 
 template <typename T>
 struct Acc;
@@ -71,47 +75,52 @@ template <>
 struct Acc<float> {
   using type = float;
   __device__ static float load(float v) { return v; }
-  __device__ static float store(float v) { return v; }
 };
 template <>
 struct Acc<double> {
   using type = double;
   __device__ static double load(double v) { return v; }
-  __device__ static double store(double v) { return v; }
 };
 template <>
 struct Acc<__half> {
   using type = float;
   __device__ static float load(__half v) { return __half2float(v); }
-  __device__ static __half store(float v) { return __float2half_rn(v); }  // the one rounding
 };
 
-// dst[o] += sum of src[rows[j]] for j in [ptr[o], ptr[o + 1]), in that order. The accumulator
-// starts at dst[o] so the additions happen in the CPU twin's order; f16 rounds once at the end.
-template <typename T>
+// dst[o] += sum of src[rows[j] - row_lo] for the j in [ptr[o], ptr[o + 1]) with rows[j] in
+// [row_lo, row_hi), in that order (each output's rows ascend). The accumulator starts at dst[o], so
+// the additions happen in the CPU twin's order, and a scatter split into row ranges makes the
+// same additions as one call. D is the accumulator and dst type: T for f32 and f64, float for f16
+// (rounded once, by the caller's copy into the fp16 output).
+template <typename T, typename D>
 __global__ void scatter_csr_kernel(const T* src, int64_t c, const int64_t* ptr,
-                                   const int32_t* rows, int64_t n_out, T* dst) {
-  using A = typename Acc<T>::type;
+                                   const int32_t* rows, int64_t n_out, int64_t row_lo,
+                                   int64_t row_hi, D* dst) {
   const int64_t row_step = (int64_t)gridDim.x * blockDim.y;
   for (int64_t o = (int64_t)blockIdx.x * blockDim.y + threadIdx.y; o < n_out; o += row_step) {
     const int64_t begin = ptr[o], end = ptr[o + 1];
     if (begin == end) continue;
-    T* out = dst + o * c;
+    D* out = dst + o * c;
     for (int64_t x = threadIdx.x; x < c; x += blockDim.x) {
-      A acc = Acc<T>::load(out[x]);
-      for (int64_t j = begin; j < end; ++j) acc += Acc<T>::load(src[(int64_t)rows[j] * c + x]);
-      out[x] = Acc<T>::store(acc);
+      D acc = out[x];
+      for (int64_t j = begin; j < end; ++j) {
+        const int64_t r = rows[j];
+        if (r < row_lo) continue;
+        if (r >= row_hi) break;
+        acc += Acc<T>::load(src[(r - row_lo) * c + x]);
+      }
+      out[x] = acc;
     }
   }
 }
 
-template <typename T>
+template <typename T, typename D>
 int scatter_add_csr(const T* src, int64_t c, const int64_t* ptr, const int32_t* rows,
-                    int64_t n_out, T* dst, void* stream) {
-  if (n_out <= 0 || c <= 0) return kStatusOk;
+                    int64_t n_out, int64_t row_lo, int64_t row_hi, D* dst, void* stream) {
+  if (n_out <= 0 || c <= 0 || row_hi <= row_lo) return kStatusOk;
   const cuda::RowLaunch l = cuda::row_launch(n_out, c);
-  scatter_csr_kernel<T><<<l.grid, l.block, 0, cuda::as_stream(stream)>>>(src, c, ptr, rows,
-                                                                         n_out, dst);
+  scatter_csr_kernel<T, D><<<l.grid, l.block, 0, cuda::as_stream(stream)>>>(
+      src, c, ptr, rows, n_out, row_lo, row_hi, dst);
   return cuda::launch_status();
 }
 
@@ -144,6 +153,7 @@ const __half* as_half(const uint16_t* p) { return reinterpret_cast<const __half*
 __half* as_half(uint16_t* p) { return reinterpret_cast<__half*>(p); }
 
 }  // namespace
+}  // namespace lidarseg
 
 LS_API int ls_gather_rows_f32_cuda(const float* src, int64_t n, int64_t c, const int32_t* idx,
                                    int64_t m, float* dst, void* stream) {
@@ -159,19 +169,19 @@ LS_API int ls_gather_rows_f16_cuda(const uint16_t* src, int64_t n, int64_t c, co
 }
 
 LS_API int ls_scatter_add_csr_f32_cuda(const float* src, int64_t c, const int64_t* ptr,
-                                       const int32_t* rows, int64_t n_out, float* dst,
-                                       void* stream) {
-  return scatter_add_csr(src, c, ptr, rows, n_out, dst, stream);
+                                       const int32_t* rows, int64_t n_out, int64_t row_lo,
+                                       int64_t row_hi, float* dst, void* stream) {
+  return scatter_add_csr(src, c, ptr, rows, n_out, row_lo, row_hi, dst, stream);
 }
 LS_API int ls_scatter_add_csr_f64_cuda(const double* src, int64_t c, const int64_t* ptr,
-                                       const int32_t* rows, int64_t n_out, double* dst,
-                                       void* stream) {
-  return scatter_add_csr(src, c, ptr, rows, n_out, dst, stream);
+                                       const int32_t* rows, int64_t n_out, int64_t row_lo,
+                                       int64_t row_hi, double* dst, void* stream) {
+  return scatter_add_csr(src, c, ptr, rows, n_out, row_lo, row_hi, dst, stream);
 }
 LS_API int ls_scatter_add_csr_f16_cuda(const uint16_t* src, int64_t c, const int64_t* ptr,
-                                       const int32_t* rows, int64_t n_out, uint16_t* dst,
-                                       void* stream) {
-  return scatter_add_csr(as_half(src), c, ptr, rows, n_out, as_half(dst), stream);
+                                       const int32_t* rows, int64_t n_out, int64_t row_lo,
+                                       int64_t row_hi, float* dst, void* stream) {
+  return scatter_add_csr(as_half(src), c, ptr, rows, n_out, row_lo, row_hi, dst, stream);
 }
 
 LS_API int ls_scatter_add_atomic_f32_cuda(const float* src, int64_t m, int64_t c,
