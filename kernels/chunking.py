@@ -119,15 +119,16 @@ class Workspace:
         self._local = threading.local()
 
     def get(self, slot: int, rows: int, cols: int, dtype: torch.dtype, device: torch.device,
-            max_rows: int) -> torch.Tensor:
-        """A [rows, cols] view of buffer `slot`, grown with 25% slack up to max_rows rows."""
+            max_rows: int | None = None) -> torch.Tensor:
+        """A [rows, cols] view of buffer `slot`, grown with 25% slack (up to max_rows rows)."""
         buffers = self._local.__dict__.setdefault("buffers", {})
         key = (slot, dtype, device)
         flat = buffers.get(key)
         if flat is None or flat.numel() < rows * cols:
             flat = buffers.pop(key, None)
             del flat  # free the old buffer before the new one is allocated
-            size = max(min(rows * 5 // 4, max_rows), rows) * cols
+            slack = rows * 5 // 4 if max_rows is None else min(rows * 5 // 4, max_rows)
+            size = max(slack, rows) * cols
             flat = torch.empty(max(size, 1), dtype=dtype, device=device)
             buffers[key] = flat
         return flat[: rows * cols].view(rows, cols)

@@ -17,6 +17,7 @@ DRY_RUN="${DRY_RUN:-0}"
 OUT="${OUT:-$ROOT/gpu_check_out}"
 mkdir -p "$OUT"
 BUDGET_S="${BUDGET_S:-360}"
+CAP_SCALE="${CAP_SCALE:-1}"  # multiplies every step's cap (a slow dry-run machine)
 T0=$(date +%s)
 SUMMARY="$OUT/summary.txt"
 SETUP="$OUT/setup.log"
@@ -29,7 +30,7 @@ left() { echo $((BUDGET_S - ($(date +%s) - T0))); }
 # step NAME CAP_S LOG CMD...: runs CMD under timeout min(CAP_S, time left - 10), appends its
 # output to LOG, logs the exit code. Skips (rc=skip) when under 20 s would be left.
 step() {
-  local name="$1" cap="$2" log="$3"; shift 3
+  local name="$1" cap=$(( $2 * CAP_SCALE )) log="$3"; shift 3
   local budget; budget=$(( $(left) - 10 ))
   [ "$budget" -lt "$cap" ] && cap="$budget"
   if [ "$cap" -lt 20 ]; then
