@@ -10,8 +10,10 @@
     python -m app crosscheck FRAME [--weights W]     ours vs the spconv twin, one JSON line
     python -m app evaluate FRAME.bin LABELS.label [--weights W]   mIoU, one JSON line
 
-W: "default" (the shipped model, models/weights/MODEL_CARD.md), "random" (a fixed-seed random
-MinkUNet of channel ratio --cr) or a lidarseg checkpoint path.
+W: "default" (the shipped model, models/weights/MODEL_CARD.md), "synthetic", "random" (a
+fixed-seed random MinkUNet of channel ratio --cr), a lidarseg checkpoint path, or LAYOUT:PATH (a
+reference checkpoint imported on load); app/inference/builder.py builds the pipeline for every
+command. The service is started through `serve` only (app.service.main.create_app).
 """
 from __future__ import annotations
 
@@ -20,71 +22,24 @@ import json
 import sys
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from kernels.precision import PRECISIONS, PrecisionError
-from models.minkunet import MinkUNet
+from models.labels import class_counts
 
 from app.codecs.files import read_frame
-from app.inference.pipeline import IGNORE_LABEL, SegmentationPipeline
-from app.inference.voxelize import VoxelizeConfig
+from app.inference.builder import build_pipeline
 
 DEFAULT_FRAME = (Path(__file__).resolve().parents[2] / "shared" / "data" / "real" / "semantickitti"
                  / "seq00_000000.bin")
-WEIGHTS_HELP = "'default' (the shipped model), 'random' (with --cr) or a lidarseg checkpoint"
-SEMANTIC_KITTI = ("car", "bicycle", "motorcycle", "truck", "other-vehicle", "person", "bicyclist",
-                  "motorcyclist", "road", "parking", "sidewalk", "other-ground", "building",
-                  "fence", "vegetation", "trunk", "terrain", "pole", "traffic-sign")
-
-
-def load_model(weights: str | None, cr: float) -> tuple[MinkUNet, list[str], float]:
-    """(model, class names, voxel size) for a weights argument ("default", "random" or a
-    checkpoint path, see models/weights)."""
-    model, meta = load_model_meta(weights, cr)
-    return model, list(meta["class_names"]), float(meta["voxel_size"])
-
-
-def load_model_meta(weights: str | None, cr: float) -> tuple[MinkUNet, dict]:
-    """(model, meta): the checkpoint's meta (class names and colours, voxel size, input features,
-    version) plus "name"; weights "random": a fixed-seed random MinkUNet (channel ratio cr) with
-    SemanticKITTI meta; None or "default": the shipped model."""
-    from models.checkpoints import INPUT_FEATURES, SEMANTIC_KITTI_COLORS
-    from models.weights import resolve_weights
-
-    path = resolve_weights(weights)
-    if path is not None:
-        from models.checkpoints import load_checkpoint
-
-        model, meta = load_checkpoint(path)
-        meta = dict(meta)
-        meta.setdefault("class_colors", [[128, 128, 128]] * len(meta["class_names"]))
-        meta.setdefault("input_features", list(INPUT_FEATURES))
-        meta["name"] = path.stem
-        meta["version"] = str(meta.get("version") or "unversioned")
-        return model, meta
-    torch.manual_seed(0)
-    return MinkUNet(cr=cr), {
-        "name": f"minkunet-random-cr{cr:g}", "version": "seed0",
-        "class_names": list(SEMANTIC_KITTI), "voxel_size": 0.05,
-        "class_colors": [list(c) for c in SEMANTIC_KITTI_COLORS],
-        "input_features": list(INPUT_FEATURES),
-        "licence": "no trained weights (random initialisation)", "training_data": "none"}
-
-
-def class_counts(labels: np.ndarray, names: list[str]) -> dict[str, int]:
-    counts = np.bincount(labels, minlength=256)
-    out = {names[i]: int(counts[i]) for i in range(len(names)) if counts[i]}
-    if counts[IGNORE_LABEL]:
-        out["ignore"] = int(counts[IGNORE_LABEL])
-    return out
+WEIGHTS_HELP = ("'default' or 'synthetic' (shipped), 'random' (with --cr), a lidarseg checkpoint, "
+                "or LAYOUT:PATH (a reference checkpoint to import; see models/weights)")
 
 
 def cmd_segment(args) -> int:
     points, sensor = read_frame(args.frame, args.format)
-    model, names, voxel = load_model(args.weights, args.cr)
-    pipeline = SegmentationPipeline(model, VoxelizeConfig(voxel_size=voxel), args.device,
-                                    precision=args.precision)
+    pipeline = build_pipeline(args.weights, args.device, args.cr, precision=args.precision)
+    names = pipeline.meta["class_names"]
     pipeline.segment(points[: min(len(points), 5000)], sensor)  # warm-up
     result = pipeline.segment(points, sensor, layer_timing=args.layers)
     print(f"frame {args.frame}: {result.num_points} points, {result.num_voxels} voxels, "
@@ -102,38 +57,31 @@ def cmd_crosscheck(args) -> int:
     from app.inference.crosscheck import crosscheck
 
     points, sensor = read_frame(args.frame, args.format)
-    model, _, voxel = load_model(args.weights, args.cr)
-    print(json.dumps(crosscheck(model, points, sensor, voxel, precision=args.precision)))
+    pipeline = build_pipeline(args.weights, args.device, args.cr, precision=args.precision)
+    print(json.dumps(crosscheck(pipeline, points, sensor)))
     return 0
 
 
-def serve(overrides: dict) -> int:
-    """Runs uvicorn on create_app(Settings(env + overrides)) (app/service/server.py: timeouts,
-    connection cap). SIGTERM / SIGINT: readiness turns 503 and new work is refused, in-flight
-    requests finish, all within LIDARSEG_SHUTDOWN_BUDGET_S; exit status 0. A second signal
-    exits at once."""
-    import logging
+def cmd_evaluate(args) -> int:
+    """mIoU, per-class IoU and accuracy of one labelled frame, one JSON line."""
+    from app.inference.scoring import iou_metrics, read_labels
 
-    from pydantic import ValidationError
-
-    from app.service.config import Settings
-    from app.service.main import create_app
-    from app.service.server import run
-
-    try:
-        settings = Settings(**overrides)
-    except ValidationError as e:
-        print(f"lidarseg: bad settings:\n{e}", file=sys.stderr)
-        return 2
-    logging.basicConfig(level=settings.log_level.upper(),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    run(create_app(settings))
+    points, sensor = read_frame(args.frame, args.format)
+    gt = read_labels(args.labels)
+    if len(gt) != len(points):
+        raise ValueError(f"{args.frame}: {len(points)} points but {args.labels}: {len(gt)} "
+                         "labels")
+    pipeline = build_pipeline(args.weights, args.device, args.cr, precision=args.precision)
+    result = pipeline.segment(points, sensor)
+    print(json.dumps(iou_metrics(gt, result.labels, pipeline.meta["class_names"])))
     return 0
 
 
 def cmd_serve(args) -> int:
     overrides = {k: getattr(args, k) for k in ("host", "port", "device", "weights", "precision")
                  if getattr(args, k, None) is not None}
+    from app.service.server import serve  # the one entry from the command line into the service
+
     return serve(overrides)
 
 
@@ -193,8 +141,6 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--layers", action="store_true", help="per-layer network timing")
         add_precision_option(p, "fp32" if name == "crosscheck" else "auto")
         p.set_defaults(func=func)
-    from app.inference.scoring import cmd_evaluate
-
     eval_p = sub.add_parser("evaluate", help="mIoU on a labelled KITTI frame (.bin + .label)")
     eval_p.add_argument("frame")
     eval_p.add_argument("labels")

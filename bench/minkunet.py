@@ -1,9 +1,11 @@
 """End-to-end MinkUNet forward, ours vs the spconv twin, on the real frames, side by side.
 
-    python -m bench.minkunet [--frames kitti00 nuscenes ouster128] [--cr 1.0 0.5]
-                             [--threads 1 2] [--device cpu|cuda] [--runs 5] [--json OUT]
+    python -m bench.minkunet [--frames kitti00 nuscenes ouster128] [--weights random]
+                             [--cr 1.0 0.5] [--threads 1 2] [--device cpu|cuda] [--runs 5]
+                             [--json OUT]
 
-Both networks get the same voxels (our Open3D voxelizer) and the same weights; ours runs as the
+Both networks get the same voxels (our Open3D voxelizer, configured from the weights' meta by
+app/inference/builder.py) and the same weights (--cr applies to --weights random); ours runs as the
 service does, with BatchNorm folded into the convs (models/fold.py), the twin with its
 BatchNorm layers as spconv models have them. Ours is timed
 per stage (voxelize, maps, network, devoxelize); spconv builds its maps inside its forward, so
@@ -20,10 +22,9 @@ import time
 
 import torch
 
-from app.inference.pipeline import SegmentationPipeline
+from app.inference.builder import build_pipeline
 from app.inference.voxelize import VoxelizeConfig, voxelize
 from bench import common
-from models.minkunet import MinkUNet
 
 
 def median_ms(fn, device, runs: int) -> tuple[float, object]:
@@ -50,12 +51,12 @@ def bench_ours(pipeline, points, sensor, runs) -> dict:
     return out
 
 
-def bench_spconv(model, points, sensor, voxel, device, dtype, runs) -> dict:
+def bench_spconv(model, points, sensor, config: VoxelizeConfig, device, dtype, runs) -> dict:
     from app.inference.crosscheck import spconv_twin_of
     from models.spconv_twin import run_spconv
 
     twin = spconv_twin_of(model).to(dtype)
-    batch = voxelize([points], VoxelizeConfig(voxel_size=voxel), sensor, device)
+    batch = voxelize([points], config, sensor, device)
     feats = batch.feats.to(dtype)
     with torch.no_grad():
         ms, _ = median_ms(lambda: run_spconv(twin, feats, batch.coords), device, runs)
@@ -69,7 +70,8 @@ def main(argv=None) -> int:
     p.add_argument("--cr", type=float, nargs="+", default=[1.0, 0.5])
     p.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     p.add_argument("--device", default="cpu")
-    p.add_argument("--voxel", type=float, default=0.05)
+    p.add_argument("--weights", default="random",
+                   help="random (with --cr), default, synthetic or a checkpoint (models/weights)")
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
@@ -77,25 +79,22 @@ def main(argv=None) -> int:
     dtypes = [torch.float32, torch.float16] if device.type == "cuda" else [torch.float32]
     sp_ok, why = common.spconv_available(args.device)
     print(f"# bench.minkunet device={device} torch={torch.__version__} runs={args.runs} "
-          f"voxel={args.voxel}" + ("" if sp_ok else f"  (no spconv: {why})"))
+          f"weights={args.weights}" + ("" if sp_ok else f"  (no spconv: {why})"))
     rows = []
     for name in args.frames:
         frame = common.load_frame(name)
         sensor = "nuscenes" if "nuscenes" in name else ("ouster" if "ouster" in name else "kitti")
         for cr in args.cr:
-            torch.manual_seed(0)
-            model = MinkUNet(cr=cr).eval().to(device)
             for dtype in dtypes:
                 dname = "fp32" if dtype == torch.float32 else "fp16"
+                pipeline = build_pipeline(args.weights, device, cr, dtype=dtype)
                 sp = None
                 if sp_ok:
                     common.set_threads(1)
-                    sp = bench_spconv(model, frame.points, sensor, args.voxel, device, dtype,
-                                      args.runs)
+                    sp = bench_spconv(pipeline.model, frame.points, sensor,
+                                      pipeline.voxel_config, device, dtype, args.runs)
                 for threads in (args.threads if device.type == "cpu" else [1]):
                     common.set_threads(threads)
-                    pipeline = SegmentationPipeline(model.to(dtype), VoxelizeConfig(args.voxel),
-                                                    device)
                     ours = bench_ours(pipeline, frame.points, sensor, args.runs)
                     row = {"frame": name, "cr": cr, "dtype": dname, "threads": threads,
                            "ours_ms": ours, "spconv_ms": sp}

@@ -21,10 +21,9 @@ import time
 
 import torch
 
-from app.cli import load_model
-from app.inference.pipeline import SegmentationPipeline, build_unet_maps
+from app.inference.builder import load_model, pipeline_for
 from app.inference.scoring import iou_metrics, read_labels
-from app.inference.voxelize import VoxelizeConfig, voxelize
+from app.inference.voxelize import voxelize
 from bench import common
 from kernels import precision as precision_mod
 from models import SparseTensor
@@ -45,7 +44,7 @@ def time_networks(pipes: dict, points, sensor: str, runs: int):
     for name, pipe in pipes.items():
         batch = voxelize([points], pipe.voxel_config, sensor, pipe.device)
         x = SparseTensor(batch.feats, batch.coords, engine=pipe.engine)
-        build_unet_maps(x)
+        x.manager.prepare(pipe.map_requests())  # the maps stage
         inputs[name] = x
     wall: dict[str, list[float]] = {name: [] for name in pipes}
     cpu: dict[str, list[float]] = {name: [] for name in pipes}
@@ -75,9 +74,9 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     if args.threads:
         common.set_threads(args.threads)
-    model, names, voxel = load_model(args.weights, args.cr)
-    pipes = {name: SegmentationPipeline(model, VoxelizeConfig(voxel_size=voxel), "cpu",
-                                        precision=name) for name in args.precisions}
+    model, meta = load_model(args.weights, args.cr)
+    names = meta["class_names"]
+    pipes = {name: pipeline_for(model, meta, "cpu", precision=name) for name in args.precisions}
     info = precision_mod.describe("auto", precision_mod.resolve("auto"))
     print(f"# bench.precision weights={args.weights} threads={torch.get_num_threads()} "
           f"runs={args.runs} torch={torch.__version__}; CPU features {info['cpu_features']}; "

@@ -30,10 +30,9 @@ import httpx
 import numpy as np
 import torch
 
-from app.cli import load_model
 from app.client import server_timing
-from app.inference.pipeline import SegmentationPipeline
-from app.inference.voxelize import VoxelizeConfig
+from app.inference.builder import build_pipeline
+from app.inference.pipeline import PIPELINE_STAGES, STAGES
 from bench import common
 
 # what the server's codec reports for the raw format: a raw kitti-layout body is sensor "kitti"
@@ -91,8 +90,7 @@ def main(argv=None) -> int:
 
     proc, url = ((None, args.url) if args.url
                  else start_server(args.weights, args.cr, args.device))
-    model, _, voxel = load_model(args.weights, args.cr)
-    pipeline = SegmentationPipeline(model, VoxelizeConfig(voxel_size=voxel), args.device)
+    pipeline = build_pipeline(args.weights, args.device, args.cr)
     rows = []
     try:
         with httpx.Client(base_url=url, timeout=300) as http:
@@ -141,11 +139,9 @@ def main(argv=None) -> int:
                     json_ms.append((time.perf_counter() - t) * 1e3)
                     json_stages.append(server_timing(rj.headers["server-timing"]))
                 lm, rm = statistics.median(local_ms), statistics.median(remote_ms)
-                srv = {k: statistics.median(s[k] for s in stages)
-                       for k in ("decode", "queue", "voxelize", "maps", "network", "devoxelize",
-                                 "encode", "total")}
+                srv = {k: statistics.median(s[k] for s in stages) for k in (*STAGES, "total")}
                 loc = {k: statistics.median(s[k] for s in local_stages[1:])
-                       for k in ("voxelize", "maps", "network", "devoxelize")}
+                       for k in PIPELINE_STAGES}
                 row = {"frame": name, "points": len(points), "in_process_ms": round(lm, 2),
                        "http_ms": round(rm, 2), "overhead_ms": round(rm - lm, 2),
                        "overhead_pct": round(100 * (rm - lm) / rm, 1),

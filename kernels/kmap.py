@@ -16,7 +16,8 @@ Conventions (fixed for the whole project):
   merge joins over packed keys for kernel-3 submanifold maps and per-slab sorts for kernel ==
   stride downsampling, with no hash table (csrc/sorted_kmap_cpu.cpp); kernel-3 maps of rows in
   any other order go through 4x4x4 voxel blocks (csrc/block_kmap_cpu.cpp); everything else,
-  and everything on CUDA, probes the coordinate hash table.
+  and everything on CUDA, probes the coordinate hash table. A 1x1 map is the identity alone and
+  needs no look-up anywhere.
 """
 from __future__ import annotations
 
@@ -179,6 +180,9 @@ def submanifold_map(coords: torch.Tensor, table: CoordHashTable | None = None,
         raise ValueError(f"submanifold kernels must be odd, got kernel_size={kernel_size}")
     check_coords(coords)
     coords = coords.contiguous()
+    if kernel_size == 1:  # only the centre: the identity, nothing to look up
+        empty = torch.zeros(0, dtype=torch.int32, device=coords.device)
+        return _symmetric_map(empty, empty.clone(), [], 1, coords.shape[0])
     centre = kernel_size**3 // 2
     offsets = kernel_offsets(kernel_size, kernel_size // 2, dilation)[:centre]
     if not submanifold_needs_table(coords.device, kernel_size, dilation):
@@ -204,7 +208,10 @@ def submanifold_map(coords: torch.Tensor, table: CoordHashTable | None = None,
 
 
 def submanifold_needs_table(device: torch.device, kernel_size: int, dilation: int = 1) -> bool:
-    """Whether submanifold_map looks coordinates up in a hash table (else it needs none)."""
+    """Whether submanifold_map looks coordinates up in a hash table (else it needs none): a 1x1
+    map is the identity alone, and the CPU builds kernel-3 maps without a table."""
+    if kernel_size == 1:
+        return False
     return not (torch.device(device).type == "cpu" and kernel_size == 3 and dilation == 1)
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from torch import nn
 
 from .layers import BatchNorm, ReLU, SparseConv3d, SparseInverseConv3d, SubMConv3d, cat
-from .sparse_tensor import SparseTensor
+from .sparse_tensor import MapRequest, SparseTensor
 
 BASE_CHANNELS = (32, 32, 64, 128, 256, 256, 128, 96, 96)
 
@@ -114,6 +114,24 @@ class MinkUNet(nn.Module):
         for stage in self.decoder:
             y = stage(y, skips.pop())                # strides 8, 4, 2, 1
         return y.replace_feats(self.head(y.feats))
+
+    def map_requests(self) -> tuple[MapRequest, ...]:
+        """Every kernel map forward() uses, each once, in the order it first needs them (the
+        pipeline's maps stage builds them all before the network runs)."""
+        requests = _submanifold_requests(self.stem, 1)
+        for i, stage in enumerate(self.encoder):
+            down = stage.down[0]
+            requests.append(MapRequest("downsample", 2**i, down.kernel_size, down.stride))
+            requests += _submanifold_requests(stage.blocks, 2 ** (i + 1))
+        for i, stage in enumerate(self.decoder):
+            requests.append(MapRequest("upsample", 2 ** (4 - i), stage.up[0].kernel_size))
+            requests += _submanifold_requests(stage.blocks, 2 ** (3 - i))
+        return tuple(dict.fromkeys(requests))
+
+
+def _submanifold_requests(module: nn.Module, stride: int) -> list[MapRequest]:
+    return [MapRequest("submanifold", stride, m.kernel_size, m.dilation)
+            for m in module.modules() if isinstance(m, SubMConv3d)]
 
 
 def minkunet34(in_channels: int = 4, num_classes: int = 19, cr: float = 1.0) -> MinkUNet:

@@ -24,6 +24,17 @@ from kernels.engine import EngineConfig
 
 
 @dataclass(frozen=True)
+class MapRequest:
+    """One kernel map a network uses: kind "submanifold" (`step` is the dilation),
+    "downsample" (level `stride` -> `stride * step`) or "upsample" (the transposed map of the
+    downsampling that made level `stride`)."""
+    kind: str
+    stride: int
+    kernel_size: int
+    step: int = 1
+
+
+@dataclass(frozen=True)
 class Downsampling:
     fine_stride: int
     kernel_size: int
@@ -82,6 +93,28 @@ class CoordinateManager:
             self._downsampling[key] = made
             self._parent[coarse_stride] = made
         return self._downsampling[key]
+
+    def prepare(self, requests) -> None:
+        """Builds every map in `requests` (MapRequests) now, so the layers find them cached:
+        the pipeline's maps stage, ahead of the network."""
+        for r in requests:
+            if r.kind == "submanifold":
+                self.submanifold_map(r.stride, r.kernel_size, r.step)
+            elif r.kind == "downsample":
+                self.downsample(r.stride, r.kernel_size, r.step)
+            elif r.kind == "upsample":
+                self.upsample(r.stride, r.kernel_size).kmap.transposed  # noqa: B018 (cached)
+            else:
+                raise ValueError(f"unknown map request kind {r.kind!r}")
+
+    def built(self) -> dict[str, list]:
+        """What is cached: submanifold maps, downsamplings, their transposed maps, and the
+        strides of the levels that have a hash table."""
+        return {"submanifold": sorted(self._submanifold),
+                "downsample": sorted(self._downsampling),
+                "transposed": sorted(k for k, d in self._downsampling.items()
+                                     if "transposed" in vars(d.kmap)),
+                "tables": sorted(self._tables)}
 
     def upsample(self, stride: int, kernel_size: int) -> Downsampling:
         """The downsampling that produced level `stride`, to be inverted."""

@@ -14,6 +14,14 @@ from __future__ import annotations
 import torch
 
 
+def cube_root(volume: int) -> int:
+    """K of a kernel volume K^3; ValueError if it is not a cube."""
+    k = round(volume ** (1 / 3))
+    if k**3 != volume:
+        raise ValueError(f"kernel volume {volume} is not a cube")
+    return k
+
+
 def weight_from_spconv(w: torch.Tensor) -> torch.Tensor:
     """spconv [Cout, K, K, K, Cin] -> ours [K^3, Cin, Cout] (same function, 1x1 quirk included)."""
     if w.dim() != 5 or not (w.shape[1] == w.shape[2] == w.shape[3]):
@@ -27,9 +35,7 @@ def weight_from_spconv(w: torch.Tensor) -> torch.Tensor:
 def weight_to_spconv(w: torch.Tensor) -> torch.Tensor:
     """ours [K^3, Cin, Cout] -> spconv [Cout, K, K, K, Cin]; inverse of weight_from_spconv."""
     volume, cin, cout = w.shape
-    k = round(volume ** (1 / 3))
-    if k**3 != volume:
-        raise ValueError(f"kernel volume {volume} is not a cube")
+    k = cube_root(volume)
     if k == 1:
         return w.contiguous().view(cout, 1, 1, 1, cin).clone()
     return w.reshape(k, k, k, cin, cout).permute(4, 0, 1, 2, 3).contiguous()

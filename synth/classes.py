@@ -1,11 +1,10 @@
-"""The SemanticKITTI 19 training classes and their raw label ids."""
+"""The SemanticKITTI 19 training classes (models/labels.py) and the raw label ids synthetic
+scenes write for them."""
 from __future__ import annotations
 
-CLASS_NAMES = ("car", "bicycle", "motorcycle", "truck", "other-vehicle", "person", "bicyclist",
-               "motorcyclist", "road", "parking", "sidewalk", "other-ground", "building", "fence",
-               "vegetation", "trunk", "terrain", "pole", "traffic-sign")
-NUM_CLASSES = len(CLASS_NAMES)
-IGNORE = 255  # nothing hit / unlabelled
+from models.labels import IGNORE_LABEL as IGNORE  # nothing hit / unlabelled
+from models.labels import NUM_CLASSES
+from models.labels import SEMANTIC_KITTI_CLASSES as CLASS_NAMES
 
 (CAR, BICYCLE, MOTORCYCLE, TRUCK, OTHER_VEHICLE, PERSON, BICYCLIST, MOTORCYCLIST, ROAD, PARKING,
  SIDEWALK, OTHER_GROUND, BUILDING, FENCE, VEGETATION, TRUNK, TERRAIN, POLE,

@@ -20,6 +20,8 @@ import numpy as np
 import torch
 
 from app.inference.voxelize import VoxelizeConfig, voxelize
+from models.labels import IGNORE_LABEL as IGNORE
+from models.labels import NUM_CLASSES
 from synth.generate import generate_frame
 from synth.sensor import PROFILES
 
@@ -28,8 +30,6 @@ from .real import GROUND_CLASSES, check_training_frames, instance_bank, load_rea
 
 TRAIN_SEED_START = 0
 HELDOUT_SEED_START = 1_000_000
-IGNORE = 255
-NUM_CLASSES = 19
 
 
 def train_seeds(n: int) -> range:

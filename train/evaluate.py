@@ -24,11 +24,10 @@ from pathlib import Path
 
 import numpy as np
 
-from app.cli import load_model
-from app.inference.scoring import confusion, iou_metrics, metrics_from_confusion, read_labels
 from app.codecs.files import read_frame
+from app.inference.builder import build_pipeline
 from app.inference.pipeline import SegmentationPipeline
-from app.inference.voxelize import VoxelizeConfig
+from app.inference.scoring import confusion, iou_metrics, metrics_from_confusion, read_labels
 
 from .data import HELDOUT_SEED_START, heldout_seeds, synthetic_frame
 from .real import GROUND_CLASSES, ROLES, TRAIN, VALIDATION
@@ -88,8 +87,8 @@ def main(argv=None) -> int:
     ap.add_argument("--training-frames", action="store_true",
                     help="also score the real training-pool frames (a fit figure)")
     a = ap.parse_args(argv)
-    model, names, voxel = load_model(a.weights, 1.0)
-    pipeline = SegmentationPipeline(model, VoxelizeConfig(voxel_size=voxel), a.device)
+    pipeline = build_pipeline(a.weights, a.device)
+    names, voxel = pipeline.meta["class_names"], pipeline.voxel_config.voxel_size
     heldout = evaluate_heldout(pipeline, names, max(a.frames, 1))
     result = {"weights": a.weights, "voxel_size": voxel, "heldout_synthetic": heldout,
               # the fixed frame is the first held-out frame: its mIoU is already there

@@ -15,10 +15,8 @@ import sys
 
 import numpy as np
 
-from app.cli import load_model
 from app.codecs.files import read_frame
-from app.inference.pipeline import SegmentationPipeline
-from app.inference.voxelize import VoxelizeConfig
+from app.inference.builder import build_pipeline
 
 from .real import REAL_DIR
 
@@ -27,8 +25,7 @@ def measure(weights: list[str], frame: str, runs: int) -> dict:
     points, sensor = read_frame(frame, "kitti")
     pipelines = {}
     for w in weights:
-        model, _, voxel = load_model(w, 1.0)
-        pipelines[w] = SegmentationPipeline(model, VoxelizeConfig(voxel_size=voxel), "cpu")
+        pipelines[w] = build_pipeline(w, "cpu")
         pipelines[w].segment(points, sensor)  # warm-up
     times: dict[str, list[dict]] = {w: [] for w in weights}
     for _ in range(runs):

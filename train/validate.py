@@ -12,10 +12,9 @@ import time
 
 import numpy as np
 
+from app.inference.builder import pipeline_for
 from app.inference.scoring import iou_metrics
-from app.inference.pipeline import SegmentationPipeline
-from app.inference.voxelize import VoxelizeConfig
-from models.checkpoints import SEMANTIC_KITTI_CLASSES
+from models.checkpoints import make_meta
 
 from .real import VALIDATION_FRAMES, ROLES, VALIDATION, load_real
 
@@ -26,8 +25,8 @@ def validate(model, voxel_size: float, frames=VALIDATION_FRAMES) -> dict:
     for name in frames:
         if ROLES.get(name) != VALIDATION:
             raise ValueError(f"{name!r} is not a validation frame")
-    pipeline = SegmentationPipeline(copy.deepcopy(model), VoxelizeConfig(voxel_size=voxel_size))
-    names = list(SEMANTIC_KITTI_CLASSES)
+    pipeline = pipeline_for(copy.deepcopy(model), make_meta(voxel_size=voxel_size))
+    names = pipeline.meta["class_names"]
     out = {}
     for name in frames:
         points, labels, _ = load_real(name)

@@ -9,7 +9,7 @@ import torch
 from models.minkunet import MinkUNet
 
 from app.inference.pipeline import SegmentationPipeline
-from app.inference.voxelize import VoxelizeConfig, devoxelize, voxelize
+from app.inference.voxelize import devoxelize, voxelize
 
 
 def spconv_twin_of(model: MinkUNet):
@@ -21,15 +21,13 @@ def spconv_twin_of(model: MinkUNet):
     return twin.to(next(model.parameters()).device).eval()
 
 
-def crosscheck(model: MinkUNet, points: np.ndarray, sensor: str = "kitti",
-               voxel_size: float = 0.05, device: str | torch.device = "cpu",
-               precision: str = "fp32") -> dict:
-    """One dict: label agreement, logit errors, sizes, and the stage timing of both networks.
+def crosscheck(pipeline: SegmentationPipeline, points: np.ndarray, sensor: str = "kitti") -> dict:
+    """One dict: label agreement, logit errors, sizes, and the stage timing of both networks, on
+    the pipeline's voxels (its voxel config, from the checkpoint: app/inference/builder.py).
     spconv builds its maps inside its forward, so its 'network' includes map building."""
     from models.spconv_twin import run_spconv
 
-    config = VoxelizeConfig(voxel_size=voxel_size)
-    pipeline = SegmentationPipeline(model, config, device, precision=precision)
+    config = pipeline.voxel_config
     twin = spconv_twin_of(pipeline.model)
     warm = points[: min(len(points), 5000)]
     pipeline.segment(warm, sensor)

@@ -17,11 +17,16 @@ from torch import nn
 from kernels import precision as precision_mod
 from models import EngineConfig, SparseTensor
 from models.fold import fold_batchnorm
+from models.labels import IGNORE_LABEL
 from models.minkunet import MinkUNet
 
 from app.inference.voxelize import VoxelizeConfig, devoxelize, voxelize
 
-IGNORE_LABEL = 255
+# Every stage a request goes through, in order: the single source of the names the service's
+# timing (JSON, Server-Timing), its metrics and the tests use. The pipeline times PIPELINE_STAGES;
+# the service times decode, queue and encode around it (and reports their "total").
+STAGES = ("decode", "queue", "voxelize", "maps", "network", "devoxelize", "encode")
+PIPELINE_STAGES = STAGES[2:6]
 
 
 @dataclass
@@ -87,23 +92,17 @@ def layer_clock(model: nn.Module, device: torch.device):
             h.remove()
 
 
-def build_unet_maps(x: SparseTensor, levels: int = 4) -> None:
-    """Builds every kernel map a MinkUNet needs, so the network stage is pure compute."""
-    manager = x.manager
-    for level in range(levels):
-        stride = 2**level
-        manager.submanifold_map(stride, 3)
-        manager.downsample(stride, 2, 2)
-    manager.submanifold_map(2**levels, 3)
-
-
 class SegmentationPipeline:
+    """The timed stages for one model on one device. Build it with app.inference.builder
+    (build_pipeline), which sets voxel_config and meta from the checkpoint."""
+
     def __init__(self, model: MinkUNet, voxel_config: VoxelizeConfig | None = None,
                  device: str | torch.device = "cpu", engine: EngineConfig | None = None,
-                 precision: str | None = None):
+                 precision: str | None = None, meta: dict | None = None):
         """precision: auto (None), fp32 or bf16 on the CPU (kernels/precision.py); an `engine`
         given keeps its own."""
         self.device = torch.device(device)
+        self.meta = dict(meta or {})  # class names and colours, name, version (builder.py)
         self.model = model.to(self.device).eval()
         # What runs: a copy with BatchNorm (and its ReLU) folded into the convs, made once here,
         # so later changes to `model` do not reach it (models/fold.py).
@@ -120,6 +119,13 @@ class SegmentationPipeline:
             return {torch.float16: "fp16"}.get(next(self.model.parameters()).dtype, "fp32")
         return self.engine.precision
 
+    def map_requests(self) -> tuple:
+        """The kernel maps the network uses (models.sparse_tensor.MapRequest): the maps stage
+        builds exactly these, so the network stage builds no map and no hash table. A model
+        without map_requests() builds its maps as its layers first need them."""
+        requests = getattr(self.model, "map_requests", None)
+        return requests() if requests is not None else ()
+
     @torch.no_grad()
     def run(self, frames: list[np.ndarray], sensor: str | list[str] = "kitti",
             layer_timing: bool = False, keep_logits: bool = False) -> list[FrameResult]:
@@ -132,7 +138,7 @@ class SegmentationPipeline:
         x = SparseTensor(batch.feats.to(dtype), batch.coords, engine=self.engine)
         with clock.stage("maps"):
             if len(batch.coords):
-                build_unet_maps(x)
+                x.manager.prepare(self.map_requests())
         layer_ms = None
         with clock.stage("network"):
             if len(batch.coords):
@@ -146,13 +152,13 @@ class SegmentationPipeline:
                 logits = batch.feats.new_zeros(0, self.model.config.num_classes)
         results = []
         with clock.stage("devoxelize"):
-            voxel_labels = (logits.argmax(dim=1) if len(logits)
+            voxel_labels = (logits.argmax(dim=1).cpu() if len(logits)  # one copy per batch
                             else torch.zeros(0, dtype=torch.long))
+            rows = torch.bincount(batch.coords[:, 0].long(), minlength=len(frames)).tolist()
             for b, (points, mapping) in enumerate(zip(frames, batch.point_to_voxel)):
                 labels = devoxelize(voxel_labels, mapping, IGNORE_LABEL)
-                rows = int((batch.coords[:, 0] == b).sum()) if len(batch.coords) else 0
                 results.append(FrameResult(
-                    labels, len(points), rows, batch.ignored[b], {}, layer_ms,
+                    labels, len(points), rows[b], batch.ignored[b], {}, layer_ms,
                     logits if keep_logits else None, mapping if keep_logits else None))
         for result in results:  # stage times are shared by the frames of one batch
             result.timing_ms = dict(clock.ms)

@@ -1,6 +1,5 @@
-"""Evaluate a model on one labelled KITTI frame: mIoU, per-class IoU, accuracy (one JSON line).
-
-    python -m app evaluate FRAME.bin LABELS.label [--weights W] [--cr CR] [--device D]
+"""Scoring predicted labels against labelled frames: confusion matrices, mIoU, per-class IoU,
+accuracy (`python -m app evaluate` and train/evaluate.py print them).
 
 Labels are SemanticKITTI .label files: uint32 per point, the lower 16 bits the raw semantic id.
 Raw ids go through the standard SemanticKITTI learning map (semantic-kitti.yaml: raw -> 0..19,
@@ -10,29 +9,9 @@ ignores (255: out of range, non-finite) counts as a miss for its ground-truth cl
 """
 from __future__ import annotations
 
-import json
-
 import numpy as np
 
-IGNORE = 255
-# semantic-kitti.yaml learning_map: raw id -> 0..19 (0 = ignore); unknown raw ids -> 0
-LEARNING_MAP = {
-    0: 0, 1: 0, 10: 1, 11: 2, 13: 5, 15: 3, 16: 5, 18: 4, 20: 5, 30: 6, 31: 7, 32: 8, 40: 9,
-    44: 10, 48: 11, 49: 12, 50: 13, 51: 14, 52: 0, 60: 9, 70: 15, 71: 16, 72: 17, 80: 18,
-    81: 19, 99: 0, 252: 1, 253: 7, 254: 6, 255: 8, 256: 5, 257: 5, 258: 4, 259: 5,
-}
-
-
-def learning_lut() -> np.ndarray:
-    """uint8 [65536]: raw 16-bit semantic id -> our class id 0..18, or 255 (ignore)."""
-    lut = np.full(1 << 16, IGNORE, np.uint8)
-    for raw, learned in LEARNING_MAP.items():
-        lut[raw] = IGNORE if learned == 0 else learned - 1
-    return lut
-
-
-def map_raw_labels(raw: np.ndarray) -> np.ndarray:
-    return learning_lut()[np.asarray(raw).astype(np.uint32) & 0xFFFF]
+from models.labels import map_raw_labels
 
 
 def read_labels(path) -> np.ndarray:
@@ -73,26 +52,3 @@ def iou_metrics(gt: np.ndarray, pred: np.ndarray, names: list[str]) -> dict:
     """metrics_from_confusion of one frame plus "num_points" (scored or not)."""
     return {**metrics_from_confusion(confusion(gt, pred, len(names)), names),
             "num_points": int(len(gt))}
-
-
-def evaluate(frame_path, label_path, weights: str | None = None, cr: float = 1.0,
-             device: str = "cpu", fmt: str | None = None, precision: str | None = None) -> dict:
-    from app.cli import load_model
-    from app.codecs.files import read_frame
-    from app.inference.pipeline import SegmentationPipeline
-    from app.inference.voxelize import VoxelizeConfig
-
-    points, sensor = read_frame(str(frame_path), fmt)
-    gt = read_labels(label_path)
-    if len(gt) != len(points):
-        raise ValueError(f"{frame_path}: {len(points)} points but {label_path}: {len(gt)} labels")
-    model, names, voxel = load_model(weights, cr)
-    result = SegmentationPipeline(model, VoxelizeConfig(voxel_size=voxel), device,
-                                  precision=precision).segment(points, sensor)
-    return iou_metrics(gt, result.labels, names)
-
-
-def cmd_evaluate(args) -> int:
-    print(json.dumps(evaluate(args.frame, args.labels, args.weights, args.cr, args.device,
-                              args.format, getattr(args, "precision", None))))
-    return 0

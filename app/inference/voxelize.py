@@ -13,12 +13,16 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from models.checkpoints import INTENSITY_NORMALISATION, intensity_scales
+from models.labels import IGNORE_LABEL
+
 try:  # Open3D is the voxelizer; hosts without it (a bare GPU box) fall back to torch.unique
     import open3d.core as o3c
 except ImportError:  # pragma: no cover - exercised only where Open3D is missing
     o3c = None
 
-INTENSITY_SCALE = {"kitti": 1.0, "nuscenes": 1.0 / 255.0, "ouster": 1.0 / 255.0}
+# sensor -> intensity factor of our checkpoint format's default normalisation
+INTENSITY_SCALE = intensity_scales(INTENSITY_NORMALISATION)
 FEATURE_COLUMNS = {"x": 0, "y": 1, "z": 2, "intensity": 3}
 
 
@@ -28,6 +32,9 @@ class VoxelizeConfig:
     features: tuple[str, ...] = ("x", "y", "z", "intensity")
     max_xy: float = 120.0                    # metres from the sensor, per axis
     z_range: tuple[float, float] = (-20.0, 20.0)
+    # (sensor, factor) pairs: intensity * factor is the feature (a checkpoint's
+    # intensity_normalisation, app/inference/builder.py); sensors not listed use 1.0
+    intensity_scale: tuple[tuple[str, float], ...] = tuple(INTENSITY_SCALE.items())
 
     def __post_init__(self):
         if self.voxel_size <= 0:
@@ -50,10 +57,11 @@ def point_features(points: np.ndarray, config: VoxelizeConfig, sensor: str) -> n
     if points.ndim != 2 or points.shape[1] < 3:
         raise ValueError(f"points must be [N, >=3], got {points.shape}")
     wanted = [FEATURE_COLUMNS[name] for name in config.features]
+    scale = np.float32(dict(config.intensity_scale).get(sensor, 1.0))
     if wanted == list(range(len(wanted))) and len(wanted) <= points.shape[1]:
         out = np.array(points[:, :len(wanted)], dtype=np.float32)  # one copy of the leading columns
         if "intensity" in config.features:
-            out[:, FEATURE_COLUMNS["intensity"]] *= np.float32(INTENSITY_SCALE.get(sensor, 1.0))
+            out[:, FEATURE_COLUMNS["intensity"]] *= scale
         return out
     cols = []
     for name in config.features:
@@ -65,7 +73,7 @@ def point_features(points: np.ndarray, config: VoxelizeConfig, sensor: str) -> n
             raise ValueError(f"feature {name!r} needs column {col}, points have {points.shape[1]}")
         value = points[:, col].astype(np.float32)
         if name == "intensity":
-            value = value * np.float32(INTENSITY_SCALE.get(sensor, 1.0))
+            value = value * scale
         cols.append(value)
     return np.stack(cols, axis=1)
 
@@ -175,9 +183,9 @@ def _unique_rows(grids: list[np.ndarray]) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def devoxelize(voxel_labels: torch.Tensor, point_to_voxel: torch.Tensor,
-               ignore_label: int = 255) -> np.ndarray:
+               ignore_label: int = IGNORE_LABEL) -> np.ndarray:
     """Per-point labels (uint8) from per-voxel labels; ignored points get ignore_label."""
     labels = torch.full((len(point_to_voxel),), ignore_label, dtype=torch.uint8)
     inside = point_to_voxel >= 0
-    labels[inside] = voxel_labels.cpu()[point_to_voxel[inside]].to(torch.uint8)
+    labels[inside] = voxel_labels.cpu()[point_to_voxel[inside]].to(torch.uint8)  # no-op on host
     return labels.numpy()

@@ -16,7 +16,7 @@ class Settings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=0, le=65535)
     device: Literal["auto", "cpu", "cuda"] = "auto"
-    weights: str = "default"             # "default" (shipped model), "random", or a checkpoint path
+    weights: str = "default"             # see models/weights: default, synthetic, random, a path
     cr: float = Field(1.0, gt=0, le=4)   # channel ratio of the random model (tests use 0.25)
     precision: Literal["auto", "fp32", "bf16", "int8"] = "auto"  # CPU arithmetic (kernels/precision.py)
 
@@ -62,10 +62,10 @@ class Settings(BaseSettings):
     @field_validator("weights")
     @classmethod
     def _weights_exist(cls, v):
-        from models.weights import resolve_weights
+        from models.weights import parse_weights
 
         try:
-            resolve_weights(v)
+            parse_weights(v)
         except FileNotFoundError as e:
             raise ValueError(str(e)) from None
         return str(v)

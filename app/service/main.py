@@ -57,29 +57,25 @@ def load_service(service: ServiceState) -> None:
     """Loads the model, builds the pipeline and the worker, runs a warm-up forward."""
     from kernels.tuning import DEFAULT_PATH
 
-    from app.cli import load_model_meta
-    from app.inference.pipeline import SegmentationPipeline
-    from app.inference.voxelize import VoxelizeConfig
+    from app.inference.builder import build_pipeline
     from app.service.worker import InferenceWorker, WorkerStats
     from app.threads import apply_threads
 
     settings = service.settings
     t0 = time.perf_counter()
     apply_threads(settings.compute_threads)
-    model, meta = load_model_meta(settings.weights, settings.cr)
     service.device = settings.torch_device
+    pipeline = build_pipeline(settings.weights, service.device, settings.cr,
+                              precision=settings.precision)
+    meta = pipeline.meta
     service.class_names = list(meta["class_names"])
     service.class_colors = [list(c) for c in meta["class_colors"]]
-    service.voxel_size = float(meta["voxel_size"])
-    service.input_features = list(meta["input_features"])
+    service.voxel_size = pipeline.voxel_config.voxel_size
+    service.input_features = list(pipeline.voxel_config.features)
     service.model_name, service.model_version = meta["name"], meta["version"]
     service.model_licence = str(meta.get("licence") or "not stated in the checkpoint")
     service.training_data = str(meta.get("training_data") or "")
     service.grouping_file = DEFAULT_PATH.name if DEFAULT_PATH.exists() else None  # no paths
-    pipeline = SegmentationPipeline(
-        model, VoxelizeConfig(voxel_size=service.voxel_size,
-                              features=tuple(service.input_features)), service.device,
-        precision=settings.precision)
     pipeline.segment(warmup_frame(), "kitti")  # warm-up: kernels, allocator, OpenMP pool
     service.pipeline = pipeline
     metrics = service.metrics

@@ -3,7 +3,9 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 
-STAGES = ("decode", "queue", "voxelize", "maps", "network", "devoxelize", "encode", "total")
+from app.inference.pipeline import STAGES as REQUEST_STAGES
+
+STAGES = REQUEST_STAGES + ("total",)  # the request stages and their total, as timed per request
 MS_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
               10.0, 30.0)
 

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from models.labels import IGNORE_LABEL
+
 
 def held_bytes(a: np.ndarray) -> int:
     """What keeping `a` keeps alive: a view holds its whole base buffer (e.g. the request body)."""
@@ -87,7 +89,7 @@ class RequestRing:
         return out
 
     def _name(self, i: int) -> str:
-        if i == 255:
+        if i == IGNORE_LABEL:
             return "ignore"
         return self.class_names[i] if i < len(self.class_names) else str(i)
 

@@ -19,10 +19,13 @@ stops the worker with what is left. A second signal exits at once.
 from __future__ import annotations
 
 import json
+import logging
+import sys
 import threading
 import time
 
 import uvicorn
+from pydantic import ValidationError
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from app.service.config import Settings
@@ -126,3 +129,21 @@ def run(app) -> None:
             self.should_exit = True
 
     DrainingServer(uvicorn_config(app, settings)).run()
+
+
+def serve(overrides: dict) -> int:
+    """Runs uvicorn on create_app(Settings(env + overrides)): the one entry the command line
+    (`python -m app serve`) starts the service through. SIGTERM / SIGINT: readiness turns 503
+    and new work is refused, in-flight requests finish, all within LIDARSEG_SHUTDOWN_BUDGET_S;
+    exit status 0. A second signal exits at once. Bad settings: exit status 2."""
+    from app.service.main import create_app
+
+    try:
+        settings = Settings(**overrides)
+    except ValidationError as e:
+        print(f"lidarseg: bad settings:\n{e}", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=settings.log_level.upper(),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    run(create_app(settings))
+    return 0

@@ -12,9 +12,7 @@ import httpx
 import numpy as np
 import pytest
 
-from app.cli import load_model
-from app.inference.pipeline import SegmentationPipeline
-from app.inference.voxelize import VoxelizeConfig
+from app.inference.builder import build_pipeline
 from tests.conftest import load_frame, require_real_data
 
 from tests.app.service_helpers import Server, metric_value, parse_server_timing
@@ -43,8 +41,7 @@ def http(server):
 
 @pytest.fixture(scope="module")
 def pipeline():
-    model, _, voxel = load_model("random", 0.25)
-    return SegmentationPipeline(model, VoxelizeConfig(voxel_size=voxel), "cpu")
+    return build_pipeline("random", "cpu", 0.25)
 
 
 def frame_bytes(name: str) -> bytes:

@@ -8,11 +8,11 @@ import pytest
 import torch
 
 from models import SparseInverseConv3d, SparseTensor
-from models.checkpoints import (LAYOUTS, SEMANTIC_KITTI_CLASSES, SEMANTIC_KITTI_COLORS,
-                                CheckpointError, MissingKeyError, export_state_dict,
-                                import_model, import_state_dict, key_map, load_checkpoint,
-                                make_meta, save_checkpoint, weight_from_torchsparse,
-                                weight_to_torchsparse)
+from models.checkpoints import (CheckpointError, MissingKeyError, load_checkpoint, make_meta,
+                                save_checkpoint)
+from models.importers import LAYOUTS, export_state_dict, import_model, import_state_dict, key_map
+from models.labels import SEMANTIC_KITTI_CLASSES, SEMANTIC_KITTI_COLORS
+from models.torchsparse_compat import weight_from_torchsparse, weight_to_torchsparse
 from models.minkunet import MinkUNet, MinkUNetConfig
 from tests.conftest import ours_threads, randomize_batchnorm
 

@@ -10,11 +10,10 @@ import time
 import numpy as np
 import pytest
 
-from app.cli import load_model, load_model_meta
+from app.inference.builder import build_pipeline, load_model
 from app.codecs.files import read_frame
 from app.inference.pipeline import SegmentationPipeline
 from app.inference.scoring import iou_metrics, read_labels
-from app.inference.voxelize import VoxelizeConfig
 from app.service.config import Settings
 from models.weights import DEFAULT_WEIGHTS, MODEL_CARD, WEIGHTS, resolve_weights
 from tests.conftest import REPO_ROOT, require_real_data
@@ -27,8 +26,7 @@ def recorded(name: str) -> dict:
 
 
 def pipeline_for(name: str) -> SegmentationPipeline:
-    model, _, voxel = load_model(name, 1.0)
-    return SegmentationPipeline(model, VoxelizeConfig(voxel_size=voxel), "cpu")
+    return build_pipeline(name, "cpu")
 
 
 def test_weights_files_small_and_card_present():
@@ -46,12 +44,12 @@ def test_names_licences_and_default_everywhere():
     assert DEFAULT_WEIGHTS.name == "minkunet_real.pt"
     assert resolve_weights("synthetic").name == "minkunet_synth.pt"
     assert resolve_weights("random") is None
-    _, meta = load_model_meta(None, 1.0)
+    _, meta = load_model(None)
     assert meta["name"] == DEFAULT_WEIGHTS.stem and meta["version"].startswith("real-")
     assert meta["licence"] == REAL_LICENCE and "SemanticKITTI" in meta["training_data"]
     for frame in ("seq00_000000", "spvnas_000000"):  # validation frames: never trained on
         assert frame not in meta["training_data"].split("model selection on")[0]
-    _, synth = load_model_meta("synthetic", 1.0)
+    _, synth = load_model("synthetic")
     assert synth["version"].startswith("synth-") and synth["licence"] == SYNTHETIC_LICENCE
     with pytest.raises(FileNotFoundError, match="no/such.pt"):
         resolve_weights("no/such.pt")
@@ -66,7 +64,7 @@ def test_shipped_weights_reproduce_recorded_validation_miou(name):
     gt = read_labels(d / "seq00_000000.label")
     labels = pipeline_for(name).segment(points, sensor).labels
     assert labels.shape == (len(points),) and int(labels.max()) < 19
-    result = iou_metrics(gt, labels, load_model_meta(name, 1.0)[1]["class_names"])
+    result = iou_metrics(gt, labels, load_model(name)[1]["class_names"])
     expected = recorded(name)["real_semantickitti"]["seq00_000000.bin"]
     print(f"{name}: seq00_000000 mIoU {result['miou']:.4f}, recorded {expected['miou']:.4f}")
     assert abs(result["miou"] - expected["miou"]) <= 0.01
@@ -77,7 +75,7 @@ def test_synthetic_weights_reproduce_recorded_synthetic_miou():
     """One fixed held-out synthetic frame (seed FIXED_FRAME_SEED), within 0.01."""
     expected = recorded("synthetic")["fixed_frame"]
     assert expected["seed"] == FIXED_FRAME_SEED
-    miou = fixed_frame_miou(pipeline_for("synthetic"), load_model("synthetic", 1.0)[1])
+    miou = fixed_frame_miou(pipeline_for("synthetic"), load_model("synthetic")[1]["class_names"])
     assert abs(miou - expected["miou"]) <= 0.01
 
 

@@ -7,6 +7,7 @@ from pydantic import BaseModel
 from kernels.precision import cpu_features
 
 from app.service.routes.deps import ERROR_RESPONSES, ApiKey, Service
+from models.labels import IGNORE_LABEL
 
 router = APIRouter(prefix="/v1", tags=["model"], dependencies=[ApiKey])
 
@@ -50,7 +51,7 @@ async def model_info(service: Service) -> ModelInfo:
         licence=service.model_licence, training_data=service.training_data, device=service.device,
         classes=[ClassInfo(id=i, name=n, color=list(c)) for i, (n, c)
                  in enumerate(zip(service.class_names, service.class_colors))],
-        ignore_label=255, voxel_size=service.voxel_size, input_features=service.input_features,
+        ignore_label=IGNORE_LABEL, voxel_size=service.voxel_size, input_features=service.input_features,
         engine=EngineInfo(device=service.device, grouping_plan_file=service.grouping_file,
                           deterministic=bool(engine.deterministic),
                           precision=service.pipeline.precision,

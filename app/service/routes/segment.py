@@ -22,18 +22,18 @@ from pydantic import BaseModel
 
 from app.codecs import DecodeError, decode
 from app.codecs.labels import labels_json
-from app.inference.pipeline import IGNORE_LABEL
-from app.inference.voxelize import INTENSITY_SCALE, valid_mask
+from app.inference.pipeline import PIPELINE_STAGES
+from app.inference.voxelize import valid_mask
 from app.service import observe
 from app.service.routes.body import file_part, read_body
 from app.service.routes.deps import ERROR_RESPONSES, ApiKey, Service, ServiceError, ServiceState
 from app.service.worker import DeadlineExceeded, QueueFull, WorkerStopped
+from models.labels import class_counts as count_classes
 
 log = logging.getLogger("lidarseg")
 
 router = APIRouter(prefix="/v1", tags=["segment"], dependencies=[ApiKey])
 
-TIMING_STAGES = ("decode", "queue", "voxelize", "maps", "network", "devoxelize", "encode", "total")
 BINARY_TYPES = ("application/octet-stream",)
 
 _BINARY_SCHEMA = {"type": "string", "format": "binary"}
@@ -103,17 +103,18 @@ def check_points(service: ServiceState, points: np.ndarray, sensor: str) -> np.n
         raise ServiceError(422, "out_of_range",
                            f"{ignored['out_of_range']} points lie outside |x|, |y| <= "
                            f"{cfg.max_xy} m, z in {list(cfg.z_range)} m (range policy 'reject')")
-    return clean_extra_columns(points, sensor)
+    scale = dict(service.pipeline.voxel_config.intensity_scale).get(sensor, 1.0)
+    return clean_extra_columns(points, np.float32(1.0 / scale))
 
 
-def clean_extra_columns(points: np.ndarray, sensor: str) -> np.ndarray:
+def clean_extra_columns(points: np.ndarray, top: np.float32) -> np.ndarray:
     """Non-finite values after x, y, z become 0; intensity (column 3) is clamped to the
-    sensor's range, 0..1 (kitti) or 0..255 (nuscenes, ouster): a frame with absurd values
-    (3e38) is segmented as if they were the range's ends. Copies only when something changes."""
+    sensor's range 0..top, 0..1 (kitti) or 0..255 (nuscenes, ouster) under the model's intensity
+    normalisation: a frame with absurd values (3e38) is segmented as if they were the range's
+    ends. Copies only when something changes."""
     if points.shape[1] <= 3:
         return points
     extra = points[:, 3:]
-    top = np.float32(1.0 / INTENSITY_SCALE.get(sensor, 1.0))
     inten = extra[:, 0]
     if np.isfinite(extra).all() and not (inten < 0).any() and not (inten > top).any():
         return points
@@ -262,8 +263,7 @@ async def segment(
 
     t_enc = time.perf_counter()
     timing = {"decode": decode_ms, "queue": job.queue_ms,
-              **{k: result.timing_ms.get(k, 0.0)
-                 for k in ("voxelize", "maps", "network", "devoxelize")}}
+              **{k: result.timing_ms.get(k, 0.0) for k in PIPELINE_STAGES}}
     headers = {"X-Request-Id": request_id, "X-Model": service.model_tag,
                "X-Num-Points": str(result.num_points), "X-Num-Voxels": str(result.num_voxels),
                "X-Ignored-Points": str(result.ignored_points),
@@ -276,11 +276,8 @@ async def segment(
         media_type = "application/octet-stream"
     else:
         labels = labels_json(result.labels)
-        counts = np.bincount(result.labels, minlength=256)
         names = service.class_names
-        class_counts = {names[i]: int(counts[i]) for i in range(len(names)) if counts[i]}
-        if counts[IGNORE_LABEL]:
-            class_counts["ignore"] = int(counts[IGNORE_LABEL])
+        class_counts = count_classes(result.labels, names)
         timing["encode"] = (time.perf_counter() - t_enc) * 1e3
         timing["total"] = (time.perf_counter() - t0) * 1e3
         timing = {k: round(v, 3) for k, v in timing.items()}
