@@ -15,7 +15,10 @@ from __future__ import annotations
 import ctypes
 import glob
 import os
+import socket
 import statistics
+import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -187,3 +190,30 @@ def env_summary(device: str) -> dict:
         info["gpu"] = torch.cuda.get_device_name()
         info["cuda"] = torch.version.cuda
     return info
+
+
+def start_server(weights: str, cr: float, device: str, env: dict | None = None,
+                 stderr=None) -> tuple[subprocess.Popen, str]:
+    """`python -m app serve` on a free loopback port with these weights; (process, base URL)
+    once /readyz answers 200."""
+    import httpx
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "LIDARSEG_WEIGHTS": weights, "LIDARSEG_CR": str(cr),
+           "LIDARSEG_LOG_LEVEL": "warning", **(env or {})}
+    proc = subprocess.Popen([sys.executable, "-m", "app", "serve", "--port", str(port),
+                             "--device", device], cwd=REPO_ROOT, env=env, stderr=stderr)
+    url = f"http://127.0.0.1:{port}"
+    end = time.monotonic() + 300
+    while time.monotonic() < end:
+        if proc.poll() is not None:
+            raise SystemExit(f"server exited with {proc.returncode}")
+        try:
+            if httpx.get(f"{url}/readyz", timeout=1).status_code == 200:
+                return proc, url
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    proc.kill()
+    raise SystemExit("server not ready in 300 s")

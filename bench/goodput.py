@@ -23,7 +23,7 @@ import httpx
 import numpy as np
 
 from bench import common
-from bench.service import start_server
+from bench.common import start_server
 from tests.app.service_helpers import metric_value
 
 

@@ -190,7 +190,6 @@ def end_to_end(weights: str, cr: float, device: str, frame: str, runs: int) -> d
     import httpx
 
     from app.client import server_timing
-    from bench.service import start_server
 
     sink, port = start_sink()
     off = {"LIDARSEG_ACCESS_LOG": "off", "LIDARSEG_EXEMPLARS": "false",
@@ -200,7 +199,7 @@ def end_to_end(weights: str, cr: float, device: str, frame: str, runs: int) -> d
     servers = {}
     try:
         for name, env in (("off", off), ("on", on)):
-            servers[name] = start_server(weights, cr, device, env, stderr=subprocess.DEVNULL)
+            servers[name] = common.start_server(weights, cr, device, env, stderr=subprocess.DEVNULL)
         body = np.ascontiguousarray(common.load_frame(frame).points).tobytes()
         layer = {"off": [], "on": []}
         with httpx.Client(timeout=600) as http:

@@ -18,12 +18,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import signal
-import socket
 import statistics
-import subprocess
-import sys
 import time
 
 import httpx
@@ -43,30 +39,6 @@ FORMAT = {"nuscenes": "nuscenes"}
 
 def _spread(values: list[float]) -> str:
     return f"{statistics.median(values):.3g} [{min(values):.3g}..{max(values):.3g}]"
-
-
-def start_server(weights: str, cr: float, device: str, env: dict | None = None,
-                 stderr=None) -> tuple[subprocess.Popen, str]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    env = {**os.environ, "LIDARSEG_WEIGHTS": weights, "LIDARSEG_CR": str(cr),
-           "LIDARSEG_LOG_LEVEL": "warning", **(env or {})}
-    proc = subprocess.Popen([sys.executable, "-m", "app", "serve", "--port", str(port),
-                             "--device", device], cwd=common.REPO_ROOT, env=env, stderr=stderr)
-    url = f"http://127.0.0.1:{port}"
-    end = time.monotonic() + 300
-    while time.monotonic() < end:
-        if proc.poll() is not None:
-            raise SystemExit(f"server exited with {proc.returncode}")
-        try:
-            if httpx.get(f"{url}/readyz", timeout=1).status_code == 200:
-                return proc, url
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    proc.kill()
-    raise SystemExit("server not ready in 300 s")
 
 
 def main(argv=None) -> int:
@@ -89,7 +61,7 @@ def main(argv=None) -> int:
         return observe.service_main(args)
 
     proc, url = ((None, args.url) if args.url
-                 else start_server(args.weights, args.cr, args.device))
+                 else common.start_server(args.weights, args.cr, args.device))
     pipeline = build_pipeline(args.weights, args.device, args.cr)
     rows = []
     try:

@@ -25,7 +25,7 @@ import numpy as np
 
 from app.codecs.encode import encode
 from bench import common
-from bench.service import start_server
+from bench.common import start_server
 
 VARIANTS = ["kitti", "nuscenes", "pcd_binary", "pcd_binary_compressed", "ply_binary_little_endian",
             "npy", "las", "pointcloud2", "pcd_ascii", "json"]

@@ -2,9 +2,9 @@
 scenes write for them."""
 from __future__ import annotations
 
-from models.labels import IGNORE_LABEL as IGNORE  # nothing hit / unlabelled
+from models.labels import IGNORE_LABEL as IGNORE  # noqa: F401 (nothing hit / unlabelled)
 from models.labels import NUM_CLASSES
-from models.labels import SEMANTIC_KITTI_CLASSES as CLASS_NAMES
+from models.labels import SEMANTIC_KITTI_CLASSES as CLASS_NAMES  # noqa: F401
 
 (CAR, BICYCLE, MOTORCYCLE, TRUCK, OTHER_VEHICLE, PERSON, BICYCLIST, MOTORCYCLIST, ROAD, PARKING,
  SIDEWALK, OTHER_GROUND, BUILDING, FENCE, VEGETATION, TRUNK, TERRAIN, POLE,

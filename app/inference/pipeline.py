@@ -128,12 +128,14 @@ class SegmentationPipeline:
 
     @torch.no_grad()
     def run(self, frames: list[np.ndarray], sensor: str | list[str] = "kitti",
-            layer_timing: bool = False, keep_logits: bool = False) -> list[FrameResult]:
+            layer_timing: bool = False, keep_logits: bool = False,
+            valid: list | None = None) -> list[FrameResult]:
         """Segments several frames as one batch (`sensor`: one name, or one per frame); one
-        result per frame, N labels each."""
+        result per frame, N labels each. `valid`: per frame, valid_mask's result if the caller
+        has it already (the service checks it before queueing), else None."""
         clock = StageClock(self.device)
         with clock.stage("voxelize"):
-            batch = voxelize(frames, self.voxel_config, sensor, self.device)
+            batch = voxelize(frames, self.voxel_config, sensor, self.device, valid)
         dtype = next(self.model.parameters()).dtype  # fp16 models (CUDA) take fp16 features
         x = SparseTensor(batch.feats.to(dtype), batch.coords, engine=self.engine)
         with clock.stage("maps"):

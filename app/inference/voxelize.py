@@ -87,16 +87,24 @@ def valid_mask(points: np.ndarray, config: VoxelizeConfig) -> tuple[np.ndarray, 
     return keep, {"non_finite": int((~finite).sum()), "out_of_range": int((finite & ~inside).sum())}
 
 
+Valid = tuple[np.ndarray, dict[str, int]]  # valid_mask's (keep mask, ignored counts)
+
+
 def voxelize(frames: list[np.ndarray], config: VoxelizeConfig, sensor: str | list[str] = "kitti",
-             device: torch.device = torch.device("cpu")) -> VoxelBatch:
+             device: torch.device = torch.device("cpu"),
+             valid: list[Valid | None] | None = None) -> VoxelBatch:
     """Voxelize several frames as one batch (batch index = position in `frames`); `sensor` is one
-    name for all frames or one per frame (it sets the intensity scale)."""
+    name for all frames or one per frame (it sets the intensity scale). `valid`: per frame the
+    valid_mask result the caller already has (None: computed here), so it runs once per frame."""
     sensors = [sensor] * len(frames) if isinstance(sensor, str) else list(sensor)
     if len(sensors) != len(frames):
         raise ValueError(f"{len(frames)} frames but {len(sensors)} sensor names")
     grids, feats, masks, ignored = [], [], [], []
-    for points, frame_sensor in zip(frames, sensors):
-        keep, counts = valid_mask(points, config)
+    known = list(valid) if valid is not None else [None] * len(frames)
+    if len(known) != len(frames):
+        raise ValueError(f"{len(frames)} frames but {len(known)} validity masks")
+    for points, frame_sensor, given in zip(frames, sensors, known):
+        keep, counts = given if given is not None else valid_mask(points, config)
         ignored.append(counts)
         all_kept = bool(keep.all())
         masks.append(None if all_kept else keep)

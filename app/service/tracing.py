@@ -21,10 +21,11 @@ import re
 import time
 from dataclasses import dataclass, field
 
+# the stages one pipeline run times for all frames of a batch: their spans link to that run's span
+from app.inference.pipeline import PIPELINE_STAGES
+
 TRACEPARENT = re.compile(r"^00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})$")
 _ZERO_TRACE = "0" * 32
-# the stages one pipeline run times for all frames of a batch: their spans link to that run's span
-PIPELINE_STAGES = ("voxelize", "maps", "network", "devoxelize")
 
 
 @dataclass

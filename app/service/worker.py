@@ -77,6 +77,7 @@ class Job:
     queue_ms: float = 0.0
     batch_size: int = 0
     trace: object = None                  # the request's trace (the pipeline run links to it)
+    valid: object = None                  # valid_mask's result from the route (computed once)
 
     @property
     def size(self) -> int:
@@ -112,8 +113,8 @@ class InferenceWorker:
 
     # ---- route side ----------------------------------------------------------------------
     def submit(self, points: np.ndarray, sensor: str, deadline: float,
-               layer_timing: bool = False, trace: object = None) -> Job:
-        job = Job(points, sensor, layer_timing, deadline, trace=trace)
+               layer_timing: bool = False, trace: object = None, valid: object = None) -> Job:
+        job = Job(points, sensor, layer_timing, deadline, trace=trace, valid=valid)
         with self._cond:
             if self._stopping:
                 raise WorkerStopped("the worker is shutting down")
@@ -278,7 +279,7 @@ class InferenceWorker:
             with around:
                 results: list[FrameResult] = self.pipeline.run(
                     [j.points for j in live], [j.sensor for j in live],
-                    layer_timing=live[0].layer_timing)
+                    layer_timing=live[0].layer_timing, valid=[j.valid for j in live])
         except Exception as e:  # noqa: BLE001 - delivered to every waiting request
             log.exception("pipeline failed on a batch of %d", len(live))
             for job in live:

@@ -15,9 +15,9 @@ import pytest
 
 from tests.app.service_helpers import Server, parse_server_timing
 from tests.conftest import REPO_ROOT, load_frame, require_real_data
+from app.inference.pipeline import STAGES
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-STAGES = ("decode", "queue", "voxelize", "maps", "network", "devoxelize", "encode")
 ARTIFACTS = Path(os.environ.get("LIDARSEG_ARTIFACTS", REPO_ROOT / "artifacts"))
 BACKGROUND = (0x10, 0x14, 0x1C)
 

@@ -20,8 +20,8 @@ from app.service.recent import RequestRing
 from app.service.tracing import Tracing, export_requested
 from tests.app.observe_helpers import OPENMETRICS, PARENT, app_client, small_frame
 from tests.conftest import load_frame, require_real_data
+from app.inference.pipeline import STAGES
 
-STAGES = ("decode", "queue", "voxelize", "maps", "network", "devoxelize", "encode")
 KEY = "observe-key-0123456789"
 
 

@@ -13,8 +13,8 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from tests.app.observe_helpers import PARENT
 from tests.app.service_helpers import Server
 from tests.conftest import load_frame, require_real_data
+from app.inference.pipeline import STAGES
 
-STAGES = {"decode", "queue", "voxelize", "maps", "network", "devoxelize", "encode"}
 
 
 class Receiver(http.server.ThreadingHTTPServer):
@@ -66,7 +66,7 @@ def test_otlp_http_export_reaches_a_receiver(monkeypatch):
         while time.monotonic() < end:
             with receiver.lock:
                 names = {s.name for _, s in receiver.spans if s.trace_id == trace_id}
-            if STAGES <= names and "POST /v1/segment" in names:
+            if set(STAGES) <= names and "POST /v1/segment" in names:
                 break
             time.sleep(0.1)
         assert STAGES | {"POST /v1/segment", "inference"} <= names, names

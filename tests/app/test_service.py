@@ -16,12 +16,13 @@ from app.inference.builder import build_pipeline
 from tests.conftest import load_frame, require_real_data
 
 from tests.app.service_helpers import Server, metric_value, parse_server_timing
+from app.inference.pipeline import STAGES as REQUEST_STAGES
 
 KITTI = "semantickitti/seq00_000000.bin"
 NUSCENES = "nuscenes/n015-2018-07-24-11-22-45+0800__LIDAR_TOP__1532402927647951.pcd.bin"
 BIN = {"Content-Type": "application/octet-stream"}
 WANT_BIN = {**BIN, "Accept": "application/octet-stream"}
-STAGES = {"decode", "queue", "voxelize", "maps", "network", "devoxelize", "encode", "total"}
+STAGES = {*REQUEST_STAGES, "total"}
 KEY = "test-key-0123456789"
 
 

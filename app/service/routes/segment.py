@@ -85,7 +85,9 @@ RESPONSES = {
 }
 
 
-def check_points(service: ServiceState, points: np.ndarray, sensor: str) -> np.ndarray:
+def check_points(service: ServiceState, points: np.ndarray, sensor: str):
+    """(points, valid_mask's result): the frame checked against the limits and the range
+    policy, its extra columns cleaned; the mask goes with it to the pipeline (computed once)."""
     settings = service.settings
     if not isinstance(points, np.ndarray) or points.ndim != 2 or points.shape[1] < 3:
         shape = getattr(points, "shape", None)
@@ -94,7 +96,8 @@ def check_points(service: ServiceState, points: np.ndarray, sensor: str) -> np.n
         raise ServiceError(413, "too_many_points", f"{len(points)} points; the limit is "
                            f"{settings.max_points} (LIDARSEG_MAX_POINTS)")
     points = np.ascontiguousarray(points, dtype=np.float32)
-    _, ignored = valid_mask(points, service.pipeline.voxel_config)
+    valid = valid_mask(points, service.pipeline.voxel_config)
+    ignored = valid[1]
     if ignored["non_finite"] == len(points):
         raise ServiceError(422, "no_finite_points",
                            f"none of the {len(points)} points has finite x, y, z")
@@ -104,7 +107,7 @@ def check_points(service: ServiceState, points: np.ndarray, sensor: str) -> np.n
                            f"{ignored['out_of_range']} points lie outside |x|, |y| <= "
                            f"{cfg.max_xy} m, z in {list(cfg.z_range)} m (range policy 'reject')")
     scale = dict(service.pipeline.voxel_config.intensity_scale).get(sensor, 1.0)
-    return clean_extra_columns(points, np.float32(1.0 / scale))
+    return clean_extra_columns(points, np.float32(1.0 / scale)), valid
 
 
 def clean_extra_columns(points: np.ndarray, top: np.float32) -> np.ndarray:
@@ -136,7 +139,8 @@ def decode_frame(service: ServiceState, body: bytes, fmt: str | None, content_ty
         log.exception("request %s: unexpected decode failure", request_id)
         raise ServiceError(400, "malformed_body", "the body could not be decoded (request id "
                            f"{request_id})") from None
-    return check_points(service, frame.points, frame.sensor), frame.sensor
+    points, valid = check_points(service, frame.points, frame.sensor)
+    return points, frame.sensor, valid
 
 
 def admit(service: ServiceState) -> None:
@@ -245,12 +249,12 @@ async def segment(
         media = (content_type or "").split(";")[0].strip().lower()
     if media == "application/json" and fmt is None:
         fmt = "json"
-    points, sensor = await decode_in_pool(service, body, fmt, content_type, request_id)
+    points, sensor, valid = await decode_in_pool(service, body, fmt, content_type, request_id)
     decode_ms = (time.perf_counter() - t_body) * 1e3
 
     try:
         job = service.worker.submit(points, sensor, deadline, layer_timing=detail == "layers",
-                                    trace=observe.trace_of(request))
+                                    trace=observe.trace_of(request), valid=valid)
     except QueueFull as e:
         raise ServiceError(503, "queue_full", f"server busy: {e}", service.retry_after()) from None
     except WorkerStopped as e:
