@@ -2,7 +2,8 @@
 scenes write for them."""
 from __future__ import annotations
 
-from models.labels import IGNORE_LABEL as IGNORE  # noqa: F401 (nothing hit / unlabelled)
+# re-exported: IGNORE marks nothing hit / unlabelled
+from models.labels import IGNORE_LABEL as IGNORE  # noqa: F401
 from models.labels import NUM_CLASSES
 from models.labels import SEMANTIC_KITTI_CLASSES as CLASS_NAMES  # noqa: F401
 

@@ -78,6 +78,5 @@ def pipeline_for(model: MinkUNet, meta: dict, device: str | torch.device = "cpu"
                  **pipeline_options) -> SegmentationPipeline:
     """A SegmentationPipeline for a model in hand (e.g. one being trained) and the meta its
     checkpoint would carry (models.checkpoints.make_meta)."""
-    meta = check_meta(meta, model.config.num_classes, model.config.in_channels) | {
-        k: v for k, v in meta.items() if k in ("name", "licence")}
+    meta = check_meta(meta, model.config.num_classes, model.config.in_channels)
     return SegmentationPipeline(model, voxel_config(meta), device, meta=meta, **pipeline_options)
