@@ -12,10 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from app.cli import load_model
-from app.inference.pipeline import SegmentationPipeline
+from app.inference.builder import load_model, pipeline_for
 from app.inference.scoring import iou_metrics, read_labels
-from app.inference.voxelize import VoxelizeConfig
 from tests.conftest import REAL_DATA, frame_id, require_real_data
 
 VALIDATION = ("seq00_000000", "spvnas_000000")
@@ -30,10 +28,9 @@ def real_frames() -> list[str]:
 
 @pytest.fixture(scope="module")
 def pipelines():
-    model, names, voxel = load_model("default", 1.0)
-    config = VoxelizeConfig(voxel_size=voxel)
-    return {p: SegmentationPipeline(model, config, "cpu", precision=p)
-            for p in ("fp32", "bf16")}, names
+    model, meta = load_model("default")
+    return {p: pipeline_for(model, meta, "cpu", precision=p)
+            for p in ("fp32", "bf16")}, meta["class_names"]
 
 
 def read(rel: str) -> tuple[np.ndarray, str]:
