@@ -26,6 +26,7 @@ import torch
 from . import backend
 from .grouping import ExecutionPlan
 from .precision import fused_bf16_lanes
+from .rows import gather_rows, scatter_add_unique
 
 FP32_MAX_CIN = 8
 
@@ -94,8 +95,6 @@ def _fused(xb, pairs, plan: ExecutionPlan, bias, relu, residual) -> torch.Tensor
 
 def _gather_bf16(xb: torch.Tensor, idx: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
     """out[i] = xb[idx[i]], zero rows where idx < 0."""
-    from .engine import gather_rows
-
     if xb.shape[1] % 2 == 0:  # a row of bf16 pairs is a row of fp32 bit patterns: move those
         gather_rows(xb.view(torch.float32), idx, out.view(torch.float32))
         return out
@@ -105,8 +104,6 @@ def _gather_bf16(xb: torch.Tensor, idx: torch.Tensor, out: torch.Tensor) -> torc
 
 
 def _grouped(xb, plain, plan: ExecutionPlan, workspace) -> torch.Tensor:
-    from .engine import scatter_add_unique
-
     cout = plain.shape[2]
     if plan.identity is not None:
         dst = torch.mm(xb, plain[plan.identity]).float()

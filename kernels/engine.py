@@ -28,6 +28,7 @@ from . import backend
 from .chunking import Chunk, Piece, Workspace, chunks, default_cap, rows_under_cap
 from .grouping import ExecutionPlan, build_plan
 from .kmap import KernelMap
+from .rows import gather_rows, scatter_add_rows, scatter_add_unique
 from .tuning import GroupingTable
 
 
@@ -50,41 +51,6 @@ class EngineConfig:
         """Buffer rows per chunk under the memory cap."""
         cap = self.memory_cap if self.memory_cap is not None else default_cap(device)
         return rows_under_cap(cap, cin, cout, dtype)
-
-
-def gather_rows(src: torch.Tensor, idx: torch.Tensor, dst: torch.Tensor | None = None):
-    """dst[i] = src[idx[i]], zero rows where idx < 0."""
-    src = src.contiguous()
-    if dst is None:
-        dst = torch.empty(idx.numel(), src.shape[1], dtype=src.dtype, device=src.device)
-    backend.call(f"gather_rows_{backend.DTYPE_SUFFIX[src.dtype]}", src.device, src, src.shape[0],
-                 src.shape[1], idx, idx.numel(), dst)
-    return dst
-
-
-def scatter_add_rows(src: torch.Tensor, dst: torch.Tensor, idx: torch.Tensor,
-                     csr: tuple[torch.Tensor, torch.Tensor] | None,
-                     row_lo: int = 0) -> torch.Tensor:
-    """dst[idx[i]] += src[i] (idx < 0 skipped), src holding buffer rows [row_lo, row_lo + len).
-    With `csr` (ptr, rows) of the whole buffer the sums run in a fixed order; without it (CUDA
-    only) float atomics are used. dst is fp32 for an fp16 src (the caller rounds once).
-    Returns dst."""
-    suffix = backend.DTYPE_SUFFIX[src.dtype]
-    m, c = src.shape
-    if csr is not None:
-        ptr, rows = csr
-        backend.call(f"scatter_add_csr_{suffix}", src.device, src, c, ptr, rows, dst.shape[0],
-                     row_lo, row_lo + m, dst)
-    else:
-        backend.call(f"scatter_add_atomic_{suffix}", src.device, src, m, c, idx, dst)
-    return dst
-
-
-def scatter_add_unique(src: torch.Tensor, dst: torch.Tensor, idx: torch.Tensor) -> None:
-    """dst[idx[i]] += src[i] where the non-negative idx are distinct (one kernel offset's rows):
-    no atomics, no ordering needed (CPU)."""
-    backend.call(f"scatter_add_unique_{backend.DTYPE_SUFFIX[src.dtype]}", src.device, src,
-                 src.shape[0], src.shape[1], idx, dst)
 
 
 def _matmul(gathered: torch.Tensor, weight: torch.Tensor, piece: Piece, out: torch.Tensor):
