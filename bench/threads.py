@@ -29,11 +29,8 @@ if mode != "before":
     configure_env()
 import numpy as np, torch
 from bench import common
-from app.cli import load_model
-from app.inference.pipeline import SegmentationPipeline
-from app.inference.voxelize import VoxelizeConfig
-model, _, voxel = load_model(weights, cr)
-pipe = SegmentationPipeline(model, VoxelizeConfig(voxel_size=voxel), "cpu")
+from app.inference.builder import build_pipeline
+pipe = build_pipeline(weights, "cpu", cr)
 frame = common.load_frame(frame_name).points
 sensor = "nuscenes" if frame.shape[1] == 5 else "kitti"
 pipe.segment(np.array(frame), sensor)

@@ -28,15 +28,11 @@ def main() -> int:
     served = np.frombuffer(r.content, dtype=np.uint8)
     print(f"container: {len(served)} labels in {time.monotonic() - t0:.1f} s")
 
-    from app.cli import load_model
     from app.codecs.files import read_frame
-    from app.inference.pipeline import SegmentationPipeline
-    from app.inference.voxelize import VoxelizeConfig
+    from app.inference.builder import build_pipeline
 
     points, sensor = read_frame(frame, "kitti")
-    model, _, voxel = load_model("default", 1.0)
-    local = SegmentationPipeline(model, VoxelizeConfig(voxel_size=voxel), "cpu").segment(
-        points, sensor).labels
+    local = build_pipeline("default", "cpu").segment(points, sensor).labels
     same = int((local == served).sum()) if len(local) == len(served) else -1
     print(f"in-process: {len(local)} labels; equal: {same} of {len(local)}")
     return 0 if same == len(local) else 1
