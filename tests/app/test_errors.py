@@ -106,12 +106,12 @@ def test_intensity_clamped_to_the_sensor_range(sensor, top):
     pts = np.zeros((5, 5), np.float32)
     pts[:, 3] = [-7.0, 0.5, 3e38, np.nan, np.inf]
     pts[:, 4] = [1, 2, 3, np.nan, 5]
-    out = segment.clean_extra_columns(pts, sensor)
+    out = segment.clean_extra_columns(pts, np.float32(top))
     np.testing.assert_array_equal(out[:, 3], [0.0, min(0.5, top), top, 0.0, 0.0])  # inf: 0
     np.testing.assert_array_equal(out[:, 4], [1, 2, 3, 0, 5])
     assert np.isinf(pts[4, 3])                       # the caller's array is not changed
     ok = np.ones((3, 4), np.float32)
-    assert segment.clean_extra_columns(ok, sensor) is ok
+    assert segment.clean_extra_columns(ok, np.float32(top)) is ok
 
 
 def test_large_json_integers_are_numbers():

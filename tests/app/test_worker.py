@@ -20,7 +20,7 @@ class FakePipeline:
         self.gate = threading.Event()
         self.gate.set()
 
-    def run(self, frames, sensors, layer_timing=False):
+    def run(self, frames, sensors, layer_timing=False, **_):
         self.gate.wait(30)
         time.sleep(sum(len(f) for f in frames) * self.ms_per_point / 1e3)
         self.ran.extend(int(f[0, 0]) for f in frames)
