@@ -37,7 +37,8 @@ from app.service.access_log import AccessLog
 from app.service.config import Settings
 from app.service.metrics import Metrics
 from app.service.routes.deps import ServiceState
-from app.service.tracing import PIPELINE_STAGES, Tracing
+from app.inference.pipeline import PIPELINE_STAGES
+from app.service.tracing import Tracing
 from bench import common
 
 SINK = """

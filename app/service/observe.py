@@ -12,9 +12,10 @@ import time
 from typing import TYPE_CHECKING
 
 from app.codecs import infer_format
+from app.inference.pipeline import STAGES
 from app.service.access_log import AccessLog
 from app.service.recent import RequestRing
-from app.service.tracing import PIPELINE_STAGES, RequestTrace, Tracing, provider_from_env
+from app.service.tracing import RequestTrace, Tracing, provider_from_env
 
 if TYPE_CHECKING:
     from app.service.routes.deps import ServiceState
@@ -90,11 +91,12 @@ def record(request, *, timing: dict[str, float], result, batch_size: int, fmt: s
         return None
     # the stage spans, laid end to end from where the route measured them
     stages, start = [], t_body
-    for name in ("decode", "queue", *PIPELINE_STAGES):
+    for name in STAGES:
+        if name == "encode":        # after the wait for the worker's result
+            start = t_enc
         ms = timing.get(name, 0.0)
         stages.append((name, start, ms))
         start += ms / 1e3
-    stages.append(("encode", t_enc, timing.get("encode", 0.0)))
     try:
         fmt = fmt or infer_format(body, content_type)
     except Exception:  # noqa: BLE001 - only a label for the log
