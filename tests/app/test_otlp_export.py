@@ -69,7 +69,7 @@ def test_otlp_http_export_reaches_a_receiver(monkeypatch):
             if set(STAGES) <= names and "POST /v1/segment" in names:
                 break
             time.sleep(0.1)
-        assert STAGES | {"POST /v1/segment", "inference"} <= names, names
+        assert {*STAGES, "POST /v1/segment", "inference"} <= names, names
         with receiver.lock:
             root = next(s for _, s in receiver.spans if s.name == "POST /v1/segment")
             service = next(svc for svc, s in receiver.spans if s is root)
