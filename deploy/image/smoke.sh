@@ -16,9 +16,10 @@ LOG=$(mktemp)
 ctr=$("${B[@]}" from --pull-never -q "$IMAGE")
 cleanup() { "${B[@]}" rm "$ctr" >/dev/null 2>&1 || true; rm -f "$LOG"; }
 trap cleanup EXIT
-config() { "${B[@]}" inspect --type image --format "{{json .OCIv1.Config.$1}}" "$IMAGE"; }
-mapfile -t CMD < <("$PY" -c "import json, sys; [print(a) for a in json.loads(sys.argv[1]) + json.loads(sys.argv[2])]" "$(config Entrypoint)" "$(config Cmd)")
-USER_ID=$("$PY" -c "import json, sys; print(json.loads(sys.argv[1]))" "$(config User)")
+# the image's run configuration (Docker format: it keeps the HEALTHCHECK)
+"${B[@]}" inspect --type image "$IMAGE" >"$LOG"
+mapfile -t CMD < <("$PY" -c "import json, sys; c = json.load(open(sys.argv[1]))['Docker']['config']; [print(a) for a in c['Entrypoint'] + (c.get('Cmd') or [])]" "$LOG")
+USER_ID=$("$PY" -c "import json, sys; print(json.load(open(sys.argv[1]))['Docker']['config']['User'])" "$LOG")
 echo "image $IMAGE: user $USER_ID, command ${CMD[*]}"
 [ -n "$USER_ID" ] && [ "${USER_ID%%:*}" != 0 ] && [ "${USER_ID%%:*}" != root ] \
   || { echo "FAIL: the image runs as root" >&2; exit 1; }
