@@ -201,7 +201,7 @@ def call(op: str, device, *args) -> None:
 def _raise_for(name: str, status: int, device: torch.device) -> None:
     if status == Status.OK:
         return
-    text = STATUS_MESSAGES.get(status, f"status {status}")
+    text = STATUS_MESSAGES.get(status, f"status {status}")  # type: ignore[call-overload]
     if status == Status.CUDA_ERROR and device.type == "cuda":
         text = f"{text}: {last_cuda_error()}"
     raise KernelError(f"{name}: {text}")

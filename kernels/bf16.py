@@ -48,7 +48,8 @@ def bf16_weights(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | Non
     pairs = None if cin % 2 else \
         plain.view(k, cin // 2, 2, cout).transpose(2, 3).contiguous()
     with _lock:
-        _cache[key] = (weakref.ref(weight, lambda _r, key=key: _forget(key)), weight._version,
+        _cache[key] = (weakref.ref(weight, lambda _r, key=key: _forget(key)),  # type: ignore[misc]
+                       weight._version,
                        weight.data_ptr(), plain, pairs)
     return plain, pairs
 
@@ -59,7 +60,7 @@ def _forget(key: int) -> None:
 
 
 def conv_bf16(src: torch.Tensor, weight: torch.Tensor, plan: ExecutionPlan, workspace,
-              bias=None, relu: bool = False, residual=None) -> torch.Tensor:
+              bias=None, relu: bool = False, residual=None) -> torch.Tensor | None:
     """The forward conv of engine.sparse_conv in bf16 (src [N, Cin] fp32 -> [num_out, Cout]
     fp32), or None where the conv stays in fp32 (Cin <= FP32_MAX_CIN)."""
     n, cin = src.shape

@@ -41,7 +41,7 @@ if __package__:
     from . import targets
 else:  # run as a file (`python kernels/build.py`): no torch needed, e.g. in a CUDA build stage
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    import targets
+    import targets  # type: ignore[no-redef]
 
 CSRC = Path(__file__).resolve().parent / "csrc"
 CPU_SOURCES = sorted(CSRC.glob("*_cpu.cpp"))
@@ -206,7 +206,8 @@ def _device_capability() -> tuple[int, int] | None:
         import torch
 
         if torch.cuda.is_available():
-            return tuple(torch.cuda.get_device_capability())
+            major, minor = torch.cuda.get_device_capability()
+            return major, minor
     except Exception:  # torch missing or no driver
         return None
     return None

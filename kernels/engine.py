@@ -114,7 +114,7 @@ def _launches(src, weight, plan: ExecutionPlan, dst, transposed: bool, determini
     acc = dst.float() if dst.dtype == torch.float16 else dst
     csr = (plan.gather_csr if transposed else plan.scatter_csr) if mode == "csr" else None
 
-    def scatter(partial, chunk: Chunk):
+    def scatter(partial, chunk: Chunk):  # type: ignore[no-redef]
         idx = dst_idx[chunk.start:chunk.start + chunk.rows]
         scatter_add_rows(partial, acc, idx, csr, chunk.start)
     _run_chunks(src, weight, plan, dst, src_idx, dst_idx, scatter, max_rows, False, workspace)

@@ -41,6 +41,7 @@ def redundancy(rows: list[int]) -> float:
 def plan_launches(kmap: KernelMap, epsilon: float, threshold: float) -> list[Launch]:
     counts = kmap.counts
     volume = kmap.kernel_volume
+    units: list[tuple[int, ...]]
     if kmap.symmetric:
         units = [(k, volume - 1 - k) for k in range(volume // 2) if counts[k] > 0]
     else:

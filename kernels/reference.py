@@ -14,7 +14,7 @@ def brute_force_map(in_coords: torch.Tensor, out_coords: torch.Tensor, kernel_si
         padding = kernel_size // 2
     offsets = kernel_offsets(kernel_size, padding, dilation).tolist()
     where = {tuple(c): i for i, c in enumerate(in_coords.tolist())}
-    entries = set()
+    entries: set[tuple[int, int, int]] = set()
     for q, (b, x, y, z) in enumerate(out_coords.tolist()):
         for k, (dx, dy, dz) in enumerate(offsets):
             p = where.get((b, x * stride + dx, y * stride + dy, z * stride + dz))
@@ -25,7 +25,7 @@ def brute_force_map(in_coords: torch.Tensor, out_coords: torch.Tensor, kernel_si
 
 def map_entries(kmap) -> set[tuple[int, int, int]]:
     """A KernelMap as a set of (in, out, k), the identity offset included."""
-    entries = set()
+    entries: set[tuple[int, int, int]] = set()
     for k in range(kmap.kernel_volume):
         ins, outs = kmap.entries(k)
         entries.update((int(p), int(q), k) for p, q in zip(ins.tolist(), outs.tolist()))

@@ -109,4 +109,5 @@ def best_cuda(libs: list[Built], capability: tuple[int, int]) -> Built | None:
     """A CUDA library that covers the device, preferring machine code over PTX."""
     usable = [b for b in libs if covers(b.manifest["archs"], b.manifest.get("ptx"), capability)]
     native = [b for b in usable if covers(b.manifest["archs"], None, capability)]
-    return (native or usable or [None])[0]
+    chosen = native or usable
+    return chosen[0] if chosen else None

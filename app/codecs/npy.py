@@ -40,7 +40,7 @@ def decode(body: bytes, max_points: int | None = None) -> Frame:
         raise malformed(FMT, f"data {what}: {have} bytes for shape {shape} {dtype} ({need})")
     order = "F" if fortran else "C"
     arr = np.frombuffer(body, dtype=dtype, count=shape[0] * shape[1], offset=fp.tell())
-    points = arr.reshape(shape, order=order).astype(np.float32, order="C")
+    points = arr.reshape(shape, order=order).astype(np.float32, order="C")  # type: ignore[call-overload]
     return Frame(points, sensor_for(points), FMT)
 
 

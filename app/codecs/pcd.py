@@ -30,7 +30,7 @@ MAX_POINT_BYTES = 64
 
 def _header(body: bytes) -> tuple[dict[str, list[str]], int]:
     """({KEY: values}, offset of the data) — 400 when there is no DATA line."""
-    pos, head = 0, {}
+    pos, head = 0, {}  # type: int, dict[str, list[str]]
     while True:
         nl = body.find(b"\n", pos)
         if nl < 0 or nl > MAX_HEADER:

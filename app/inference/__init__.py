@@ -1,3 +1,4 @@
 """The inference pipeline: voxelize (Open3D), kernel maps, network and devoxelize as timed stages
-(pipeline.py), scoring against labelled frames (scoring.py) and the spconv cross-check
+(pipeline.py, with the STAGES names), the one way to build it from a weights argument and a
+device (builder.py), scoring against labelled frames (scoring.py) and the spconv cross-check
 (crosscheck.py). It uses models and kernels, never the HTTP service or the command line."""

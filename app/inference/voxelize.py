@@ -100,7 +100,7 @@ def voxelize(frames: list[np.ndarray], config: VoxelizeConfig, sensor: str | lis
     if len(sensors) != len(frames):
         raise ValueError(f"{len(frames)} frames but {len(sensors)} sensor names")
     grids, feats, masks, ignored = [], [], [], []
-    known = list(valid) if valid is not None else [None] * len(frames)
+    known: list[Valid | None] = list(valid) if valid is not None else [None] * len(frames)
     if len(known) != len(frames):
         raise ValueError(f"{len(frames)} frames but {len(known)} validity masks")
     for points, frame_sensor, given in zip(frames, sensors, known):
@@ -170,7 +170,7 @@ def _unique_rows(grids: list[np.ndarray]) -> tuple[torch.Tensor, torch.Tensor]:
     head[0] = True
     np.not_equal(packed[1:], packed[:-1], out=head[1:])
     heads = packed[head]
-    as_pairs = o3c.Tensor(heads.view(np.int32).reshape(-1, 2))
+    as_pairs = o3c.Tensor(heads.view(np.int32).reshape(-1, 2))  # type: ignore[call-overload]
     table = o3c.HashSet(len(heads), key_dtype=o3c.int32, key_element_shape=(2,))
     first_slot, first = table.insert(as_pairs)  # first: the first occurrence of its key
     slot, found = table.find(as_pairs)

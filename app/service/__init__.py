@@ -1,3 +1,6 @@
 """The HTTP service: app factory and lifespan (main.py), settings (config.py), one router per
-concern (routes/), the batching inference worker (worker.py) and Prometheus metrics (metrics.py).
-It uses app.inference and app.codecs; nothing below it imports it."""
+concern (routes/), the batching inference worker (worker.py), Prometheus metrics (metrics.py),
+tracing and the request log (observe.py, tracing.py, access_log.py, recent.py), and uvicorn with
+the SIGTERM drain (server.py, the one entry the command line starts it through). It uses
+app.inference and app.codecs (the pipeline comes from app.inference.builder); nothing below it
+imports it."""

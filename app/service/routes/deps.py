@@ -1,7 +1,6 @@
 """What the routers share: the service state, errors as JSON, typed dependencies, API keys."""
 from __future__ import annotations
 
-import asyncio
 import base64
 import binascii
 import hmac
@@ -115,8 +114,8 @@ SettingsDep = Annotated[Settings, Depends(get_settings)]
 def key_valid(authorization: str, keys: tuple[str, ...]) -> bool:
     """Whether an Authorization header carries one of `keys` (Bearer, or Basic with the key as
     the password); compared with every key in constant time."""
-    scheme, _, token = authorization.partition(" ")
-    token = token.strip().encode()
+    scheme, _, text = authorization.partition(" ")
+    token = text.strip().encode()
     if scheme.lower() == "basic":  # a browser (the dashboard): any user name, the key as password
         try:
             token = base64.b64decode(token, validate=True).partition(b":")[2]
