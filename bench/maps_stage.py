@@ -7,13 +7,16 @@ and 1x1 submanifold maps, the downsamplings and their transposed upsampling maps
 being the identity with no look-up. "before" (as up to c09a502): the maps stage built only the
 kernel-3 and downsampling maps; at network time each level's first 1x1 conv built that level's
 hash table and looked up zero offsets, and each upsampling transposed its map. Both run the same
-model on the same frame, interleaved run by run; the labels must be identical.
+model on the same frame, interleaved run by run; the labels must be identical. Besides the
+stages' wall time it prints the process CPU time per request, the steadier figure on a shared
+machine (it leaves out what the OS gives other processes).
 """
 from __future__ import annotations
 
 import argparse
 import contextlib
 import statistics
+import time
 
 import numpy as np
 import torch
@@ -72,14 +75,16 @@ def main(argv=None) -> int:
     old = BeforePipeline(now.model, now.voxel_config, args.device, meta=now.meta)
     points = np.ascontiguousarray(common.load_frame(args.frame).points)
     sensor = SENSOR.get(args.frame, "kitti")
-    keys = ("maps", "network", "maps+network", "total")
+    keys = ("maps", "network", "maps+network", "total", "cpu")
     times: dict[str, dict[str, list[float]]] = {"before": {k: [] for k in keys},
                                                 "now": {k: [] for k in keys}}
     reference = None
     for run in range(args.runs + 1):  # the first run of each warms up
         for name, pipeline, ctx in (("before", old, before), ("now", now, contextlib.nullcontext)):
             with ctx():
+                c0 = time.process_time()
                 result = pipeline.segment(points, sensor)
+                cpu_ms = (time.process_time() - c0) * 1e3
             t = result.timing_ms
             if run == 0:  # warm-up; both give the same labels
                 reference = result.labels if reference is None else reference
@@ -87,13 +92,13 @@ def main(argv=None) -> int:
                 continue
             for k, v in (("maps", t["maps"]), ("network", t["network"]),
                          ("maps+network", t["maps"] + t["network"]),
-                         ("total", sum(t.values()))):
+                         ("total", sum(t.values())), ("cpu", cpu_ms)):
                 times[name][k].append(v)
     med = {n: {k: statistics.median(v) for k, v in d.items()} for n, d in times.items()}
     print(f"# bench.maps_stage frame={args.frame} points={len(points)} voxels="
           f"{result.num_voxels} weights={args.weights} device={args.device} "
           f"threads={torch.get_num_threads()} median of {args.runs} interleaved runs (ms)")
-    print(f"{'':<14}{'before':>10}{'now':>10}{'saved':>10}{'ratio':>8}")
+    print(f"{'':<14}{'before':>10}{'now':>10}{'saved':>10}{'ratio':>8}   (cpu: process CPU ms)")
     for k in keys:
         b, n = med["before"][k], med["now"][k]
         print(f"{k:<14}{b:>10.1f}{n:>10.1f}{b - n:>10.1f}{b / n:>8.3f}")
