@@ -17,6 +17,7 @@ hold; "default" is the shipped CPU dataflow (fused, no scratch buffers).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import resource
 import subprocess
@@ -25,12 +26,10 @@ import sys
 import numpy as np
 import torch
 
-from app.inference.pipeline import SegmentationPipeline
-from app.inference.voxelize import VoxelizeConfig
+from app.inference.builder import build_pipeline
 from bench import common
 from kernels.engine import EngineConfig
 from kernels.tuning import BUILTIN_DEFAULTS, GroupingTable
-from models.minkunet import MinkUNet
 
 MIB = 1 << 20
 
@@ -95,8 +94,9 @@ def child(points: int, voxel: float, cr: float, cap_mb: float, dataflow: str) ->
     recorder = PlanRecorder(config)
     frame = tiled_points(points)
     reach = float(np.abs(frame[:, :2]).max()) + 1.0  # keep every tile (max_xy crops at 120 m)
-    pipeline = SegmentationPipeline(MinkUNet(cr=cr), VoxelizeConfig(voxel, max_xy=reach), "cpu",
-                                    config)
+    pipeline = build_pipeline("random", "cpu", cr, engine=config)
+    pipeline.voxel_config = dataclasses.replace(pipeline.voxel_config, voxel_size=voxel,
+                                                max_xy=reach)
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     result = pipeline.segment(frame)
     after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
