@@ -138,17 +138,22 @@ def test_crosscheck_command(xyz_checkpoint, frame, expected, capsys):
 def test_train_evaluate_scores_the_same_labels(xyz_checkpoint, frame, expected, tmp_path):
     from train import evaluate as train_evaluate
 
-    real = tmp_path / "real"
+    from train.real import VALIDATION_FRAMES
+
+    real = tmp_path / "real"  # the validation frames by name: here, the sparse frame each time
     real.mkdir()
-    for src in frame[:2]:
-        (real / src.name).symlink_to(src)
+    for name in VALIDATION_FRAMES:
+        (real / f"{name}.bin").symlink_to(frame[0])
+        (real / f"{name}.label").symlink_to(frame[1])
     out = tmp_path / "eval.json"
     assert train_evaluate.main(["--weights", str(xyz_checkpoint[0]), "--frames", "1",
                                 "--real-dir", str(real), "--json", str(out)]) == 0
     result = json.loads(out.read_text())
     assert result["voxel_size"] == VOXEL
     want = iou_metrics(read_labels(frame[1]), expected.labels, list(SEMANTIC_KITTI_CLASSES))
-    assert result["real_semantickitti"][frame[0].name] == want
+    for name in VALIDATION_FRAMES:
+        scored = result["real_semantickitti"][f"{name}.bin"]
+        assert {k: scored[k] for k in want} == want
 
 
 def test_benchmarks_build_through_the_builder(xyz_checkpoint, frame, expected, tmp_path):
