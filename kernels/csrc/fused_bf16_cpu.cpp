@@ -10,17 +10,25 @@
 //   wp[k][p][o][j] = w[k][2p + j][o],  p < cin / 2, j in {0, 1}
 // so one 64-byte load holds 16 output channels of two input channels, and one input row's two
 // channels are one 32-bit broadcast. cin must be even (every MinkUNet width is).
-#include <immintrin.h>
+// Other architectures (the aarch64 Orin build) compile only the entry points, which report no
+// bf16 dot product, so the caller keeps fp32.
 #include <string.h>
 
 #include "api.h"
 #include "fused_driver.h"
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#define LS_HAVE_BF16_DOT 1
 #define LS_BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
+#else
+#define LS_HAVE_BF16_DOT 0
+#endif
 
 namespace {
 
 constexpr int kLanes = 16;  // fp32 accumulators per vector
+#if LS_HAVE_BF16_DOT
 constexpr int kRows = 6;    // map entries per tile: 6 x 4 accumulators + 4 weights + 1 input
 constexpr int kVecs = 4;    // up to 4 vectors (64 output channels) per tile
 
@@ -92,6 +100,9 @@ bool cpu_has_bf16_dot() {
   return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
          __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bf16");
 }
+#else
+bool cpu_has_bf16_dot() { return false; }
+#endif
 
 }  // namespace
 
@@ -106,6 +117,7 @@ LS_API int ls_fused_conv_bf16_cpu(const ls_bf16* x, int64_t cin, const ls_bf16* 
   if (!cpu_has_bf16_dot() || cout % kLanes != 0 || cin <= 0 || cin % 2 != 0 || num_out < 0) {
     return lidarseg::kStatusBadArgument;
   }
+#if LS_HAVE_BF16_DOT
   lidarseg::run_fused(
       w_packed, cin * cout, cin, cout, in_idx, out_idx, bounds, kernel_order, num_kernels,
       identity, bias, residual, relu, num_out, out,
@@ -118,4 +130,9 @@ LS_API int ls_fused_conv_bf16_cpu(const ls_bf16* x, int64_t cin, const ls_bf16* 
         }
       });
   return lidarseg::kStatusOk;
+#else
+  (void)x, (void)w_packed, (void)in_idx, (void)out_idx, (void)bounds, (void)kernel_order;
+  (void)num_kernels, (void)identity, (void)bias, (void)residual, (void)relu, (void)out;
+  return lidarseg::kStatusBadArgument;  // unreachable: no bf16 dot product on this architecture
+#endif
 }
