@@ -39,19 +39,31 @@ PYEOF
 }
 check() {  # check PYVER MACHINE GLIBC_MINOR FILE
   local reqs="$TMP/req-$1-$2-${4//\//_}"
-  flatten "$4" "$1" "$2" >"$reqs"
+  flatten "$4" "$1" "$2" >"$reqs.all"
   local plats=(--platform "manylinux2014_$2") glibc
   for glibc in $(seq 17 "$3"); do plats+=(--platform "manylinux_2_${glibc}_$2"); done
   # This machine's pip configuration (local wheel folders, caps) is left out: the public index
   # is what an image build elsewhere sees.
-  if ! out=$(PIP_CONFIG_FILE=/dev/null PIP_FIND_LINKS="" "$PY" -m pip install --dry-run --quiet \
-      --ignore-installed --only-binary=:all: --disable-pip-version-check --target "$reqs.target" \
-      --python-version "$1" "${plats[@]}" -r "$reqs" 2>&1); then
-    echo "FAIL: $4 on Python $1 $2:"; echo "$out" | grep -v "is ignored: it is neither\|Ignored the following versions" | tail -15
-    return 1
-  else
-    echo "ok: $4 on Python $1 $2"
+  local pip=(env PIP_CONFIG_FILE=/dev/null PIP_FIND_LINKS="" "$PY" -m pip)
+  local target=(--only-binary=:all: --python-version "$1" "${plats[@]}")
+  # torch: only that the pinned release has a wheel for the target (pip index, no download).
+  # Resolving its dependencies would fetch gigabytes of CUDA wheels, and nothing else here
+  # depends on torch; images bring their own or install the CPU wheel.
+  local torch
+  torch=$(grep -E '^torch==' "$reqs.all" | cut -d= -f3 || true)
+  grep -vE '^torch==' "$reqs.all" >"$reqs"
+  local versions
+  versions=$("${pip[@]}" index versions torch "${target[@]}" 2>/dev/null || true)
+  if [ -n "$torch" ] && ! grep -q "Available versions:.*\b${torch//./\\.}\b" <<<"$versions"; then
+    echo "FAIL: $4 on Python $1 $2: no torch $torch wheel"; return 1
   fi
+  if ! out=$("${pip[@]}" install --dry-run --quiet --ignore-installed --disable-pip-version-check \
+      --target "$reqs.target" "${target[@]}" -r "$reqs" 2>&1); then
+    echo "FAIL: $4 on Python $1 $2:"
+    echo "$out" | grep -v "is ignored: it is neither\|Ignored the following versions" | tail -15
+    return 1
+  fi
+  echo "ok: $4 on Python $1 $2${torch:+ (torch $torch: wheel found)}"
 }
 # The checks run in parallel (each is mostly waiting on the index); results in order.
 run() { check "$@" >"$TMP/out-$1-$2-${4//\//_}" 2>&1 || echo 1 >"$TMP/failed-$1-$2-${4//\//_}"; }

@@ -4,8 +4,9 @@
 # the in-process pipeline's, non-root, clean exit on SIGTERM. The base rootfs tarball is cached
 # under /var/cache/lidarseg-image; the image is removed afterwards (vfs storage: no layer cache,
 # see deploy/image/build.sh), so every run is a cold build.
-# Opt-in (LIDARSEG_CI_IMAGE=1): the cold build took 52 min on this 2-core box under a load
-# average of about 20, beyond the 25-minute CI budget; see README "Deploy" for the figures.
+# Opt-in (LIDARSEG_CI_IMAGE=1): the whole step took 7 min 10 s on this 2-core box at a load
+# average of 3-6 (build 285 s), but 52 min at a load average of about 20, which would break the
+# 25-minute CI budget; see README "Deploy".
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 if [ "${LIDARSEG_CI_IMAGE:-0}" != 1 ]; then

@@ -23,7 +23,7 @@ WHEELS=${LIDARSEG_WHEELS:-/opt/wheels}
 if [ -d "$WHEELS" ]; then
   ARGS+=(-v "$WHEELS:/wheels:ro" --build-arg PIP_FIND_LINKS=/wheels --build-arg TORCH_INDEX_URL=)
 fi
-buildah "${STORE[@]}" bud --isolation chroot --format docker --force-rm --target cpu "${ARGS[@]}" -t "$TAG" . >&2
+buildah "${STORE[@]}" bud --isolation chroot --format docker --target cpu "${ARGS[@]}" -t "$TAG" . >&2
 build_s=$((SECONDS - start - base_s))
 size=$(buildah "${STORE[@]}" images --format '{{.Size}}' "$TAG" | head -1)
 echo "image $TAG: $size; base $base_s s, build $build_s s" >&2
