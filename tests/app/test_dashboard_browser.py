@@ -105,7 +105,10 @@ def test_dashboard_shows_a_posted_frame(server, page, tmp_path):
     frame = tmp_path / "frame.bin"
     frame.write_bytes(points[:3000].tobytes())
     page.set_input_files("#file", str(frame))
-    page.wait_for_selector("#status:text('3000 points segmented')", timeout=120_000)
+    page.wait_for_function(                                 # every outcome starts with the name
+        "document.getElementById('status').textContent.startsWith('frame.bin:')",
+        timeout=120_000)
+    assert page.inner_text("#status") == "frame.bin: 3000 points segmented", page.errors
     assert page.inner_text("#view-note") == "3000 points"
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "dashboard.png"), full_page=True)

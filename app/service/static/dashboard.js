@@ -94,9 +94,10 @@ async function poll() {
     renderStats(data.stats);
     renderTable(data.requests);
     renderChart(data.requests);
-    setStatus(`updated ${new Date().toLocaleTimeString()}`);
+    // its own line: a poll must not overwrite what a dropped file's status says
+    $("updated").textContent = `updated ${new Date().toLocaleTimeString()}`;
   } catch (e) {
-    setStatus(`${e.message}`);
+    $("updated").textContent = `${e.message}`;
   }
 }
 
@@ -262,9 +263,13 @@ async function segmentFile(file) {
     return;
   }
   const id = r.headers.get("X-Request-Id");
-  await poll();
-  await select(id);
-  setStatus(`${file.name}: ${r.headers.get("X-Num-Points")} points segmented`);
+  try {
+    await poll();
+    await select(id);
+    setStatus(`${file.name}: ${r.headers.get("X-Num-Points")} points segmented`);
+  } catch (e) {
+    setStatus(`${file.name}: segmented, but showing it failed: ${e.message}`);
+  }
 }
 
 const drop = $("drop");
