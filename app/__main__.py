@@ -1,5 +1,6 @@
 """`python -m app`: see app/cli.py. The OpenMP variables are set first (app/threads.py), before
 anything loads libgomp."""
+
 from app.threads import configure_env
 
 configure_env()

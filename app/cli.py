@@ -2,7 +2,8 @@
 
     python -m app [serve] [--host H] [--port P] [--device auto|cpu|cuda] [--weights W]
                                          start the HTTP service (every option is also an
-                                         environment variable LIDARSEG_<OPTION>, see app/service/config.py)
+                                         environment variable LIDARSEG_<OPTION>, see
+                                         app/service/config.py)
     python -m app client FRAME --url URL [--format F] [--repeat N --concurrency C]
                                          POST a frame to a running service: per-class counts and
                                          timing, or with --repeat latency percentiles + throughput
@@ -15,6 +16,7 @@ fixed-seed random MinkUNet of channel ratio --cr), a lidarseg checkpoint path, o
 reference checkpoint imported on load); app/inference/builder.py builds the pipeline for every
 command. The service is started through `serve` only (app.service.main.create_app).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -30,10 +32,18 @@ from models.labels import class_counts
 from app.codecs.files import read_frame
 from app.inference.builder import build_pipeline
 
-DEFAULT_FRAME = (Path(__file__).resolve().parents[2] / "shared" / "data" / "real" / "semantickitti"
-                 / "seq00_000000.bin")
-WEIGHTS_HELP = ("'default' or 'synthetic' (shipped), 'random' (with --cr), a lidarseg checkpoint, "
-                "or LAYOUT:PATH (a reference checkpoint to import; see models/weights)")
+DEFAULT_FRAME = (
+    Path(__file__).resolve().parents[2]
+    / "shared"
+    / "data"
+    / "real"
+    / "semantickitti"
+    / "seq00_000000.bin"
+)
+WEIGHTS_HELP = (
+    "'default' or 'synthetic' (shipped), 'random' (with --cr), a lidarseg checkpoint, "
+    "or LAYOUT:PATH (a reference checkpoint to import; see models/weights)"
+)
 
 
 def cmd_segment(args) -> int:
@@ -42,8 +52,10 @@ def cmd_segment(args) -> int:
     names = pipeline.meta["class_names"]
     pipeline.segment(points[: min(len(points), 5000)], sensor)  # warm-up
     result = pipeline.segment(points, sensor, layer_timing=args.layers)
-    print(f"frame {args.frame}: {result.num_points} points, {result.num_voxels} voxels, "
-          f"{result.ignored_points} ignored {result.ignored}; precision {pipeline.precision}")
+    print(
+        f"frame {args.frame}: {result.num_points} points, {result.num_voxels} voxels, "
+        f"{result.ignored_points} ignored {result.ignored}; precision {pipeline.precision}"
+    )
     for name, count in sorted(class_counts(result.labels, names).items(), key=lambda t: -t[1]):
         print(f"  {name:<14} {count:>8}")
     print("timing_ms " + json.dumps({k: round(v, 2) for k, v in result.timing_ms.items()}))
@@ -69,8 +81,7 @@ def cmd_evaluate(args) -> int:
     points, sensor = read_frame(args.frame, args.format)
     gt = read_labels(args.labels)
     if len(gt) != len(points):
-        raise ValueError(f"{args.frame}: {len(points)} points but {args.labels}: {len(gt)} "
-                         "labels")
+        raise ValueError(f"{args.frame}: {len(points)} points but {args.labels}: {len(gt)} labels")
     pipeline = build_pipeline(args.weights, args.device, args.cr, precision=args.precision)
     result = pipeline.segment(points, sensor)
     print(json.dumps(iou_metrics(gt, result.labels, pipeline.meta["class_names"])))
@@ -78,8 +89,11 @@ def cmd_evaluate(args) -> int:
 
 
 def cmd_serve(args) -> int:
-    overrides = {k: getattr(args, k) for k in ("host", "port", "device", "weights", "precision")
-                 if getattr(args, k, None) is not None}
+    overrides = {
+        k: getattr(args, k)
+        for k in ("host", "port", "device", "weights", "precision")
+        if getattr(args, k, None) is not None
+    }
     from app.service.server import serve  # the one entry from the command line into the service
 
     return serve(overrides)
@@ -94,19 +108,29 @@ def cmd_client(args) -> int:
 def add_serve_options(p: argparse.ArgumentParser, default=None) -> None:
     """The server options; the `serve` subcommand passes argparse.SUPPRESS so options given
     before the subcommand (`python -m app --port 9000 serve`) are kept."""
-    p.add_argument("--host", default=default,
-                   help="bind address (LIDARSEG_HOST, default 127.0.0.1)")
+    p.add_argument(
+        "--host", default=default, help="bind address (LIDARSEG_HOST, default 127.0.0.1)"
+    )
     p.add_argument("--port", type=int, default=default, help="port (LIDARSEG_PORT, default 8000)")
-    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default=default,
-                   help="LIDARSEG_DEVICE; auto = cuda if available (default)")
-    p.add_argument("--weights", default=default,
-                   help="LIDARSEG_WEIGHTS: 'default' (the shipped model, default), 'random' "
-                        "or a lidarseg checkpoint")
+    p.add_argument(
+        "--device",
+        choices=("auto", "cpu", "cuda"),
+        default=default,
+        help="LIDARSEG_DEVICE; auto = cuda if available (default)",
+    )
+    p.add_argument(
+        "--weights",
+        default=default,
+        help="LIDARSEG_WEIGHTS: 'default' (the shipped model, default), 'random' "
+        "or a lidarseg checkpoint",
+    )
     add_precision_option(p, default)
 
 
-PRECISION_HELP = ("LIDARSEG_PRECISION on the CPU: auto (bf16 where the CPU has AVX512_BF16 or AMX, "
-                  "else fp32; the default), fp32, bf16; int8 is refused")
+PRECISION_HELP = (
+    "LIDARSEG_PRECISION on the CPU: auto (bf16 where the CPU has AVX512_BF16 or AMX, "
+    "else fp32; the default), fp32, bf16; int8 is refused"
+)
 
 
 def add_precision_option(p: argparse.ArgumentParser, default=None) -> None:
@@ -114,8 +138,11 @@ def add_precision_option(p: argparse.ArgumentParser, default=None) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m app", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m app",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     add_serve_options(parser)
     parser.set_defaults(func=cmd_serve)
     sub = parser.add_subparsers(dest="command")

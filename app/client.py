@@ -1,5 +1,6 @@
 """A small client of the service: one request (per-class counts and timing), or a load run
 (--repeat N --concurrency C: latency p50/p95/p99 and throughput)."""
+
 from __future__ import annotations
 
 import concurrent.futures
@@ -29,12 +30,21 @@ class ServiceClient:
             client = self._local.client = httpx.Client(timeout=self.timeout, headers=self.headers)
         return client
 
-    def segment(self, body: bytes, fmt: str | None = None, binary: bool = False,
-                content_type: str = "application/octet-stream") -> httpx.Response:
+    def segment(
+        self,
+        body: bytes,
+        fmt: str | None = None,
+        binary: bool = False,
+        content_type: str = "application/octet-stream",
+    ) -> httpx.Response:
         params = {"format": fmt} if fmt else {}
         accept = "application/octet-stream" if binary else "application/json"
-        return self.http.post(f"{self.url}/v1/segment", content=body, params=params,
-                              headers={"Content-Type": content_type, "Accept": accept})
+        return self.http.post(
+            f"{self.url}/v1/segment",
+            content=body,
+            params=params,
+            headers={"Content-Type": content_type, "Accept": accept},
+        )
 
     def get(self, path: str) -> httpx.Response:
         return self.http.get(f"{self.url}{path}")
@@ -56,9 +66,16 @@ def percentiles(values_ms: list[float]) -> dict[str, float]:
     return {f"p{q}": float(np.percentile(a, q)) for q in (50, 95, 99)}
 
 
-def load_run(client: ServiceClient, body: bytes, fmt: str | None, repeat: int, concurrency: int,
-             binary: bool = True) -> dict:
+def load_run(
+    client: ServiceClient,
+    body: bytes,
+    fmt: str | None,
+    repeat: int,
+    concurrency: int,
+    binary: bool = True,
+) -> dict:
     """repeat requests over `concurrency` threads: latencies, statuses, throughput."""
+
     def one(_):
         t = time.perf_counter()
         r = client.segment(body, fmt, binary=binary)
@@ -72,9 +89,14 @@ def load_run(client: ServiceClient, body: bytes, fmt: str | None, repeat: int, c
     statuses: dict[str, int] = {}
     for _, status in results:
         statuses[str(status)] = statuses.get(str(status), 0) + 1
-    return {"requests": repeat, "concurrency": concurrency, "statuses": statuses,
-            **{k: round(v, 2) for k, v in percentiles(ok or [float("nan")]).items()},
-            "throughput_rps": round(len(ok) / wall, 2), "wall_s": round(wall, 2)}
+    return {
+        "requests": repeat,
+        "concurrency": concurrency,
+        "statuses": statuses,
+        **{k: round(v, 2) for k, v in percentiles(ok or [float("nan")]).items()},
+        "throughput_rps": round(len(ok) / wall, 2),
+        "wall_s": round(wall, 2),
+    }
 
 
 def main(args) -> int:
@@ -85,11 +107,14 @@ def main(args) -> int:
     client = ServiceClient(args.url, args.api_key or os.environ.get("LIDARSEG_API_KEY"))
     try:
         if args.repeat > 1 or args.concurrency > 1:
-            report = load_run(client, body, fmt, max(args.repeat, 1), max(args.concurrency, 1),
-                              binary=True)
-            print(f"{report['requests']} requests, concurrency {report['concurrency']}: "
-                  f"p50 {report['p50']} ms, p95 {report['p95']} ms, p99 {report['p99']} ms, "
-                  f"{report['throughput_rps']} frames/s, statuses {report['statuses']}")
+            report = load_run(
+                client, body, fmt, max(args.repeat, 1), max(args.concurrency, 1), binary=True
+            )
+            print(
+                f"{report['requests']} requests, concurrency {report['concurrency']}: "
+                f"p50 {report['p50']} ms, p95 {report['p95']} ms, p99 {report['p99']} ms, "
+                f"{report['throughput_rps']} frames/s, statuses {report['statuses']}"
+            )
             print(json.dumps(report))
             return 0 if set(report["statuses"]) == {"200"} else 1
         t = time.perf_counter()
@@ -103,13 +128,17 @@ def main(args) -> int:
         return 1
     if args.binary:
         labels = np.frombuffer(r.content, np.uint8)
-        print(f"{len(labels)} labels, model {r.headers.get('x-model')}, "
-              f"request {r.headers.get('x-request-id')}")
+        print(
+            f"{len(labels)} labels, model {r.headers.get('x-model')}, "
+            f"request {r.headers.get('x-request-id')}"
+        )
     else:
         data = r.json()
-        print(f"frame {args.frame}: {data['num_points']} points, {data['num_voxels']} voxels, "
-              f"{data['ignored_points']} ignored; model {data['model']['name']}:"
-              f"{data['model']['version']} on {data['model']['device']}")
+        print(
+            f"frame {args.frame}: {data['num_points']} points, {data['num_voxels']} voxels, "
+            f"{data['ignored_points']} ignored; model {data['model']['name']}:"
+            f"{data['model']['version']} on {data['model']['device']}"
+        )
         for name, count in sorted(data["class_counts"].items(), key=lambda t: -t[1]):
             print(f"  {name:<14} {count:>8}")
     timing = server_timing(r.headers.get("server-timing", ""))

@@ -10,6 +10,7 @@ configure_env() must run before libgomp loads (before torch is imported: `python
 it first); apply_threads() sets torch's count at run time. Variables already set by the user win
 over the wait-policy defaults; OMP_NUM_THREADS follows LIDARSEG_THREADS when that is set.
 """
+
 from __future__ import annotations
 
 import math
@@ -17,7 +18,10 @@ import os
 from pathlib import Path
 
 CGROUP_V2 = Path("/sys/fs/cgroup/cpu.max")
-CGROUP_V1 = (Path("/sys/fs/cgroup/cpu/cpu.cfs_quota_us"), Path("/sys/fs/cgroup/cpu/cpu.cfs_period_us"))
+CGROUP_V1 = (
+    Path("/sys/fs/cgroup/cpu/cpu.cfs_quota_us"),
+    Path("/sys/fs/cgroup/cpu/cpu.cfs_period_us"),
+)
 
 
 def cgroup_cpus(v2: Path = CGROUP_V2, v1: tuple[Path, Path] = CGROUP_V1) -> float | None:

@@ -10,6 +10,7 @@ that one too (through its omp_set_num_threads), so both sides of a comparison ru
 thread count. spconv's CPU path is only correct single-threaded (spconv issue #679): its
 multi-threaded figures are timings only.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -33,8 +34,7 @@ DEFAULT_DATA = REPO_ROOT.parent / "shared" / "data" / "real"
 FRAMES = {
     "kitti00": ("semantickitti/seq00_000000.bin", 4),
     "kitti-spvnas": ("semantickitti/spvnas_000000.bin", 4),
-    "nuscenes": ("nuscenes/n015-2018-07-24-11-22-45+0800__LIDAR_TOP__1532402927647951.pcd.bin",
-                 5),
+    "nuscenes": ("nuscenes/n015-2018-07-24-11-22-45+0800__LIDAR_TOP__1532402927647951.pcd.bin", 5),
     "ouster128": ("ouster/os1-128_lb_n3_scan0_xyzr.bin", 4),
 }
 DEFAULT_FRAMES = ("kitti00", "nuscenes", "ouster128")
@@ -90,6 +90,7 @@ def subsample(points: np.ndarray, keep: float, seed: int = 0) -> np.ndarray:
 
 
 # ---------------------------------------------------------------- timing
+
 
 def sync(device: torch.device | str) -> None:
     if torch.device(device).type == "cuda":
@@ -149,6 +150,7 @@ def set_threads(n: int) -> None:
 
 # ---------------------------------------------------------------- spconv
 
+
 def spconv_available(device: str) -> tuple[bool, str]:
     try:
         import spconv  # noqa: F401
@@ -157,6 +159,7 @@ def spconv_available(device: str) -> tuple[bool, str]:
         return False, f"spconv not importable: {exc}"
     if device == "cuda":
         from spconv.cppconstants import CPU_ONLY_BUILD
+
         if CPU_ONLY_BUILD:
             return False, "this spconv wheel is a CPU-only build (install spconv-cu126)"
     return True, ""
@@ -169,13 +172,14 @@ def spconv_coords(coords: torch.Tensor) -> tuple[torch.Tensor, list[int]]:
     shift = torch.div(xyz.min(dim=0).values, 8, rounding_mode="floor") * 8
     shifted = coords.clone()
     shifted[:, 1:] = (xyz - shift).to(torch.int32)
-    extent = (xyz.max(dim=0).values - shift + 1)
+    extent = xyz.max(dim=0).values - shift + 1
     spatial = [int((e + 7) // 8 * 8) for e in extent.tolist()]
     return shifted.contiguous(), spatial
 
 
 def spconv_tensor(feats: torch.Tensor, sp_coords: torch.Tensor, spatial: list[int]):
     import spconv.pytorch as spconv
+
     return spconv.SparseConvTensor(feats, sp_coords, spatial, batch_size=1)
 
 
@@ -183,6 +187,7 @@ def env_summary(device: str) -> dict:
     info = {"torch": torch.__version__, "device": device, "cpu_count": os.cpu_count()}
     try:
         import spconv
+
         info["spconv"] = spconv.__version__
     except Exception:
         info["spconv"] = None
@@ -192,18 +197,29 @@ def env_summary(device: str) -> dict:
     return info
 
 
-def start_server(weights: str, cr: float, device: str, env: dict | None = None,
-                 stderr=None) -> tuple[subprocess.Popen, str]:
+def start_server(
+    weights: str, cr: float, device: str, env: dict | None = None, stderr=None
+) -> tuple[subprocess.Popen, str]:
     """`python -m app serve` on a free loopback port with these weights; (process, base URL)
     once /readyz answers 200."""
     import httpx
+
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    env = {**os.environ, "LIDARSEG_WEIGHTS": weights, "LIDARSEG_CR": str(cr),
-           "LIDARSEG_LOG_LEVEL": "warning", **(env or {})}
-    proc = subprocess.Popen([sys.executable, "-m", "app", "serve", "--port", str(port),
-                             "--device", device], cwd=REPO_ROOT, env=env, stderr=stderr)
+    env = {
+        **os.environ,
+        "LIDARSEG_WEIGHTS": weights,
+        "LIDARSEG_CR": str(cr),
+        "LIDARSEG_LOG_LEVEL": "warning",
+        **(env or {}),
+    }
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "app", "serve", "--port", str(port), "--device", device],
+        cwd=REPO_ROOT,
+        env=env,
+        stderr=stderr,
+    )
     url = f"http://127.0.0.1:{port}"
     end = time.monotonic() + 300
     while time.monotonic() < end:

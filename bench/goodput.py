@@ -11,6 +11,7 @@ per second) and wasted frames: frames the worker ran whose client had already be
 answered and 59 of 67 inferred frames wasted at a 0.8 s deadline with 8 clients. The target: the
 tight run reaches the generous run's goodput less the frames it has to refuse.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -34,8 +35,11 @@ def closed_loop(url: str, body: bytes, fmt: str, clients: int, seconds: float) -
     def client():
         with httpx.Client(base_url=url, timeout=120) as c:
             while time.monotonic() < stop:
-                r = c.post(f"/v1/segment?format={fmt}", content=body,
-                           headers={"Accept": "application/octet-stream"})
+                r = c.post(
+                    f"/v1/segment?format={fmt}",
+                    content=body,
+                    headers={"Accept": "application/octet-stream"},
+                )
                 with lock:
                     statuses[r.status_code] += 1
                 if r.status_code == 503:
@@ -51,9 +55,12 @@ def closed_loop(url: str, body: bytes, fmt: str, clients: int, seconds: float) -
 
 
 def run(args, deadline: float, body: bytes, fmt: str) -> dict:
-    proc, url = start_server(args.weights, args.cr, "cpu",
-                             {"LIDARSEG_DEADLINE_S": str(deadline),
-                              "LIDARSEG_MAX_BATCH": str(args.max_batch)})
+    proc, url = start_server(
+        args.weights,
+        args.cr,
+        "cpu",
+        {"LIDARSEG_DEADLINE_S": str(deadline), "LIDARSEG_MAX_BATCH": str(args.max_batch)},
+    )
     try:
         for _ in range(2):  # warm the server with the frame
             httpx.post(f"{url}/v1/segment?format={fmt}", content=body, timeout=120)
@@ -64,13 +71,20 @@ def run(args, deadline: float, body: bytes, fmt: str) -> dict:
         proc.terminate()
         proc.wait(60)
     ok = out["statuses"].get(200, 0)
-    return {"deadline_s": deadline, **out, "frames_run": int(ran), "answered": ok,
-            "wasted_frames": int(ran) - ok, "goodput_fps": ok / out["seconds"]}
+    return {
+        "deadline_s": deadline,
+        **out,
+        "frames_run": int(ran),
+        "answered": ok,
+        "wasted_frames": int(ran) - ok,
+        "goodput_fps": ok / out["seconds"],
+    }
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--frame", default="nuscenes")
     ap.add_argument("--clients", type=int, default=8)
     ap.add_argument("--seconds", type=float, default=40)
@@ -88,11 +102,15 @@ def main(argv=None) -> int:
     tight = args.deadline or round(2.5 * single / args.clients, 3)
     strict = run(args, tight, body, fmt)
     for r in (generous, strict):
-        print(f"deadline {r['deadline_s']:>6} s: statuses {r['statuses']}, goodput "
-              f"{r['goodput_fps']:.2f} frames/s, frames run {r['frames_run']}, wasted "
-              f"{r['wasted_frames']}")
-    print(f"goodput ratio tight / generous: {strict['goodput_fps'] / generous['goodput_fps']:.2f}"
-          f"; wasted share (tight): {strict['wasted_frames'] / max(1, strict['frames_run']):.2f}")
+        print(
+            f"deadline {r['deadline_s']:>6} s: statuses {r['statuses']}, goodput "
+            f"{r['goodput_fps']:.2f} frames/s, frames run {r['frames_run']}, wasted "
+            f"{r['wasted_frames']}"
+        )
+    print(
+        f"goodput ratio tight / generous: {strict['goodput_fps'] / generous['goodput_fps']:.2f}"
+        f"; wasted share (tight): {strict['wasted_frames'] / max(1, strict['frames_run']):.2f}"
+    )
     print(json.dumps({"generous": generous, "tight": strict}))
     return 0
 

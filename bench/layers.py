@@ -19,9 +19,9 @@ Per frame (voxelized at --voxel, batch 0) and per thread count (CPU) it prints:
               ops.get_indice_pairs_implicit_gemm (the default MaskImplicitGemm, is_train=False,
               as in inference). The conv itself is not included on either side.
  (b) SubMConv3d forward, maps reused, torch.no_grad(), Cin = Cout = C: ours (sparse_conv with the
-     default EngineConfig, i.e. the tuned dataflow and grouping, shown in brackets) vs spconv (SubMConv3d with an indice_key whose
-     pairs are already in the tensor's indice_dict). "maxdiff" compares spconv with ours (same
-     weights via weight_from_spconv).
+     default EngineConfig, i.e. the tuned dataflow and grouping, shown in brackets) vs spconv
+     (SubMConv3d with an indice_key whose pairs are already in the tensor's indice_dict).
+     "maxdiff" compares spconv with ours (same weights via weight_from_spconv).
  (c) achieved GFLOP/s of ours = 2 * (map entries incl. centre) * Cin * Cout / time, against one
      dense torch.mm [entries, Cin] @ [Cin, Cout] (same FLOPs: the practical limit), and the
      fraction of it we reach.
@@ -39,10 +39,12 @@ coordinates is shifted by a per-axis multiple of 8 (bench/common.py).
 spconv's CPU path is only correct single-threaded (spconv issue #679): with more than one thread
 its figures are timings of a computation that gives wrong results (see maxdiff).
 """
+
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
 import math
 import sys
@@ -71,16 +73,18 @@ def ratio_text(ours: float, ref: float, ref_name: str = "spconv") -> str:
 def grouping_configs(deterministic: bool = False, fused: bool = True) -> dict[str, EngineConfig]:
     """tuned (the shipped table), grouped separate and dense, and (fused=True, CPU) fused."""
     table = GroupingTable.load_default()
-    const = lambda e, s, d="grouped": GroupingTable(entries={}, defaults={"cpu": (e, s, d),
-                                                                          "cuda": (e, s, d)})
+    const = lambda e, s, d="grouped": GroupingTable(
+        entries={}, defaults={"cpu": (e, s, d), "cuda": (e, s, d)}
+    )
     configs = {
         "tuned": EngineConfig(deterministic=deterministic, grouping=table),
         "separate": EngineConfig(deterministic=deterministic, grouping=const(0.0, 0.0)),
         "dense": EngineConfig(deterministic=deterministic, grouping=const(1.0, INF)),
     }
     if fused:
-        configs["fused"] = EngineConfig(deterministic=deterministic,
-                                        grouping=const(0.0, 0.0, "fused"))
+        configs["fused"] = EngineConfig(
+            deterministic=deterministic, grouping=const(0.0, 0.0, "fused")
+        )
     return configs
 
 
@@ -106,8 +110,9 @@ class Bench:
         print(line, flush=True)
 
     def t(self, fn):
-        return common.time_fn(fn, self.device, warmup=self.args.warmup, runs=self.args.runs,
-                              budget_s=self.args.budget)[0]
+        return common.time_fn(
+            fn, self.device, warmup=self.args.warmup, runs=self.args.runs, budget_s=self.args.budget
+        )[0]
 
     # (a) ----------------------------------------------------------------
     def _map_times(self, coords, sp_coords, spatial):
@@ -126,34 +131,42 @@ class Bench:
         def plan_once():
             p = build_plan(dataclasses.replace(kmap, plans={}), eps, thr, fused=fused)
             if self.cuda:
-                p.scatter_csr       # the deterministic scatter's CSR
+                _ = p.scatter_csr  # the deterministic scatter's CSR
             elif fused:
-                p.kernel_order, p.bounds  # what the fused kernel walks
+                _ = (p.kernel_order, p.bounds)  # what the fused kernel walks
             return p
 
         plan = self.t(plan_once)
-        res.update(ours_ms=ours * 1e3, ours_plan_ms=plan * 1e3,
-                   plan_for={"epsilon": eps, "S": fmt_s(thr), "dataflow": dataflow})
-        line = (f"  (a) map k3   ours {ours * 1e3:8.2f} ms (+plan {plan * 1e3:.2f} ms,"
-                f" {setting_text(eps, thr, dataflow)})")
+        res.update(
+            ours_ms=ours * 1e3,
+            ours_plan_ms=plan * 1e3,
+            plan_for={"epsilon": eps, "S": fmt_s(thr), "dataflow": dataflow},
+        )
+        line = (
+            f"  (a) map k3   ours {ours * 1e3:8.2f} ms (+plan {plan * 1e3:.2f} ms,"
+            f" {setting_text(eps, thr, dataflow)})"
+        )
         if sp is not None:
             res["spconv_ms"] = sp * 1e3
             res["ratio"] = ours / sp
             res["ratio_with_plan"] = (ours + plan) / sp
-            line += (f" | spconv {sp * 1e3:8.2f} ms{threads_label} | {ratio_text(ours, sp)};"
-                     f" with plan {ratio_text(ours + plan, sp)}")
+            line += (
+                f" | spconv {sp * 1e3:8.2f} ms{threads_label} | {ratio_text(ours, sp)};"
+                f" with plan {ratio_text(ours + plan, sp)}"
+            )
         self.out(line)
         # The same voxels in a random row order (scan order, say): not the sorted fast path.
         perm = torch.randperm(len(coords), generator=torch.Generator().manual_seed(0))
-        ours_shuffled, sp = self._map_times(coords[perm.to(coords.device)].contiguous(),
-                                            sp_coords[perm.to(sp_coords.device)].contiguous(),
-                                            spatial)
+        ours_shuffled, sp = self._map_times(
+            coords[perm.to(coords.device)].contiguous(),
+            sp_coords[perm.to(sp_coords.device)].contiguous(),
+            spatial,
+        )
         res["shuffled_ours_ms"] = ours_shuffled * 1e3
         line = f"      shuffled ours {ours_shuffled * 1e3:8.2f} ms"
         if sp is not None:
             res.update(shuffled_spconv_ms=sp * 1e3, shuffled_ratio=ours_shuffled / sp)
-            line += (f" | spconv {sp * 1e3:8.2f} ms{threads_label} |"
-                     f" {ratio_text(ours_shuffled, sp)}")
+            line += f" | spconv {sp * 1e3:8.2f} ms{threads_label} | {ratio_text(ours_shuffled, sp)}"
         self.out(line)
         return kmap, res
 
@@ -161,13 +174,14 @@ class Bench:
         from spconv.core import ConvAlgo
         from spconv.pytorch import ops
         import spconv.pytorch as spconv
+
         algo = spconv.SubMConv3d(1, 1, 3, bias=False).algo  # the layer's own choice
-        args = (sp_coords, 1, spatial, algo, [3, 3, 3], [1, 1, 1], [1, 1, 1], [1, 1, 1],
-                [0, 0, 0])
+        args = (sp_coords, 1, spatial, algo, [3, 3, 3], [1, 1, 1], [1, 1, 1], [1, 1, 1], [0, 0, 0])
         if algo == ConvAlgo.Native:
             return lambda: ops.get_indice_pairs(*args, subm=True, transpose=False)
-        return lambda: ops.get_indice_pairs_implicit_gemm(*args, subm=True, transpose=False,
-                                                          is_train=False)
+        return lambda: ops.get_indice_pairs_implicit_gemm(
+            *args, subm=True, transpose=False, is_train=False
+        )
 
     # (b) - (e) ------------------------------------------------------------
     def convs(self, coords, sp_coords, spatial, kmap, threads, threads_label):
@@ -175,6 +189,7 @@ class Bench:
         if import_sp:
             import spconv.pytorch as spconv
         from models.spconv_compat import weight_from_spconv
+
         entries = sum(kmap.counts)
         dtypes = [torch.float32] + ([torch.float16] if self.cuda else [])
         configs = grouping_configs(fused=not self.cuda)  # fused: a CPU-only dataflow
@@ -185,49 +200,57 @@ class Bench:
             for c in self.args.channels:
                 gen = torch.Generator().manual_seed(c)
                 feats = torch.randn(len(coords), c, generator=gen).to(self.device, dtype)
-                sp_w = (torch.randn(c, 3, 3, 3, c, generator=gen) / math.sqrt(27 * c))
+                sp_w = torch.randn(c, 3, 3, 3, c, generator=gen) / math.sqrt(27 * c)
                 weight = weight_from_spconv(sp_w).to(self.device, dtype)
                 row = {"dtype": dname, "C": c, "entries": entries}
                 with torch.no_grad():
                     ours = self.t(lambda: sparse_conv(feats, weight, kmap, configs["tuned"]))
                     out_ours = sparse_conv(feats, weight, kmap, configs["tuned"])
                     row["ours_ms"] = ours * 1e3
-                    eps, thr, dataflow = configs["tuned"].grouping.choose(self.device.type, 27,
-                                                                          c, c)
+                    eps, thr, dataflow = configs["tuned"].grouping.choose(
+                        self.device.type, 27, c, c
+                    )
                     tuned_text = setting_text(eps, thr, dataflow)
                     row["tuned"] = {"epsilon": eps, "S": fmt_s(thr), "dataflow": dataflow}
-                    line = (f"  (b) C={c:<3d} {dname} fwd  ours {ours * 1e3:8.2f} ms"
-                            f" [{tuned_text}]")
+                    line = f"  (b) C={c:<3d} {dname} fwd  ours {ours * 1e3:8.2f} ms [{tuned_text}]"
                     if import_sp:
                         conv = spconv.SubMConv3d(c, c, 3, bias=False, indice_key="subm1")
                         conv.weight.data.copy_(sp_w)
                         conv = conv.to(self.device, dtype).eval()
                         x = common.spconv_tensor(feats, sp_coords, spatial)
-                        y = conv(x)                     # builds the pairs once
-                        x.indice_dict = y.indice_dict   # every later forward reuses them
+                        y = conv(x)  # builds the pairs once
+                        x.indice_dict = y.indice_dict  # every later forward reuses them
                         out_sp = conv(x).features
                         diff = (out_sp.float() - out_ours.float()).abs().max().item()
                         sp = self.t(lambda: conv(x))
                         row.update(spconv_ms=sp * 1e3, ratio=ours / sp, maxdiff=diff)
-                        wrong = (not self.cuda and threads > 1)
+                        wrong = not self.cuda and threads > 1
                         row["spconv_incorrect"] = wrong
                         tag = " [spconv: incorrect results, timing only]" if wrong else ""
-                        line += (f" | spconv {sp * 1e3:8.2f} ms | {ratio_text(ours, sp)}"
-                                 f" | maxdiff {diff:.1e}{tag}")
+                        line += (
+                            f" | spconv {sp * 1e3:8.2f} ms | {ratio_text(ours, sp)}"
+                            f" | maxdiff {diff:.1e}{tag}"
+                        )
                     self.out(line)
 
                     # (c) achieved GFLOP/s vs one dense mm of the same rows and channels
                     a = torch.randn(entries, c, generator=gen).to(self.device, dtype)
                     b = torch.randn(c, c, generator=gen).to(self.device, dtype)
                     o = torch.empty(entries, c, device=self.device, dtype=dtype)
-                    mm = self.t(lambda: torch.mm(a, b, out=o))
-                    del a, o
+                    mm = self.t(functools.partial(torch.mm, a, b, out=o))
+                    del a, b, o
                     flops = 2.0 * entries * c * c
-                    row.update(ours_gflops=flops / ours / 1e9, mm_ms=mm * 1e3,
-                               mm_gflops=flops / mm / 1e9, fraction_of_mm=mm / ours)
-                    self.out(f"  (c) C={c:<3d} {dname} ours {flops / ours / 1e9:7.1f} GFLOP/s"
-                             f" | dense mm [{entries}x{c}]@[{c}x{c}] {flops / mm / 1e9:7.1f}"
-                             f" GFLOP/s ({mm * 1e3:.2f} ms) | ours reach {mm / ours:.0%} of it")
+                    row.update(
+                        ours_gflops=flops / ours / 1e9,
+                        mm_ms=mm * 1e3,
+                        mm_gflops=flops / mm / 1e9,
+                        fraction_of_mm=mm / ours,
+                    )
+                    self.out(
+                        f"  (c) C={c:<3d} {dname} ours {flops / ours / 1e9:7.1f} GFLOP/s"
+                        f" | dense mm [{entries}x{c}]@[{c}x{c}] {flops / mm / 1e9:7.1f}"
+                        f" GFLOP/s ({mm * 1e3:.2f} ms) | ours reach {mm / ours:.0%} of it"
+                    )
 
                     # (d) dataflow and grouping
                     g = {"tuned": ours}
@@ -240,85 +263,134 @@ class Bench:
                     if "fused" in g:
                         ratios += [("fused", "separate"), ("fused", "dense")]
                     ratio_txt = ", ".join(f"{a}/{b} = {g[a] / g[b]:.2f}x" for a, b in ratios)
-                    self.out(f"  (d) C={c:<3d} {dname} tuned[{tuned_text}]"
-                             f" {g['tuned'] * 1e3:.2f} ms | {times} | {ratio_txt}")
+                    self.out(
+                        f"  (d) C={c:<3d} {dname} tuned[{tuned_text}]"
+                        f" {g['tuned'] * 1e3:.2f} ms | {times} | {ratio_txt}"
+                    )
 
                     # (e) deterministic
                     if self.cuda:
                         det = self.t(lambda: sparse_conv(feats, weight, kmap, det_configs["tuned"]))
                         out_det = sparse_conv(feats, weight, kmap, det_configs["tuned"])
-                        same = torch.equal(out_det, sparse_conv(feats, weight, kmap,
-                                                                det_configs["tuned"]))
-                        row.update(deterministic_ms=det * 1e3, deterministic_cost=det / ours,
-                                   deterministic_repeatable=same)
-                        self.out(f"  (e) C={c:<3d} {dname} deterministic {det * 1e3:.2f} ms vs"
-                                 f" default {ours * 1e3:.2f} ms = {det / ours:.2f}x time;"
-                                 f" bitwise repeatable: {same}")
+                        same = torch.equal(
+                            out_det, sparse_conv(feats, weight, kmap, det_configs["tuned"])
+                        )
+                        row.update(
+                            deterministic_ms=det * 1e3,
+                            deterministic_cost=det / ours,
+                            deterministic_repeatable=same,
+                        )
+                        self.out(
+                            f"  (e) C={c:<3d} {dname} deterministic {det * 1e3:.2f} ms vs"
+                            f" default {ours * 1e3:.2f} ms = {det / ours:.2f}x time;"
+                            f" bitwise repeatable: {same}"
+                        )
                 rows.append(row)
         if not self.cuda:
-            self.out("  (e) deterministic: CPU: no float atomics in either dataflow (fused kernel"
-                     " and per-offset scatter are race-free by construction), so deterministic"
-                     " mode is the default path: zero cost")
+            self.out(
+                "  (e) deterministic: CPU: no float atomics in either dataflow (fused kernel"
+                " and per-offset scatter are race-free by construction), so deterministic"
+                " mode is the default path: zero cost"
+            )
         return rows
 
     def run(self) -> dict:
         args = self.args
-        result = {"env": common.env_summary(args.device), "voxel": args.voxel,
-                  "threads": args.threads, "frames": []}
-        result["env"]["grouping_file"] = str(Path(__file__).resolve().parents[1] / "kernels" /
-                                             "tuned" / "grouping.json")
+        result = {
+            "env": common.env_summary(args.device),
+            "voxel": args.voxel,
+            "threads": args.threads,
+            "frames": [],
+        }
+        result["env"]["grouping_file"] = str(
+            Path(__file__).resolve().parents[1] / "kernels" / "tuned" / "grouping.json"
+        )
         if not self.sp_ok:
             self.out(f"NOTE: no spconv comparison ({self.sp_why})")
-        self.out(f"# bench.layers  device={args.device} voxel={args.voxel} "
-                 f"torch={torch.__version__} spconv={result['env']['spconv']}"
-                 f"  runs={args.runs} (median) warmup={args.warmup}")
+        self.out(
+            f"# bench.layers  device={args.device} voxel={args.voxel} "
+            f"torch={torch.__version__} spconv={result['env']['spconv']}"
+            f"  runs={args.runs} (median) warmup={args.warmup}"
+        )
         if not self.cuda:
-            self.out("# spconv CPU is only correct with 1 thread (spconv issue #679): its"
-                     " >1-thread figures are timings only")
+            self.out(
+                "# spconv CPU is only correct with 1 thread (spconv issue #679): its"
+                " >1-thread figures are timings only"
+            )
         thread_list = args.threads if not self.cuda else [args.threads[0]]
         for name in args.frames:
             frame = common.load_frame(name, args.data)
             coords = common.voxelize(frame.points, args.voxel)
             sp_coords, spatial = common.spconv_coords(coords)
             coords, sp_coords = coords.to(self.device), sp_coords.to(self.device)
-            fres = {"frame": frame.name, "points": len(frame.points), "voxels": len(coords),
-                    "spatial_shape": spatial, "runs": []}
-            self.out(f"\n== {frame.name}: {len(frame.points)} points -> {len(coords)} voxels"
-                     f" at {args.voxel} m")
+            fres = {
+                "frame": frame.name,
+                "points": len(frame.points),
+                "voxels": len(coords),
+                "spatial_shape": spatial,
+                "runs": [],
+            }
+            self.out(
+                f"\n== {frame.name}: {len(frame.points)} points -> {len(coords)} voxels"
+                f" at {args.voxel} m"
+            )
             for threads in thread_list:
                 if not self.cuda:
                     common.set_threads(threads)
                 label = f"threads={threads}" if not self.cuda else "cuda"
                 wrong = not self.cuda and threads > 1
-                self.out(f" -- {label}" + (" (spconv: incorrect results, timing only)"
-                                           if wrong and self.sp_ok else ""))
-                kmap, maps = self.maps(coords, sp_coords, spatial,
-                                       " [timing only]" if wrong else "")
-                self.out(f"      map entries incl. centre: {sum(kmap.counts)}"
-                         f" ({sum(kmap.counts) / len(coords):.2f} per voxel)")
+                self.out(
+                    f" -- {label}"
+                    + (" (spconv: incorrect results, timing only)" if wrong and self.sp_ok else "")
+                )
+                kmap, maps = self.maps(
+                    coords, sp_coords, spatial, " [timing only]" if wrong else ""
+                )
+                self.out(
+                    f"      map entries incl. centre: {sum(kmap.counts)}"
+                    f" ({sum(kmap.counts) / len(coords):.2f} per voxel)"
+                )
                 convs = self.convs(coords, sp_coords, spatial, kmap, threads, label)
-                fres["runs"].append({"threads": threads if not self.cuda else None,
-                                     "map": maps, "conv": convs})
+                fres["runs"].append(
+                    {"threads": threads if not self.cuda else None, "map": maps, "conv": convs}
+                )
             result["frames"].append(fres)
         return result
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--frames", nargs="+", default=list(common.DEFAULT_FRAMES),
-                   help=f"short names {sorted(common.FRAMES)} or paths (default: %(default)s)")
-    p.add_argument("--data", type=Path, default=None,
-                   help=f"folder of the real frames (default: {common.DEFAULT_DATA})")
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument(
+        "--frames",
+        nargs="+",
+        default=list(common.DEFAULT_FRAMES),
+        help=f"short names {sorted(common.FRAMES)} or paths (default: %(default)s)",
+    )
+    p.add_argument(
+        "--data",
+        type=Path,
+        default=None,
+        help=f"folder of the real frames (default: {common.DEFAULT_DATA})",
+    )
     p.add_argument("--voxel", type=float, default=0.05)
     p.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     p.add_argument("--channels", type=int, nargs="+", default=[32, 64, 128])
     p.add_argument("--runs", type=int, default=5, help="timed runs per figure (median)")
-    p.add_argument("--warmup", type=int, default=3,
-                   help="untimed runs first (the first calls of a process run slower)")
-    p.add_argument("--budget", type=float, default=1.5,
-                   help="stop timing a figure after this many seconds (>= 3 runs)")
+    p.add_argument(
+        "--warmup",
+        type=int,
+        default=3,
+        help="untimed runs first (the first calls of a process run slower)",
+    )
+    p.add_argument(
+        "--budget",
+        type=float,
+        default=1.5,
+        help="stop timing a figure after this many seconds (>= 3 runs)",
+    )
     p.add_argument("--json", type=Path, default=None, help="write all figures to this file")
     return p.parse_args(argv)
 

@@ -11,6 +11,7 @@ model on the same frame, interleaved run by run; the labels must be identical. B
 stages' wall time it prints the process CPU time per request, the steadier figure on a shared
 machine (it leaves out what the OS gives other processes).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -58,13 +59,17 @@ def before():
 
 class BeforePipeline(SegmentationPipeline):
     def map_requests(self) -> tuple:
-        return tuple(r for r in super().map_requests()
-                     if r.kind == "downsample" or (r.kind == "submanifold" and r.kernel_size == 3))
+        return tuple(
+            r
+            for r in super().map_requests()
+            if r.kind == "downsample" or (r.kind == "submanifold" and r.kernel_size == 3)
+        )
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--frame", default="kitti00")
     ap.add_argument("--weights", default="default")
     ap.add_argument("--cr", type=float, default=1.0, help="channel ratio of --weights random")
@@ -76,8 +81,10 @@ def main(argv=None) -> int:
     points = np.ascontiguousarray(common.load_frame(args.frame).points)
     sensor = SENSOR.get(args.frame, "kitti")
     keys = ("maps", "network", "maps+network", "total", "cpu")
-    times: dict[str, dict[str, list[float]]] = {"before": {k: [] for k in keys},
-                                                "now": {k: [] for k in keys}}
+    times: dict[str, dict[str, list[float]]] = {
+        "before": {k: [] for k in keys},
+        "now": {k: [] for k in keys},
+    }
     reference = None
     for run in range(args.runs + 1):  # the first run of each warms up
         for name, pipeline, ctx in (("before", old, before), ("now", now, contextlib.nullcontext)):
@@ -90,14 +97,20 @@ def main(argv=None) -> int:
                 reference = result.labels if reference is None else reference
                 assert np.array_equal(reference, result.labels), name
                 continue
-            for k, v in (("maps", t["maps"]), ("network", t["network"]),
-                         ("maps+network", t["maps"] + t["network"]),
-                         ("total", sum(t.values())), ("cpu", cpu_ms)):
+            for k, v in (
+                ("maps", t["maps"]),
+                ("network", t["network"]),
+                ("maps+network", t["maps"] + t["network"]),
+                ("total", sum(t.values())),
+                ("cpu", cpu_ms),
+            ):
                 times[name][k].append(v)
     med = {n: {k: statistics.median(v) for k, v in d.items()} for n, d in times.items()}
-    print(f"# bench.maps_stage frame={args.frame} points={len(points)} voxels="
-          f"{result.num_voxels} weights={args.weights} device={args.device} "
-          f"threads={torch.get_num_threads()} median of {args.runs} interleaved runs (ms)")
+    print(
+        f"# bench.maps_stage frame={args.frame} points={len(points)} voxels="
+        f"{result.num_voxels} weights={args.weights} device={args.device} "
+        f"threads={torch.get_num_threads()} median of {args.runs} interleaved runs (ms)"
+    )
     print(f"{'':<14}{'before':>10}{'now':>10}{'saved':>10}{'ratio':>8}   (cpu: process CPU ms)")
     for k in keys:
         b, n = med["before"][k], med["now"][k]
@@ -116,8 +129,13 @@ def removed_work(pipeline, points, sensor: str, runs: int) -> None:
     batch = voxelize([points], pipeline.voxel_config, sensor, pipeline.device)
     x = SparseTensor(batch.feats, batch.coords, engine=pipeline.engine)
     x.manager.prepare(pipeline.map_requests())
-    levels = sorted({r.stride for r in pipeline.map_requests()
-                     if r.kind == "submanifold" and r.kernel_size == 1})
+    levels = sorted(
+        {
+            r.stride
+            for r in pipeline.map_requests()
+            if r.kind == "submanifold" and r.kernel_size == 1
+        }
+    )
     coords = [x.manager.coords(s) for s in levels]
     times: dict[str, list[float]] = {"before": [], "now": []}
     for _ in range(max(runs, 10) * 3):
@@ -127,9 +145,11 @@ def removed_work(pipeline, points, sensor: str, runs: int) -> None:
                 build(c, None, 1, 1)
             times[name].append((time.perf_counter() - t0) * 1e3)
     med = {k: statistics.median(v) for k, v in times.items()}
-    print(f"1x1 maps of levels {levels} ({[len(c) for c in coords]} voxels) per request: before "
-          f"{med['before']:.2f} ms (min {min(times['before']):.2f}), now {med['now']:.3f} ms "
-          f"(min {min(times['now']):.3f}): {med['before'] - med['now']:.2f} ms saved")
+    print(
+        f"1x1 maps of levels {levels} ({[len(c) for c in coords]} voxels) per request: before "
+        f"{med['before']:.2f} ms (min {min(times['before']):.2f}), now {med['now']:.3f} ms "
+        f"(min {min(times['now']):.3f}): {med['before'] - med['now']:.2f} ms saved"
+    )
 
 
 if __name__ == "__main__":

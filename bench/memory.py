@@ -14,6 +14,7 @@ Dataflows: "cuda-like" runs the grouped gather-matmul-scatter with the CUDA defa
 (epsilon 0.3, S 65536) and the memory cap, on the CPU, so its scratch is what a GPU would
 hold; "default" is the shipped CPU dataflow (fused, no scratch buffers).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -64,6 +65,7 @@ class PlanRecorder:
             p = original(kmap, cin, cout, device)
             self.convs.append((p, cin, cout))
             return p
+
         object.__setattr__(config, "plan", plan)
 
     def figures(self, config: EngineConfig) -> dict:
@@ -79,9 +81,13 @@ class PlanRecorder:
             worst_unchunked = max(worst_unchunked, io + rows * (cin + cout) * 4)
             worst_capped = max(worst_capped, io + capped * (cin + cout) * 4)
         entries = sum(sum(k.counts) for k in kmaps.values())
-        return {"map_entries": entries, "maps_mib": maps / MIB, "plan_rows_mib": idx / MIB,
-                "computed_unchunked_mib": (maps + idx + worst_unchunked) / MIB,
-                "computed_capped_mib": (maps + idx + worst_capped) / MIB}
+        return {
+            "map_entries": entries,
+            "maps_mib": maps / MIB,
+            "plan_rows_mib": idx / MIB,
+            "computed_unchunked_mib": (maps + idx + worst_unchunked) / MIB,
+            "computed_capped_mib": (maps + idx + worst_capped) / MIB,
+        }
 
 
 def child(points: int, voxel: float, cr: float, cap_mb: float, dataflow: str) -> dict:
@@ -95,47 +101,76 @@ def child(points: int, voxel: float, cr: float, cap_mb: float, dataflow: str) ->
     frame = tiled_points(points)
     reach = float(np.abs(frame[:, :2]).max()) + 1.0  # keep every tile (max_xy crops at 120 m)
     pipeline = build_pipeline("random", "cpu", cr, engine=config)
-    pipeline.voxel_config = dataclasses.replace(pipeline.voxel_config, voxel_size=voxel,
-                                                max_xy=reach)
+    pipeline.voxel_config = dataclasses.replace(
+        pipeline.voxel_config, voxel_size=voxel, max_xy=reach
+    )
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     result = pipeline.segment(frame)
     after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    return {"points": points, "voxels": result.num_voxels, "dataflow": dataflow, "cr": cr,
-            "voxel": voxel, "cap_mib": cap_mb, "rss_before_mib": before / MIB,
-            "measured_peak_mib": (after - before) / MIB, **recorder.figures(config)}
+    return {
+        "points": points,
+        "voxels": result.num_voxels,
+        "dataflow": dataflow,
+        "cr": cr,
+        "voxel": voxel,
+        "cap_mib": cap_mb,
+        "rss_before_mib": before / MIB,
+        "measured_peak_mib": (after - before) / MIB,
+        **recorder.figures(config),
+    }
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--points", type=int, nargs="+", default=[125_000, 2_000_000])
     p.add_argument("--voxel", type=float, default=0.1)
     p.add_argument("--cr", type=float, default=0.5)
     p.add_argument("--cap-mb", type=float, default=256.0, help="the engine's scratch cap (MiB)")
-    p.add_argument("--dataflows", nargs="+", default=["cuda-like", "default"],
-                   choices=["cuda-like", "default"])
+    p.add_argument(
+        "--dataflows", nargs="+", default=["cuda-like", "default"], choices=["cuda-like", "default"]
+    )
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.child:
         out = child(args.points[0], args.voxel, args.cr, args.cap_mb, args.dataflows[0])
         print(json.dumps(out))
         return 0
-    print(f"# bench.memory MinkUNet cr={args.cr} voxel={args.voxel} m, cap {args.cap_mb} MiB, "
-          f"torch {torch.__version__}, {cpu_name()}")
+    print(
+        f"# bench.memory MinkUNet cr={args.cr} voxel={args.voxel} m, cap {args.cap_mb} MiB, "
+        f"torch {torch.__version__}, {cpu_name()}"
+    )
     for points in args.points:
         for dataflow in args.dataflows:
-            cmd = [sys.executable, "-m", "bench.memory", "--child", "--points", str(points),
-                   "--voxel", str(args.voxel), "--cr", str(args.cr), "--cap-mb",
-                   str(args.cap_mb), "--dataflows", dataflow]
+            cmd = [
+                sys.executable,
+                "-m",
+                "bench.memory",
+                "--child",
+                "--points",
+                str(points),
+                "--voxel",
+                str(args.voxel),
+                "--cr",
+                str(args.cr),
+                "--cap-mb",
+                str(args.cap_mb),
+                "--dataflows",
+                dataflow,
+            ]
             proc = subprocess.run(cmd, capture_output=True, text=True, check=True)
             r = json.loads(proc.stdout.strip().splitlines()[-1])
-            print(f"{points:>9} points {r['voxels']:>8} voxels {dataflow:<9} "
-                  f"measured peak +{r['measured_peak_mib']:7.0f} MiB (RSS before "
-                  f"{r['rss_before_mib']:.0f}) | computed: maps {r['maps_mib']:.0f} MiB, "
-                  f"plan rows {r['plan_rows_mib']:.0f} MiB, working set "
-                  f"{r['computed_capped_mib']:.0f} MiB capped, "
-                  f"{r['computed_unchunked_mib']:.0f} MiB unchunked "
-                  f"({r['map_entries']} map entries)", flush=True)
+            print(
+                f"{points:>9} points {r['voxels']:>8} voxels {dataflow:<9} "
+                f"measured peak +{r['measured_peak_mib']:7.0f} MiB (RSS before "
+                f"{r['rss_before_mib']:.0f}) | computed: maps {r['maps_mib']:.0f} MiB, "
+                f"plan rows {r['plan_rows_mib']:.0f} MiB, working set "
+                f"{r['computed_capped_mib']:.0f} MiB capped, "
+                f"{r['computed_unchunked_mib']:.0f} MiB unchunked "
+                f"({r['map_entries']} map entries)",
+                flush=True,
+            )
     return 0
 
 

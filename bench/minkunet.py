@@ -13,6 +13,7 @@ its figure is maps + network. spconv's CPU wheel is only correct single-threaded
 on the CPU it always runs with 1 thread, and ours is printed at every thread count asked for.
 On CUDA both run in fp32 and fp16.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -64,22 +65,28 @@ def bench_spconv(model, points, sensor, config: VoxelizeConfig, device, dtype, r
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--frames", nargs="+", default=list(common.DEFAULT_FRAMES))
     p.add_argument("--cr", type=float, nargs="+", default=[1.0, 0.5])
     p.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     p.add_argument("--device", default="cpu")
-    p.add_argument("--weights", default="random",
-                   help="random (with --cr), default, synthetic or a checkpoint (models/weights)")
+    p.add_argument(
+        "--weights",
+        default="random",
+        help="random (with --cr), default, synthetic or a checkpoint (models/weights)",
+    )
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
     device = torch.device(args.device)
     dtypes = [torch.float32, torch.float16] if device.type == "cuda" else [torch.float32]
     sp_ok, why = common.spconv_available(args.device)
-    print(f"# bench.minkunet device={device} torch={torch.__version__} runs={args.runs} "
-          f"weights={args.weights}" + ("" if sp_ok else f"  (no spconv: {why})"))
+    print(
+        f"# bench.minkunet device={device} torch={torch.__version__} runs={args.runs} "
+        f"weights={args.weights}" + ("" if sp_ok else f"  (no spconv: {why})")
+    )
     rows = []
     for name in args.frames:
         frame = common.load_frame(name)
@@ -91,23 +98,41 @@ def main(argv=None) -> int:
                 sp = None
                 if sp_ok:
                     common.set_threads(1)
-                    sp = bench_spconv(pipeline.model, frame.points, sensor,
-                                      pipeline.voxel_config, device, dtype, args.runs)
-                for threads in (args.threads if device.type == "cpu" else [1]):
+                    sp = bench_spconv(
+                        pipeline.model,
+                        frame.points,
+                        sensor,
+                        pipeline.voxel_config,
+                        device,
+                        dtype,
+                        args.runs,
+                    )
+                for threads in args.threads if device.type == "cpu" else [1]:
                     common.set_threads(threads)
                     ours = bench_ours(pipeline, frame.points, sensor, args.runs)
-                    row = {"frame": name, "cr": cr, "dtype": dname, "threads": threads,
-                           "ours_ms": ours, "spconv_ms": sp}
+                    row = {
+                        "frame": name,
+                        "cr": cr,
+                        "dtype": dname,
+                        "threads": threads,
+                        "ours_ms": ours,
+                        "spconv_ms": sp,
+                    }
                     rows.append(row)
-                    stages = " ".join(f"{k} {v:.1f}" for k, v in ours.items()
-                                      if k not in ("total", "num_voxels"))
-                    line = (f"{name:<10} cr={cr:<4} {dname} ours[{threads} thr] "
-                            f"{ours['total']:8.1f} ms ({stages})")
+                    stages = " ".join(
+                        f"{k} {v:.1f}" for k, v in ours.items() if k not in ("total", "num_voxels")
+                    )
+                    line = (
+                        f"{name:<10} cr={cr:<4} {dname} ours[{threads} thr] "
+                        f"{ours['total']:8.1f} ms ({stages})"
+                    )
                     if sp is not None:
                         net = ours["maps"] + ours["network"]
-                        line += (f" | spconv[1 thr] maps+network {sp['maps+network']:8.1f} ms |"
-                                 f" ours maps+network {net:.1f} ms = "
-                                 f"{sp['maps+network'] / net:.2f}x faster")
+                        line += (
+                            f" | spconv[1 thr] maps+network {sp['maps+network']:8.1f} ms |"
+                            f" ours maps+network {net:.1f} ms = "
+                            f"{sp['maps+network'] / net:.2f}x faster"
+                        )
                     print(line, flush=True)
     if args.json:
         with open(args.json, "w") as fh:

@@ -12,6 +12,7 @@ labelled validation frames (SemanticKITTI seq00_000000, spvnas_000000) the mIoU 
 The CPU's features (what `auto` chooses from) head the output; AMX cannot be measured on a CPU
 without it.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -28,8 +29,10 @@ from bench import common
 from kernels import precision as precision_mod
 from models import SparseTensor
 
-LABELLED = {"kitti00": "semantickitti/seq00_000000.label",
-            "kitti-spvnas": "semantickitti/spvnas_000000.label"}
+LABELLED = {
+    "kitti00": "semantickitti/seq00_000000.label",
+    "kitti-spvnas": "semantickitti/spvnas_000000.label",
+}
 
 
 def spread(values: list[float]) -> str:
@@ -61,8 +64,9 @@ def time_networks(pipes: dict, points, sensor: str, runs: int):
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--weights", default="default")
     p.add_argument("--cr", type=float, default=1.0, help="channel ratio of --weights random")
     p.add_argument("--frames", nargs="+", default=list(common.DEFAULT_FRAMES) + ["kitti-spvnas"])
@@ -78,9 +82,11 @@ def main(argv=None) -> int:
     names = meta["class_names"]
     pipes = {name: pipeline_for(model, meta, "cpu", precision=name) for name in args.precisions}
     info = precision_mod.describe("auto", precision_mod.resolve("auto"))
-    print(f"# bench.precision weights={args.weights} threads={torch.get_num_threads()} "
-          f"runs={args.runs} torch={torch.__version__}; CPU features {info['cpu_features']}; "
-          f"auto -> {info['running']}; bf16 kernel: {info['bf16_kernel']}")
+    print(
+        f"# bench.precision weights={args.weights} threads={torch.get_num_threads()} "
+        f"runs={args.runs} torch={torch.__version__}; CPU features {info['cpu_features']}; "
+        f"auto -> {info['running']}; bf16 kernel: {info['bf16_kernel']}"
+    )
     report = {"cpu": info, "frames": {}}
     base = args.precisions[0]
     for frame_name in args.frames:
@@ -94,15 +100,25 @@ def main(argv=None) -> int:
             ratios = [b / t for b, t in zip(times[base], times[name])]
             cpu_ratios = [b / t for b, t in zip(cpu[base], cpu[name])]
             agree = float((labels[name] == labels[base]).mean())
-            row[name] = {"network_ms": times[name], "network_cpu_ms": cpu[name],
-                         "speedup": ratios, "cpu_speedup": cpu_ratios, "label_agreement": agree}
+            row[name] = {
+                "network_ms": times[name],
+                "network_cpu_ms": cpu[name],
+                "speedup": ratios,
+                "cpu_speedup": cpu_ratios,
+                "label_agreement": agree,
+            }
             line += f"\n  {name}: network {spread(times[name])} ms (CPU {spread(cpu[name])} ms)"
             if name != base:
-                line += (f", x{spread(ratios)} vs {base} (CPU time x{spread(cpu_ratios)}), "
-                         f"labels {agree * 100:.2f} % equal")
+                line += (
+                    f", x{spread(ratios)} vs {base} (CPU time x{spread(cpu_ratios)}), "
+                    f"labels {agree * 100:.2f} % equal"
+                )
         if frame_name in LABELLED:
-            gt = read_labels(common.DEFAULT_DATA / LABELLED[frame_name] if args.data is None
-                             else f"{args.data}/{LABELLED[frame_name]}")
+            gt = read_labels(
+                common.DEFAULT_DATA / LABELLED[frame_name]
+                if args.data is None
+                else f"{args.data}/{LABELLED[frame_name]}"
+            )
             for name in args.precisions:
                 row[name]["miou"] = iou_metrics(gt, labels[name], names)["miou"]
             line += "\n  mIoU " + ", ".join(f"{n} {row[n]['miou']:.4f}" for n in args.precisions)

@@ -14,6 +14,7 @@ own pipeline stages) isolates what HTTP, decoding, queueing and encoding cost. E
 the frame asking for JSON; per run it prints HTTP total (binary) / the server's network stage of
 the same request, and JSON round trip - binary round trip (issue 16's two ratios).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -42,8 +43,9 @@ def _spread(values: list[float]) -> str:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--frames", nargs="+", default=list(common.DEFAULT_FRAMES))
     ap.add_argument("--weights", default="default", help="default, random (with --cr) or a path")
     ap.add_argument("--cr", type=float, default=1.0, help="channel ratio of --weights random")
@@ -51,26 +53,34 @@ def main(argv=None) -> int:
     ap.add_argument("--runs", type=int, default=7)
     ap.add_argument("--url", default=None)
     ap.add_argument("--json", default=None)
-    ap.add_argument("--observe", action="store_true",
-                    help="instead: tracing, exemplars, access log and request ring on vs off "
-                         "(bench/observe.py), per request and end to end")
+    ap.add_argument(
+        "--observe",
+        action="store_true",
+        help="instead: tracing, exemplars, access log and request ring on vs off "
+        "(bench/observe.py), per request and end to end",
+    )
     args = ap.parse_args(argv)
     if args.observe:
         from bench import observe
 
         return observe.service_main(args)
 
-    proc, url = ((None, args.url) if args.url
-                 else common.start_server(args.weights, args.cr, args.device))
+    proc, url = (
+        (None, args.url) if args.url else common.start_server(args.weights, args.cr, args.device)
+    )
     pipeline = build_pipeline(args.weights, args.device, args.cr)
     rows = []
     try:
         with httpx.Client(base_url=url, timeout=300) as http:
-            print(f"device {args.device}, weights {args.weights}, "
-                  f"torch threads {torch.get_num_threads()}, "
-                  f"median of {args.runs} runs, binary in and out")
-            print(f"{'frame':<11}{'points':>8}{'in-proc ms':>12}{'HTTP ms':>10}{'overhead ms':>13}"
-                  f"{'overhead %':>12}   server decode/queue/encode/total ms")
+            print(
+                f"device {args.device}, weights {args.weights}, "
+                f"torch threads {torch.get_num_threads()}, "
+                f"median of {args.runs} runs, binary in and out"
+            )
+            print(
+                f"{'frame':<11}{'points':>8}{'in-proc ms':>12}{'HTTP ms':>10}{'overhead ms':>13}"
+                f"{'overhead %':>12}   server decode/queue/encode/total ms"
+            )
             for name in args.frames:
                 frame = common.load_frame(name)
                 points = np.ascontiguousarray(frame.points)
@@ -86,9 +96,11 @@ def main(argv=None) -> int:
                     return result.labels
 
                 def remote(accept="application/octet-stream"):
-                    r = http.post(f"/v1/segment?format={fmt}", content=body,
-                                  headers={"Content-Type": "application/octet-stream",
-                                           "Accept": accept})
+                    r = http.post(
+                        f"/v1/segment?format={fmt}",
+                        content=body,
+                        headers={"Content-Type": "application/octet-stream", "Accept": accept},
+                    )
                     r.raise_for_status()
                     return r
 
@@ -112,42 +124,65 @@ def main(argv=None) -> int:
                     json_stages.append(server_timing(rj.headers["server-timing"]))
                 lm, rm = statistics.median(local_ms), statistics.median(remote_ms)
                 srv = {k: statistics.median(s[k] for s in stages) for k in (*STAGES, "total")}
-                loc = {k: statistics.median(s[k] for s in local_stages[1:])
-                       for k in PIPELINE_STAGES}
-                row = {"frame": name, "points": len(points), "in_process_ms": round(lm, 2),
-                       "http_ms": round(rm, 2), "overhead_ms": round(rm - lm, 2),
-                       "overhead_pct": round(100 * (rm - lm) / rm, 1),
-                       "server_ms": {k: round(v, 2) for k, v in srv.items()},
-                       "in_process_stages_ms": {k: round(v, 2) for k, v in loc.items()}}
+                loc = {
+                    k: statistics.median(s[k] for s in local_stages[1:]) for k in PIPELINE_STAGES
+                }
+                row = {
+                    "frame": name,
+                    "points": len(points),
+                    "in_process_ms": round(lm, 2),
+                    "http_ms": round(rm, 2),
+                    "overhead_ms": round(rm - lm, 2),
+                    "overhead_pct": round(100 * (rm - lm) / rm, 1),
+                    "server_ms": {k: round(v, 2) for k, v in srv.items()},
+                    "in_process_stages_ms": {k: round(v, 2) for k, v in loc.items()},
+                }
                 rows.append(row)
-                print(f"{name:<11}{len(points):>8}{lm:>12.1f}{rm:>10.1f}{rm - lm:>13.1f}"
-                      f"{row['overhead_pct']:>11.1f}%   "
-                      + " / ".join(f"{srv[k]:.1f}" for k in ("decode", "queue", "encode",
-                                                                "total")))
+                print(
+                    f"{name:<11}{len(points):>8}{lm:>12.1f}{rm:>10.1f}{rm - lm:>13.1f}"
+                    f"{row['overhead_pct']:>11.1f}%   "
+                    + " / ".join(f"{srv[k]:.1f}" for k in ("decode", "queue", "encode", "total"))
+                )
                 service_ms = rm - sum(srv[k] for k in loc)  # HTTP + decode + queue + encode
                 row["service_layer_ms"] = round(service_ms, 2)
-                print(f"{'':<11}service layer (HTTP round trip - server pipeline stages): "
-                      f"{service_ms:.1f} ms = {100 * service_ms / rm:.1f}%")
-                print(f"{'':<11}pipeline stages in-proc / server in-proc / server: " + ", ".join(
-                    f"{k} {loc[k]:.1f}/{srv[k]:.1f}" for k in loc))
+                print(
+                    f"{'':<11}service layer (HTTP round trip - server pipeline stages): "
+                    f"{service_ms:.1f} ms = {100 * service_ms / rm:.1f}%"
+                )
+                print(
+                    f"{'':<11}pipeline stages in-proc / server in-proc / server: "
+                    + ", ".join(f"{k} {loc[k]:.1f}/{srv[k]:.1f}" for k in loc)
+                )
                 # issue 16's ratios, per request: HTTP total (binary) / that request's network
                 # stage, and a JSON response's round trip minus the binary one before it
                 per_net = [r / s["network"] for r, s in zip(remote_ms, stages)]
                 json_extra = [j - b for j, b in zip(json_ms, remote_ms)]
                 enc = [s["encode"] for s in json_stages]
-                row.update(http_over_network=per_net, json_minus_binary_ms=json_extra,
-                           json_encode_ms=enc)
-                print(f"{'':<11}HTTP total (binary) / network stage: x{_spread(per_net)}; "
-                      f"JSON - binary round trip: {_spread(json_extra)} ms "
-                      f"(server JSON encode {_spread(enc)} ms)")
+                row.update(
+                    http_over_network=per_net, json_minus_binary_ms=json_extra, json_encode_ms=enc
+                )
+                print(
+                    f"{'':<11}HTTP total (binary) / network stage: x{_spread(per_net)}; "
+                    f"JSON - binary round trip: {_spread(json_extra)} ms "
+                    f"(server JSON encode {_spread(enc)} ms)"
+                )
     finally:
         if proc is not None:
             proc.send_signal(signal.SIGTERM)
             proc.wait(60)
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"device": args.device, "weights": args.weights, "cr": args.cr, "runs": args.runs, "rows": rows},
-                      f, indent=1)
+            json.dump(
+                {
+                    "device": args.device,
+                    "weights": args.weights,
+                    "cr": args.cr,
+                    "runs": args.runs,
+                    "rows": rows,
+                },
+                f,
+                indent=1,
+            )
     return 0
 
 

@@ -4,7 +4,8 @@
                          [--config NAME=VAR=VALUE,VAR=VALUE ...]
 
 Each --config runs its own server (one after the other) with those environment variables, e.g.
-  --config glibc=LIDARSEG_TRIM_AFTER_POINTS=0 --config arena2=MALLOC_ARENA_MAX=2,LIDARSEG_TRIM_AFTER_POINTS=0
+  --config glibc=LIDARSEG_TRIM_AFTER_POINTS=0
+  --config arena2=MALLOC_ARENA_MAX=2,LIDARSEG_TRIM_AFTER_POINTS=0
   --config shipped=MALLOC_ARENA_MAX=2     (the container's setting plus the built-in trim)
 Clients post real frames (and slices of them, 1 k to 125 k points) as kitti, nuscenes, pcd
 (binary, binary_compressed, ascii), ply, npy, las, pointcloud2 and json, picked at random with a
@@ -12,6 +13,7 @@ fixed seed. The server's VmRSS is sampled every second; printed: RSS at start (r
 warm-up (--warmup, a fraction of the run), at the end, the growth after warm-up (target < 10 %),
 and requests by status.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -27,8 +29,18 @@ from app.codecs.encode import encode
 from bench import common
 from bench.common import start_server
 
-VARIANTS = ["kitti", "nuscenes", "pcd_binary", "pcd_binary_compressed", "ply_binary_little_endian",
-            "npy", "las", "pointcloud2", "pcd_ascii", "json"]
+VARIANTS = [
+    "kitti",
+    "nuscenes",
+    "pcd_binary",
+    "pcd_binary_compressed",
+    "ply_binary_little_endian",
+    "npy",
+    "las",
+    "pointcloud2",
+    "pcd_ascii",
+    "json",
+]
 TEXT = {"pcd_ascii", "json"}
 
 
@@ -71,8 +83,11 @@ def soak(name: str, env: dict, args, payloads) -> dict:
         with httpx.Client(base_url=url, timeout=300) as c:
             while time.monotonic() < end:
                 body, ctype = payloads[rng.integers(len(payloads))]
-                r = c.post("/v1/segment", content=body,
-                           headers={"Content-Type": ctype, "Accept": "application/octet-stream"})
+                r = c.post(
+                    "/v1/segment",
+                    content=body,
+                    headers={"Content-Type": ctype, "Accept": "application/octet-stream"},
+                )
                 with lock:
                     statuses[r.status_code] += 1
 
@@ -91,10 +106,16 @@ def soak(name: str, env: dict, args, payloads) -> dict:
     warm = next(r for t, r in samples if t >= warm_at)
     final = samples[-1][1]
     peak = max(r for _, r in samples)
-    return {"config": name, "env": env, "rss_start_mb": round(start_rss, 1),
-            "rss_warm_mb": round(warm, 1), "rss_end_mb": round(final, 1),
-            "rss_peak_mb": round(peak, 1), "growth_after_warmup": round(final / warm - 1, 4),
-            "statuses": dict(statuses)}
+    return {
+        "config": name,
+        "env": env,
+        "rss_start_mb": round(start_rss, 1),
+        "rss_warm_mb": round(warm, 1),
+        "rss_end_mb": round(final, 1),
+        "rss_peak_mb": round(peak, 1),
+        "growth_after_warmup": round(final / warm - 1, 4),
+        "statuses": dict(statuses),
+    }
 
 
 def parse_config(text: str) -> tuple[str, dict]:
@@ -104,8 +125,9 @@ def parse_config(text: str) -> tuple[str, dict]:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--minutes", type=float, default=3.0)
     ap.add_argument("--clients", type=int, default=4)
     ap.add_argument("--warmup", type=float, default=0.25)
@@ -117,9 +139,12 @@ def main(argv=None) -> int:
     payloads = bodies()
     for name, env in configs:
         r = soak(name, env, args, payloads)
-        print(f"{name:<10} RSS start {r['rss_start_mb']} MB, after warm-up {r['rss_warm_mb']} MB,"
-              f" end {r['rss_end_mb']} MB (peak {r['rss_peak_mb']}): growth after warm-up "
-              f"{100 * r['growth_after_warmup']:+.1f} %; statuses {r['statuses']}", flush=True)
+        print(
+            f"{name:<10} RSS start {r['rss_start_mb']} MB, after warm-up {r['rss_warm_mb']} MB,"
+            f" end {r['rss_end_mb']} MB (peak {r['rss_peak_mb']}): growth after warm-up "
+            f"{100 * r['growth_after_warmup']:+.1f} %; statuses {r['statuses']}",
+            flush=True,
+        )
         print(json.dumps(r), flush=True)
     return 0
 

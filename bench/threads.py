@@ -10,6 +10,7 @@ per second are printed for each setting, with and without the neighbour, and the
 "before". Settings: before (no OMP variables: torch's thread count, libgomp's default spin),
 default (configure_env(): threads = cgroup quota else CPUs, OMP_WAIT_POLICY=passive), threads=1.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -23,7 +24,8 @@ from bench import common
 
 _WORKER = r"""
 import json, os, sys, time
-mode, frame_name, runs, weights, cr = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], float(sys.argv[5])
+mode, frame_name, weights = sys.argv[1], sys.argv[2], sys.argv[4]
+runs, cr = int(sys.argv[3]), float(sys.argv[5])
 if mode != "before":
     from app.threads import configure_env
     configure_env()
@@ -49,18 +51,32 @@ OMP_VARS = ("OMP_NUM_THREADS", "OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "LIDARSEG_TH
 def measure(mode: str, args) -> dict:
     env = {k: v for k, v in os.environ.items() if k not in OMP_VARS}
     env.update(SETTINGS[mode])
-    out = subprocess.run([sys.executable, "-c", _WORKER, "before" if mode == "before" else mode,
-                          args.frame, str(args.runs), args.weights, str(args.cr)],
-                         cwd=common.REPO_ROOT, env=env, capture_output=True, text=True,
-                         timeout=1800)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            _WORKER,
+            "before" if mode == "before" else mode,
+            args.frame,
+            str(args.runs),
+            args.weights,
+            str(args.cr),
+        ],
+        cwd=common.REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
     if out.returncode:
         raise SystemExit(out.stderr)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--frame", default="nuscenes")
     ap.add_argument("--runs", type=int, default=6)
     ap.add_argument("--weights", default="random")
@@ -77,13 +93,17 @@ def main(argv=None) -> int:
             if hog is not None:
                 hog.kill()
                 hog.wait()
-    print(f"{'setting':<10} {'threads':>7} {'fps, free':>10} {'fps, 1 core stolen':>19} "
-          f"{'vs before (stolen)':>19}")
+    print(
+        f"{'setting':<10} {'threads':>7} {'fps, free':>10} {'fps, 1 core stolen':>19} "
+        f"{'vs before (stolen)':>19}"
+    )
     base = results[(True, "before")]["fps"]
     for mode in SETTINGS:
         free, busy = results[(False, mode)], results[(True, mode)]
-        print(f"{mode:<10} {busy['threads']:>7} {free['fps']:>10.2f} {busy['fps']:>19.2f} "
-              f"{busy['fps'] / base:>18.2f}x")
+        print(
+            f"{mode:<10} {busy['threads']:>7} {free['fps']:>10.2f} {busy['fps']:>19.2f} "
+            f"{busy['fps'] / base:>18.2f}x"
+        )
     print(json.dumps({f"{'stolen' if s else 'free'}/{m}": r for (s, m), r in results.items()}))
     return 0
 

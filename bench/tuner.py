@@ -20,8 +20,9 @@ fused candidate covers them all (--no-fused leaves it out). Fused is not measure
 Cout is not a multiple of the kernel's vector width (the engine runs grouped there); for the
 device default such a shape counts fused at the time of what the engine falls back to (grouped
 with the same epsilon, S). Grouped candidates that give the same launches on every sample map
-(S = 0 whatever epsilon, or S above every map's largest offset) are measured once. Runs are interleaved (run r of every candidate
-before run r + 1 of any) so that a noisy machine hits all candidates alike.
+(S = 0 whatever epsilon, or S above every map's largest offset) are measured once. Runs are
+interleaved (run r of every candidate before run r + 1 of any) so that a noisy machine hits all
+candidates alike.
 
 Choice: the fastest candidate, except that the device default is kept unless another candidate
 beats it by more than --margin (noise guard; the default is the current default of the file or
@@ -36,6 +37,7 @@ The output follows kernels/tuning.py (version 1); this device's measured shapes 
 other entry (other devices, other shapes) is kept. The engine reads the file at start-up
 (GroupingTable.load_default()).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -60,8 +62,14 @@ from kernels.tuning import BUILTIN_DEFAULTS, DEFAULT_PATH, GroupingTable, device
 EPSILONS = (0.0, 0.1, 0.2, 0.3, 0.5, 1.0)
 THRESHOLDS = (0.0, 4096.0, 16384.0, 65536.0, math.inf)
 # frame:voxel:keep -- real frames, subsampled, at several voxel sizes (small and large maps)
-DEFAULT_MAPS = ("kitti00:0.05:1", "ouster128:0.05:1", "kitti00:0.05:0.5", "kitti00:0.2:1",
-                "nuscenes:0.05:1", "ouster128:0.1:0.4")
+DEFAULT_MAPS = (
+    "kitti00:0.05:1",
+    "ouster128:0.05:1",
+    "kitti00:0.05:0.5",
+    "kitti00:0.2:1",
+    "nuscenes:0.05:1",
+    "ouster128:0.1:0.4",
+)
 
 
 def s_text(s: float) -> str | int:
@@ -93,7 +101,8 @@ def fused_applies(device: torch.device, cin: int, cout: int, precision: str = "f
 
 
 def is_key_of(key: str, device_type: str, precision: str) -> bool:
-    """Whether a file entry ("cpu/k27/64x64", "cpu/bf16/k27/64x64") is this device and precision's."""
+    """Whether a file entry ("cpu/k27/64x64", "cpu/bf16/k27/64x64") is this device's and
+    precision's."""
     parts = key.split("/")
     if precision == "fp32":
         return parts[0] == device_type and parts[1].startswith("k")
@@ -136,7 +145,6 @@ def candidates(kmaps: list[KernelMap], epsilons, thresholds):
     return [(members[0], members) for members in groups.values()]
 
 
-
 def measure_shape(kmaps, cin, cout, cands, device, runs, workspace, precision="fp32") -> dict:
     """Median forward time (s) summed over the maps, per representative candidate
     ((eps, S, dataflow))."""
@@ -144,9 +152,14 @@ def measure_shape(kmaps, cin, cout, cands, device, runs, workspace, precision="f
     volume = kmaps[0].kernel_volume
     weight = (torch.randn(volume, cin, cout, generator=gen) / math.sqrt(volume * cin)).to(device)
     feats = [torch.randn(k.num_in, cin, generator=gen).to(device) for k in kmaps]
-    configs = {rep: EngineConfig(precision=precision, grouping=GroupingTable(
-        entries={}, defaults={device_key(device.type, precision): rep}), workspace=workspace)
-        for rep, _ in cands}
+    configs = {
+        rep: EngineConfig(
+            precision=precision,
+            grouping=GroupingTable(entries={}, defaults={device_key(device.type, precision): rep}),
+            workspace=workspace,
+        )
+        for rep, _ in cands
+    }
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     times = {rep: [[] for _ in kmaps] for rep, _ in cands}
     with torch.no_grad():
@@ -173,31 +186,59 @@ def load_existing(path: Path) -> dict:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
-    p.add_argument("--frames", nargs="+", default=None,
-                   help="frames to tune on, each at voxel 0.05 unsubsampled (overrides --maps)")
-    p.add_argument("--maps", nargs="+", default=list(DEFAULT_MAPS),
-                   help="sample maps as frame:voxel:keep (default: %(default)s)")
+    p.add_argument(
+        "--frames",
+        nargs="+",
+        default=None,
+        help="frames to tune on, each at voxel 0.05 unsubsampled (overrides --maps)",
+    )
+    p.add_argument(
+        "--maps",
+        nargs="+",
+        default=list(DEFAULT_MAPS),
+        help="sample maps as frame:voxel:keep (default: %(default)s)",
+    )
     p.add_argument("--data", type=Path, default=None, help="folder of the real frames")
     p.add_argument("--channels", type=int, nargs="+", default=[16, 32, 64, 128])
     p.add_argument("--pairs", nargs="*", default=[], help="extra Cin x Cout shapes, e.g. 32x64")
     p.add_argument("--kernel-volumes", type=int, nargs="+", default=[27, 8], choices=[27, 8])
     p.add_argument("--epsilons", type=float, nargs="+", default=list(EPSILONS))
-    p.add_argument("--thresholds", nargs="+", default=[s_text(s) for s in THRESHOLDS],
-                   help="S values ('inf' allowed)")
+    p.add_argument(
+        "--thresholds",
+        nargs="+",
+        default=[s_text(s) for s in THRESHOLDS],
+        help="S values ('inf' allowed)",
+    )
     p.add_argument("--runs", type=int, default=5, help="timed runs per candidate and map")
-    p.add_argument("--threads", type=int, default=None,
-                   help="CPU threads while measuring (default: torch's default)")
-    p.add_argument("--no-fused", action="store_true",
-                   help="CPU: leave the fused dataflow out of the candidates")
-    p.add_argument("--margin", type=float, default=0.03,
-                   help="keep the device default unless beaten by more than this share")
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="CPU threads while measuring (default: torch's default)",
+    )
+    p.add_argument(
+        "--no-fused",
+        action="store_true",
+        help="CPU: leave the fused dataflow out of the candidates",
+    )
+    p.add_argument(
+        "--margin",
+        type=float,
+        default=0.03,
+        help="keep the device default unless beaten by more than this share",
+    )
     p.add_argument("--out", type=Path, default=DEFAULT_PATH)
-    p.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
-                   help="CPU arithmetic the entries are for (kernels/precision.py); bf16 entries "
-                        "are keyed cpu/bf16/...")
+    p.add_argument(
+        "--precision",
+        choices=["fp32", "bf16"],
+        default="fp32",
+        help="CPU arithmetic the entries are for (kernels/precision.py); bf16 entries "
+        "are keyed cpu/bf16/...",
+    )
     args = p.parse_args(argv)
 
     device = torch.device(args.device)
@@ -216,18 +257,23 @@ def main(argv=None) -> int:
     # the file's default as the engine reads it (a missing "dataflow" -> the built-in one's)
     dev_key = device_key(device.type, args.precision)
     file_defaults = GroupingTable.from_json(existing).defaults
-    default = as_setting(file_defaults.get(dev_key, file_defaults.get(
-        device.type, BUILTIN_DEFAULTS.get(device.type, (0.0, 0.0)))))
+    default = as_setting(
+        file_defaults.get(
+            dev_key, file_defaults.get(device.type, BUILTIN_DEFAULTS.get(device.type, (0.0, 0.0)))
+        )
+    )
     use_fused = device.type == "cpu" and not args.no_fused
     if default[2] == "fused" and not use_fused:
         default = (default[0], default[1], "grouped")  # not a candidate here: its grouped form
     # One fused candidate: its offset order is the same for every (epsilon, S). It takes the
     # default's (epsilon, S) when the default is fused (so the default is a candidate as it is).
     fused = default if default[2] == "fused" else (0.0, 0.0, "fused")
-    print(f"# bench.tuner device={device.type} threads={torch.get_num_threads()} "
-          f"runs={args.runs} torch={torch.__version__} precision={args.precision}; "
-          f"device default {cand_name(*default)}"
-          f"; fused candidate: {use_fused}")
+    print(
+        f"# bench.tuner device={device.type} threads={torch.get_num_threads()} "
+        f"runs={args.runs} torch={torch.__version__} precision={args.precision}; "
+        f"device default {cand_name(*default)}"
+        f"; fused candidate: {use_fused}"
+    )
     workspace = Workspace()
     new_entries, measured = {}, {}
     for volume in args.kernel_volumes:
@@ -238,29 +284,39 @@ def main(argv=None) -> int:
         grouped = candidates(kmaps, args.epsilons, thresholds)
         # the grouped forms of the default and of the fused candidate (what the engine runs where
         # fused does not apply) are always measured
-        for g in dict.fromkeys([(default[0], default[1], "grouped"),
-                                (fused[0], fused[1], "grouped")]):
+        for g in dict.fromkeys(
+            [(default[0], default[1], "grouped"), (fused[0], fused[1], "grouped")]
+        ):
             if not any(g in members for _, members in grouped):
                 grouped.append((g, [g]))
         fused_cands = [(fused, [fused])] if use_fused else []
-        print(f"  k{volume}: {len(grouped)} distinct grouped candidates of "
-              f"{sum(len(m) for _, m in grouped)}" + (" + fused" if fused_cands else ""))
+        print(
+            f"  k{volume}: {len(grouped)} distinct grouped candidates of "
+            f"{sum(len(m) for _, m in grouped)}" + (" + fused" if fused_cands else "")
+        )
         for cin, cout in shapes:
             t0 = time.perf_counter()
             fused_here = bool(fused_cands) and fused_applies(device, cin, cout, args.precision)
             cands = grouped + (fused_cands if fused_here else [])
-            score = measure_shape(kmaps, cin, cout, cands, device, args.runs, workspace,
-                                  args.precision)
+            score = measure_shape(
+                kmaps, cin, cout, cands, device, args.runs, workspace, args.precision
+            )
             best = min(score, key=score.get)
-            shape_default = default if (default[2] == "grouped" or fused_here) else \
-                (default[0], default[1], "grouped")
+            shape_default = (
+                default
+                if (default[2] == "grouped" or fused_here)
+                else (default[0], default[1], "grouped")
+            )
             default_rep = next(rep for rep, members in cands if shape_default in members)
             chosen = best
             if score[default_rep] <= score[best] * (1 + args.margin):
                 chosen = default_rep  # within the noise margin: keep the default
             # the representative for S: prefer the member that reads most plainly
-            ms = {cand_name(*m): round(score[rep] * 1e3, 3) for rep, members in cands
-                  for m in sorted(members, key=lambda m: (m[1], m[0]))}
+            ms = {
+                cand_name(*m): round(score[rep] * 1e3, 3)
+                for rep, members in cands
+                for m in sorted(members, key=lambda m: (m[1], m[0]))
+            }
             key = shape_key(device.type, volume, cin, cout, args.precision)
             new_entries[key] = {**entry_of(chosen), "ms": ms}
             measured[key] = {m: score[rep] for rep, members in cands for m in members}
@@ -270,22 +326,30 @@ def main(argv=None) -> int:
             order = sorted(score, key=score.get)
             top = ", ".join(f"{cand_name(*r)} {score[r] * 1e3:.2f}" for r in order[:3])
             sep = grouped[0][0]
-            extra = (f", fused {score[fused] * 1e3:.2f} ms = "
-                     f"{score[fused] / score[sep]:.2f}x separate" if fused_here else
-                     (", fused n/a (Cout % lanes)" if fused_cands else ""))
-            print(f"  {key:<18} -> {cand_name(*chosen):<18} "
-                  f"(best {cand_name(*best)} {score[best] * 1e3:.2f} ms, default "
-                  f"{score[default_rep] * 1e3:.2f} ms, separate "
-                  f"{score[sep] * 1e3:.2f} ms{extra}) [top: {top}] "
-                  f"{time.perf_counter() - t0:.1f}s", flush=True)
+            extra = (
+                f", fused {score[fused] * 1e3:.2f} ms = {score[fused] / score[sep]:.2f}x separate"
+                if fused_here
+                else (", fused n/a (Cout % lanes)" if fused_cands else "")
+            )
+            print(
+                f"  {key:<18} -> {cand_name(*chosen):<18} "
+                f"(best {cand_name(*best)} {score[best] * 1e3:.2f} ms, default "
+                f"{score[default_rep] * 1e3:.2f} ms, separate "
+                f"{score[sep] * 1e3:.2f} ms{extra}) [top: {top}] "
+                f"{time.perf_counter() - t0:.1f}s",
+                flush=True,
+            )
 
     # device default (shapes and kernel volumes not in the file): the (epsilon, S) with the
     # lowest sum over all measured shapes of time / that shape's best time
     common_cands = set.intersection(*(set(v) for v in measured.values())) if measured else set()
     # A partial re-tune (some of this device's entries in the file left unmeasured) keeps the
     # default as it is.
-    unmeasured = [k for k in existing.get("entries", {})
-                  if is_key_of(k, device.type, args.precision) and k not in measured]
+    unmeasured = [
+        k
+        for k in existing.get("entries", {})
+        if is_key_of(k, device.type, args.precision) and k not in measured
+    ]
     def_rep = default
     if common_cands and not unmeasured:
         rel = {c: sum(v[c] / min(v.values()) for v in measured.values()) for c in common_cands}
@@ -295,10 +359,15 @@ def main(argv=None) -> int:
             def_rep = best_default
         if use_fused:
             wins = sum(min(v, key=v.get)[2] == "fused" for v in measured.values())
-            print(f"# fused fastest on {wins} of {len(measured)} shapes; mean time / best time:"
-                  f" {cand_name(*fused)} {rel[fused] / len(measured):.3f}"
-                  + (f", {cand_name(*def_rep)} {rel[def_rep] / len(measured):.3f}"
-                     if def_rep != fused else ""))
+            print(
+                f"# fused fastest on {wins} of {len(measured)} shapes; mean time / best time:"
+                f" {cand_name(*fused)} {rel[fused] / len(measured):.3f}"
+                + (
+                    f", {cand_name(*def_rep)} {rel[def_rep] / len(measured):.3f}"
+                    if def_rep != fused
+                    else ""
+                )
+            )
     data = existing
     data["version"] = 1
     data.setdefault("defaults", {})
@@ -310,8 +379,11 @@ def main(argv=None) -> int:
     data.setdefault("tuned_with", {})[dev_key] = {
         "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "device_name": (torch.cuda.get_device_name() if device.type == "cuda" else "cpu"),
-        "threads": torch.get_num_threads(), "torch": torch.__version__, "runs": args.runs,
-        "margin": args.margin, "ms": "sum over the sample maps of the median forward time",
+        "threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "runs": args.runs,
+        "margin": args.margin,
+        "ms": "sum over the sample maps of the median forward time",
         "candidates": "grouped (eps, S)" + (" + fused" if use_fused else ""),
         "command": "python -m bench.tuner " + " ".join(argv if argv is not None else sys.argv[1:]),
         "maps": [label for v in args.kernel_volumes for label, _ in maps[v]],
@@ -319,8 +391,10 @@ def main(argv=None) -> int:
     GroupingTable.from_json(data)  # what the engine will load must parse
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(data, indent=1) + "\n")
-    print(f"# default {dev_key}: {cand_name(*def_rep)}; wrote {len(new_entries)} entries to "
-          f"{args.out} in {time.perf_counter() - start:.1f} s")
+    print(
+        f"# default {dev_key}: {cand_name(*def_rep)}; wrote {len(new_entries)} entries to "
+        f"{args.out} in {time.perf_counter() - start:.1f} s"
+    )
     return 0
 
 

@@ -9,6 +9,7 @@ voxels in order and every point's voxel, nothing else). Prints both medians with
 (min..max), wall and process CPU time, and the ratio voxelize / floor as the median of the
 per-run ratios with its spread. The CPU-time ratio is the steadier one on a shared machine.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -34,8 +35,9 @@ def spread(values: list[float]) -> str:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--frames", nargs="+", default=list(common.DEFAULT_FRAMES))
     p.add_argument("--voxel", type=float, default=0.05)
     p.add_argument("--runs", type=int, default=15)
@@ -45,14 +47,18 @@ def main(argv=None) -> int:
     if args.threads:
         common.set_threads(args.threads)
     config = VoxelizeConfig(voxel_size=args.voxel)
-    print(f"# bench.voxelize runs={args.runs} threads={torch.get_num_threads()} "
-          f"voxel={args.voxel} numpy={np.__version__}")
+    print(
+        f"# bench.voxelize runs={args.runs} threads={torch.get_num_threads()} "
+        f"voxel={args.voxel} numpy={np.__version__}"
+    )
     for name in args.frames:
         points = common.load_frame(name, args.data).points
         sensor = "nuscenes" if name == "nuscenes" else "kitti"
         keys = packed_keys(points[np.isfinite(points[:, :3]).all(axis=1)], args.voxel)
-        fns = {"voxelize": lambda: voxelize([points], config, sensor),
-               "floor": lambda: np.unique(keys, return_inverse=True)}
+        fns = {
+            "voxelize": lambda: voxelize([points], config, sensor),
+            "floor": lambda: np.unique(keys, return_inverse=True),
+        }
         wall = {k: [] for k in fns}
         cpu = {k: [] for k in fns}
         for fn in fns.values():
@@ -65,10 +71,13 @@ def main(argv=None) -> int:
                 cpu[k].append((time.process_time() - c0) * 1e3)
         ratio = [a / b for a, b in zip(wall["voxelize"], wall["floor"])]
         cpu_ratio = [a / b for a, b in zip(cpu["voxelize"], cpu["floor"])]
-        print(f"{name}: {len(points)} points -> {len(np.unique(keys))} voxels\n"
-              f"  voxelize {spread(wall['voxelize'])} ms (CPU {spread(cpu['voxelize'])} ms)\n"
-              f"  floor    {spread(wall['floor'])} ms (CPU {spread(cpu['floor'])} ms)\n"
-              f"  voxelize / floor: x{spread(ratio)} wall, x{spread(cpu_ratio)} CPU", flush=True)
+        print(
+            f"{name}: {len(points)} points -> {len(np.unique(keys))} voxels\n"
+            f"  voxelize {spread(wall['voxelize'])} ms (CPU {spread(cpu['voxelize'])} ms)\n"
+            f"  floor    {spread(wall['floor'])} ms (CPU {spread(cpu['floor'])} ms)\n"
+            f"  voxelize / floor: x{spread(ratio)} wall, x{spread(cpu_ratio)} CPU",
+            flush=True,
+        )
     return 0
 
 

@@ -1,9 +1,22 @@
-"""lidarseg kernels: coordinate hashing, kernel maps and the grouped gather-matmul-scatter engine."""
-from .hashtable import (CoordHashTable, CoordinateError, CoordinateRangeError,
-                        DuplicateCoordinateError, HashProbeError)
+"""lidarseg kernels: coordinate hashing, kernel maps, the grouped gather-matmul-scatter engine."""
+
+from .hashtable import (
+    CoordHashTable,
+    CoordinateError,
+    CoordinateRangeError,
+    DuplicateCoordinateError,
+    HashProbeError,
+)
 from .kmap import KernelMap, downsample, kernel_offsets, submanifold_map
 
 __all__ = [
-    "CoordHashTable", "CoordinateError", "CoordinateRangeError", "DuplicateCoordinateError",
-    "HashProbeError", "KernelMap", "downsample", "kernel_offsets", "submanifold_map",
+    "CoordHashTable",
+    "CoordinateError",
+    "CoordinateRangeError",
+    "DuplicateCoordinateError",
+    "HashProbeError",
+    "KernelMap",
+    "downsample",
+    "kernel_offsets",
+    "submanifold_map",
 ]

@@ -11,6 +11,7 @@ The libraries are built on first use or found prebuilt (kernels/build.py `librar
 loaded once per process; `library()` memoises the handle. torch is imported first so the CPU
 library shares PyTorch's OpenMP runtime.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -54,8 +55,12 @@ class KernelError(RuntimeError):
 # C pointee type -> the dtype of the tensor that may be passed for it (uint16_t: fp16 bits;
 # ls_bf16: bf16 bits; lidarseg::Slot: the hash table's int64 [capacity, 2] slots).
 POINTEE_DTYPES = {
-    "int32_t": torch.int32, "int64_t": torch.int64, "float": torch.float32,
-    "double": torch.float64, "uint16_t": torch.float16, "lidarseg::Slot": torch.int64,
+    "int32_t": torch.int32,
+    "int64_t": torch.int64,
+    "float": torch.float32,
+    "double": torch.float64,
+    "uint16_t": torch.float16,
+    "lidarseg::Slot": torch.int64,
     "ls_bf16": torch.bfloat16,
 }
 SCALAR_TYPES = {"int32_t": ctypes.c_int32, "int64_t": ctypes.c_int64}
@@ -64,7 +69,7 @@ SCALAR_TYPES = {"int32_t": ctypes.c_int32, "int64_t": ctypes.c_int64}
 @dataclass(frozen=True)
 class Param:
     name: str
-    ctype: str           # the C type without const, e.g. "int32_t*" or "int64_t"
+    ctype: str  # the C type without const, e.g. "int32_t*" or "int64_t"
 
     @property
     def pointer(self) -> bool:
@@ -108,8 +113,7 @@ def bind(path, device_type: str) -> ctypes.CDLL:
         if name.endswith("_" + device_type):
             fn = getattr(lib, name)
             fn.restype = ctypes.c_int
-            fn.argtypes = [ctypes.c_void_p if p.pointer else SCALAR_TYPES[p.ctype]
-                           for p in params]
+            fn.argtypes = [ctypes.c_void_p if p.pointer else SCALAR_TYPES[p.ctype] for p in params]
     return lib
 
 
@@ -140,8 +144,9 @@ def _convert(op: str, p: Param, value, device: torch.device):
     try:
         value = operator.index(value)
     except TypeError:
-        raise TypeError(f"{op}: {p.name} ({p.ctype}) takes an int, got {type(value).__name__}") \
-            from None
+        raise TypeError(
+            f"{op}: {p.name} ({p.ctype}) takes an int, got {type(value).__name__}"
+        ) from None
     bits = ctypes.sizeof(SCALAR_TYPES[p.ctype]) * 8
     if not -(1 << (bits - 1)) <= value < (1 << (bits - 1)):
         raise ValueError(f"{op}: {p.name} = {value} does not fit {p.ctype}")
@@ -181,8 +186,10 @@ def call(op: str, device, *args) -> None:
     cuda = device.type == "cuda"
     given = params[:-1] if cuda and params and params[-1].name == "stream" else params
     if len(args) != len(given):
-        raise TypeError(f"{name} takes {len(given)} arguments ({', '.join(p.name for p in given)})"
-                        f", got {len(args)}")
+        raise TypeError(
+            f"{name} takes {len(given)} arguments ({', '.join(p.name for p in given)})"
+            f", got {len(args)}"
+        )
     c_args = [_convert(name, p, a, device) for p, a in zip(given, args)]
     if not cuda:
         _raise_for(name, getattr(library("cpu"), name)(*c_args), device)

@@ -16,6 +16,7 @@ Weights are converted once per weight tensor (and again only if it changes in pl
 beside it; the input rows are converted per call into a reused workspace buffer.
 Inference only: nothing here records autograd history.
 """
+
 from __future__ import annotations
 
 import threading
@@ -40,17 +41,23 @@ def bf16_weights(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | Non
     key = id(weight)
     with _lock:
         hit = _cache.get(key)
-        if hit is not None and hit[0]() is weight and hit[1:3] == (weight._version,
-                                                                   weight.data_ptr()):
+        if (
+            hit is not None
+            and hit[0]() is weight
+            and hit[1:3] == (weight._version, weight.data_ptr())
+        ):
             return hit[3], hit[4]
     plain = weight.detach().to(torch.bfloat16).contiguous()
     k, cin, cout = plain.shape
-    pairs = None if cin % 2 else \
-        plain.view(k, cin // 2, 2, cout).transpose(2, 3).contiguous()
+    pairs = None if cin % 2 else plain.view(k, cin // 2, 2, cout).transpose(2, 3).contiguous()
     with _lock:
-        _cache[key] = (weakref.ref(weight, lambda _r, key=key: _forget(key)),  # type: ignore[misc]
-                       weight._version,
-                       weight.data_ptr(), plain, pairs)
+        _cache[key] = (
+            weakref.ref(weight, lambda _r, key=key: _forget(key)),  # type: ignore[misc]
+            weight._version,
+            weight.data_ptr(),
+            plain,
+            pairs,
+        )
     return plain, pairs
 
 
@@ -59,8 +66,15 @@ def _forget(key: int) -> None:
         _cache.pop(key, None)
 
 
-def conv_bf16(src: torch.Tensor, weight: torch.Tensor, plan: ExecutionPlan, workspace,
-              bias=None, relu: bool = False, residual=None) -> torch.Tensor | None:
+def conv_bf16(
+    src: torch.Tensor,
+    weight: torch.Tensor,
+    plan: ExecutionPlan,
+    workspace,
+    bias=None,
+    relu: bool = False,
+    residual=None,
+) -> torch.Tensor | None:
     """The forward conv of engine.sparse_conv in bf16 (src [N, Cin] fp32 -> [num_out, Cout]
     fp32), or None where the conv stays in fp32 (Cin <= FP32_MAX_CIN)."""
     n, cin = src.shape
@@ -86,11 +100,25 @@ def _fused(xb, pairs, plan: ExecutionPlan, bias, relu, residual) -> torch.Tensor
     cout = pairs.shape[2]
     dst = (torch.empty if identity >= 0 else torch.zeros)(plan.num_out, cout)
     order = plan.kernel_order
-    backend.call("fused_conv_bf16", xb.device, xb, xb.shape[1], pairs, cout, plan.kmap.in_idx,
-                 plan.kmap.out_idx, plan.bounds, order, order.numel(), identity,
-                 None if bias is None else bias.float().contiguous(),
-                 None if residual is None else residual.float().contiguous(), int(relu),
-                 plan.num_out, dst)
+    backend.call(
+        "fused_conv_bf16",
+        xb.device,
+        xb,
+        xb.shape[1],
+        pairs,
+        cout,
+        plan.kmap.in_idx,
+        plan.kmap.out_idx,
+        plan.bounds,
+        order,
+        order.numel(),
+        identity,
+        None if bias is None else bias.float().contiguous(),
+        None if residual is None else residual.float().contiguous(),
+        int(relu),
+        plan.num_out,
+        dst,
+    )
     return dst
 
 
@@ -124,8 +152,11 @@ def _grouped(xb, plain, plan: ExecutionPlan, workspace) -> torch.Tensor:
         if n == 1:
             torch.mm(gathered, plain[launch.kernel_indices[0]], out=partial)
         else:
-            torch.bmm(gathered.view(n, h, -1), plain[list(launch.kernel_indices)],
-                      out=partial.view(n, h, -1))
+            torch.bmm(
+                gathered.view(n, h, -1),
+                plain[list(launch.kernel_indices)],
+                out=partial.view(n, h, -1),
+            )
         wide = wide_all[: launch.rows]
         wide.copy_(partial)
         for j in range(n):

@@ -23,6 +23,7 @@ prebuilt library that fits this machine or raises targets.LibraryMissing saying 
     python -m kernels.build --list                   # the cached libraries and their targets
     python kernels/build.py --isa none --cuda-arch 87  # as a file: stdlib only, no torch needed
 """
+
 from __future__ import annotations
 
 import argparse
@@ -143,13 +144,22 @@ def build_cpu(isa: str | None = None, cxx: str | None = None) -> Path:
     flags = [*CXX_FLAGS, *target, *os.environ.get("LIDARSEG_CXXFLAGS", "").split()]
     macros = predefined_macros(cxx, tuple(target))
     sources = sources_digest(CPU_SOURCES)
-    manifest = {"kind": "cpu", "sources": sources, "isa": isa, "machine": machine,
-                "requires": targets.required_cpu_flags(list(macros), machine),
-                "compiler": f"{Path(cxx).name} {version} {triple}", "flags": flags}
+    manifest = {
+        "kind": "cpu",
+        "sources": sources,
+        "isa": isa,
+        "machine": machine,
+        "requires": targets.required_cpu_flags(list(macros), machine),
+        "compiler": f"{Path(cxx).name} {version} {triple}",
+        "flags": flags,
+    }
     key = _hash(sources, " ".join(flags), triple, version, *macros)
-    return _build("liblidarseg_cpu", key,
-                  lambda out: [cxx, *flags, f"-I{CSRC}", *map(str, CPU_SOURCES), "-o", str(out)],
-                  manifest)
+    return _build(
+        "liblidarseg_cpu",
+        key,
+        lambda out: [cxx, *flags, f"-I{CSRC}", *map(str, CPU_SOURCES), "-o", str(out)],
+        manifest,
+    )
 
 
 def nvcc_path() -> str | None:
@@ -178,16 +188,26 @@ def build_cuda(archs: tuple[str, ...] | None = None) -> Path:
     nvcc = nvcc_path()
     if nvcc is None:
         raise BuildError("nvcc not found: install the CUDA toolkit to build the CUDA kernels")
-    archs = tuple(sorted(set(archs or cuda_archs_from_env() or _local_archs()
-                             or DEFAULT_CUDA_ARCHS), key=int))
+    archs = tuple(
+        sorted(set(archs or cuda_archs_from_env() or _local_archs() or DEFAULT_CUDA_ARCHS), key=int)
+    )
     flags = cuda_flags(archs)
     sources = sources_digest(CUDA_SOURCES)
-    manifest = {"kind": "cuda", "sources": sources, "archs": list(archs), "ptx": archs[-1],
-                "compiler": f"nvcc {nvcc_version(nvcc)}", "flags": flags}
+    manifest = {
+        "kind": "cuda",
+        "sources": sources,
+        "archs": list(archs),
+        "ptx": archs[-1],
+        "compiler": f"nvcc {nvcc_version(nvcc)}",
+        "flags": flags,
+    }
     key = _hash(sources, " ".join(flags), nvcc_version(nvcc))
-    return _build("liblidarseg_cuda", key,
-                  lambda out: [nvcc, *flags, f"-I{CSRC}", *map(str, CUDA_SOURCES), "-o", str(out)],
-                  manifest)
+    return _build(
+        "liblidarseg_cuda",
+        key,
+        lambda out: [nvcc, *flags, f"-I{CSRC}", *map(str, CUDA_SOURCES), "-o", str(out)],
+        manifest,
+    )
 
 
 def compile_cuda_object(source: Path, arch: str, out_dir: Path) -> Path:
@@ -196,8 +216,23 @@ def compile_cuda_object(source: Path, arch: str, out_dir: Path) -> Path:
     if nvcc is None:
         raise BuildError("nvcc not found")
     out = out_dir / f"{source.stem}_sm{arch}.o"
-    _run([nvcc, "-c", "-O3", "-std=c++17", "-Xcompiler", "-fPIC", "-Werror", "all-warnings",
-          f"-gencode=arch=compute_{arch},code=sm_{arch}", f"-I{CSRC}", str(source), "-o", str(out)])
+    _run(
+        [
+            nvcc,
+            "-c",
+            "-O3",
+            "-std=c++17",
+            "-Xcompiler",
+            "-fPIC",
+            "-Werror",
+            "all-warnings",
+            f"-gencode=arch=compute_{arch},code=sm_{arch}",
+            f"-I{CSRC}",
+            str(source),
+            "-o",
+            str(out),
+        ]
+    )
     return out
 
 
@@ -245,7 +280,8 @@ def library_path(device_type: str) -> Path:
         raise targets.LibraryMissing(
             f"no prebuilt {device_type.upper()} kernel library in {cache_dir()} fits {what} "
             f"(found: {have}). LIDARSEG_KERNEL_BUILD=never forbids compiling at run time: rebuild "
-            "the image with LIDARSEG_CPU_ISA / LIDARSEG_CUDA_ARCHS covering this machine.")
+            "the image with LIDARSEG_CPU_ISA / LIDARSEG_CUDA_ARCHS covering this machine."
+        )
     return found.path
 
 
@@ -260,14 +296,23 @@ def _list() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawTextHelpFormatter)
-    parser.add_argument("--isa", nargs="+", default=None,
-                        help="CPU ISA levels, e.g. x86-64-v3 x86-64-v4 (default: LIDARSEG_CPU_ISA "
-                             "or native); none: no CPU library")
-    parser.add_argument("--cuda-arch", nargs="*", default=None,
-                        help="e.g. 75 80 86 87 89 90 (default: LIDARSEG_CUDA_ARCHS); given, the "
-                             "CUDA library is built even without a GPU")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawTextHelpFormatter
+    )
+    parser.add_argument(
+        "--isa",
+        nargs="+",
+        default=None,
+        help="CPU ISA levels, e.g. x86-64-v3 x86-64-v4 (default: LIDARSEG_CPU_ISA "
+        "or native); none: no CPU library",
+    )
+    parser.add_argument(
+        "--cuda-arch",
+        nargs="*",
+        default=None,
+        help="e.g. 75 80 86 87 89 90 (default: LIDARSEG_CUDA_ARCHS); given, the "
+        "CUDA library is built even without a GPU",
+    )
     parser.add_argument("--cuda-only", action="store_true", help="only compile-check the .cu files")
     parser.add_argument("--list", action="store_true", help="list the cached libraries")
     args = parser.parse_args(argv)

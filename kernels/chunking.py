@@ -12,6 +12,7 @@ The cap (EngineConfig.memory_cap, bytes) defaults to LIDARSEG_ENGINE_SCRATCH_MB 
 quarter of the CUDA device's free memory when the conv starts (rounded down to a power of two),
 or 256 MiB on the CPU.
 """
+
 from __future__ import annotations
 
 import os
@@ -24,7 +25,7 @@ from .grouping import ExecutionPlan
 
 CPU_DEFAULT_CAP = 256 << 20
 CUDA_FREE_SHARE = 4  # the cap is 1/4 of the free device memory
-MIN_CAP = 1 << 20    # never plan for less than 1 MiB of scratch by default
+MIN_CAP = 1 << 20  # never plan for less than 1 MiB of scratch by default
 
 
 def default_cap(device: torch.device) -> int:
@@ -118,8 +119,15 @@ class Workspace:
     def __init__(self):
         self._local = threading.local()
 
-    def get(self, slot: int, rows: int, cols: int, dtype: torch.dtype, device: torch.device,
-            max_rows: int | None = None) -> torch.Tensor:
+    def get(
+        self,
+        slot: int,
+        rows: int,
+        cols: int,
+        dtype: torch.dtype,
+        device: torch.device,
+        max_rows: int | None = None,
+    ) -> torch.Tensor:
         """A [rows, cols] view of buffer `slot`, grown with 25% slack (up to max_rows rows)."""
         buffers = self._local.__dict__.setdefault("buffers", {})
         key = (slot, dtype, device)

@@ -18,6 +18,7 @@ sums are scatter-added into the output.
 Scratch buffers stay under EngineConfig.memory_cap (kernels/chunking.py): chunks keep the plan's
 row order, so chunking changes no result except where a launch too big for the cap is split.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -43,8 +44,9 @@ class EngineConfig:
     memory_cap: int | None = None  # scratch bytes per conv; None: chunking.default_cap(device)
 
     def plan(self, kmap: KernelMap, cin: int, cout: int, device: torch.device) -> ExecutionPlan:
-        epsilon, threshold, dataflow = self.grouping.choose(device.type, kmap.kernel_volume,
-                                                            cin, cout, self.precision)
+        epsilon, threshold, dataflow = self.grouping.choose(
+            device.type, kmap.kernel_volume, cin, cout, self.precision
+        )
         return build_plan(kmap, epsilon, threshold, fused=dataflow == "fused")
 
     def max_rows(self, cin: int, cout: int, dtype: torch.dtype, device: torch.device) -> int:
@@ -59,7 +61,7 @@ def _matmul(gathered: torch.Tensor, weight: torch.Tensor, piece: Piece, out: tor
     if n == 1:
         torch.mm(gathered, weight[piece.kernel_indices[0]], out=out)
     else:
-        w = weight[list(piece.kernel_indices)]                          # [n, Cin, Cout]
+        w = weight[list(piece.kernel_indices)]  # [n, Cin, Cout]
         torch.bmm(gathered.view(n, h, -1), w, out=out.view(n, h, -1))
 
 
@@ -68,17 +70,30 @@ def _scratch(workspace, chunk_list, max_rows, cin, cout, src):
     workspace is given)."""
     rows = max(c.rows for c in chunk_list)
     ws = workspace or Workspace()
-    return (ws.get(0, rows, cin, src.dtype, src.device, max_rows),
-            ws.get(1, rows, cout, src.dtype, src.device, max_rows))
+    return (
+        ws.get(0, rows, cin, src.dtype, src.device, max_rows),
+        ws.get(1, rows, cout, src.dtype, src.device, max_rows),
+    )
 
 
-def _run_chunks(src, weight, plan: ExecutionPlan, dst, src_idx, dst_idx, scatter,
-                max_rows: int, per_launch: bool, workspace) -> None:
+def _run_chunks(
+    src,
+    weight,
+    plan: ExecutionPlan,
+    dst,
+    src_idx,
+    dst_idx,
+    scatter,
+    max_rows: int,
+    per_launch: bool,
+    workspace,
+) -> None:
     """Gather -> mm/bmm -> scatter, chunk by chunk, in the plan's row order. scatter(partial,
     chunk) adds a chunk's partial sums into dst."""
     chunk_list = chunks(plan, max_rows, per_launch)
-    gathered_all, partial_all = _scratch(workspace, chunk_list, max_rows, weight.shape[1],
-                                         weight.shape[2], src)
+    gathered_all, partial_all = _scratch(
+        workspace, chunk_list, max_rows, weight.shape[1], weight.shape[2], src
+    )
     for chunk in chunk_list:
         lo, hi = chunk.start, chunk.start + chunk.rows
         gathered = gather_rows(src, src_idx[lo:hi], gathered_all[: chunk.rows])
@@ -96,27 +111,38 @@ def _scatter_mode(device: torch.device, deterministic: bool) -> str:
     return "csr" if deterministic else "atomic"
 
 
-def _launches(src, weight, plan: ExecutionPlan, dst, transposed: bool, deterministic: bool,
-              max_rows: int, workspace) -> None:
+def _launches(
+    src,
+    weight,
+    plan: ExecutionPlan,
+    dst,
+    transposed: bool,
+    deterministic: bool,
+    max_rows: int,
+    workspace,
+) -> None:
     """The plan's launches added into dst, in chunks under the memory cap."""
-    src_idx, dst_idx = (plan.scatter_idx, plan.gather_idx) if transposed else \
-        (plan.gather_idx, plan.scatter_idx)
+    src_idx, dst_idx = (
+        (plan.scatter_idx, plan.gather_idx) if transposed else (plan.gather_idx, plan.scatter_idx)
+    )
     mode = _scatter_mode(src.device, deterministic)
     if mode == "unique":  # one offset's output rows are distinct: no atomics, any thread count
+
         def scatter(partial, chunk: Chunk):
             for piece in chunk.pieces:
                 for _, first, rows in piece.segments():
-                    part = partial[first - chunk.start:first - chunk.start + rows]
-                    scatter_add_unique(part, dst, dst_idx[first:first + rows])
-        _run_chunks(src, weight, plan, dst, src_idx, dst_idx, scatter, max_rows, True,
-                    workspace)
+                    part = partial[first - chunk.start : first - chunk.start + rows]
+                    scatter_add_unique(part, dst, dst_idx[first : first + rows])
+
+        _run_chunks(src, weight, plan, dst, src_idx, dst_idx, scatter, max_rows, True, workspace)
         return
     acc = dst.float() if dst.dtype == torch.float16 else dst
     csr = (plan.gather_csr if transposed else plan.scatter_csr) if mode == "csr" else None
 
     def scatter(partial, chunk: Chunk):  # type: ignore[no-redef]
-        idx = dst_idx[chunk.start:chunk.start + chunk.rows]
+        idx = dst_idx[chunk.start : chunk.start + chunk.rows]
         scatter_add_rows(partial, acc, idx, csr, chunk.start)
+
     _run_chunks(src, weight, plan, dst, src_idx, dst_idx, scatter, max_rows, False, workspace)
     if acc is not dst:
         dst.copy_(acc)
@@ -128,8 +154,8 @@ def _weight_grads(feats, grad_out, weight, plan: ExecutionPlan, max_rows: int) -
     grad_w = torch.zeros_like(weight)
     for chunk in chunks(plan, max_rows):
         lo, hi = chunk.start, chunk.start + chunk.rows
-        a_all = gather_rows(feats, plan.gather_idx[lo:hi])               # [rows, Cin]
-        g_all = gather_rows(grad_out, plan.scatter_idx[lo:hi])           # [rows, Cout]
+        a_all = gather_rows(feats, plan.gather_idx[lo:hi])  # [rows, Cin]
+        g_all = gather_rows(grad_out, plan.scatter_idx[lo:hi])  # [rows, Cout]
         for piece in chunk.pieces:
             n, h = len(piece.kernel_indices), piece.height
             rows = slice(piece.start - lo, piece.start - lo + piece.rows)
@@ -140,24 +166,43 @@ def _weight_grads(feats, grad_out, weight, plan: ExecutionPlan, max_rows: int) -
     return grad_w
 
 
-def _fused_conv(src, weight, plan: ExecutionPlan, transposed: bool, bias=None, relu=False,
-                residual=None) -> torch.Tensor | None:
+def _fused_conv(
+    src, weight, plan: ExecutionPlan, transposed: bool, bias=None, relu=False, residual=None
+) -> torch.Tensor | None:
     """CPU fused gather-GEMM-scatter (csrc/fused_cpu.cpp), offsets in plan order, the identity
     offset included (computed in the kernel, so no separate mm and no zeroed output). None where
     it does not apply (not fp32, or channels not a multiple of the vector width)."""
     lib = backend.library("cpu")
     if src.dtype != torch.float32 or weight.shape[2] % lib.ls_fused_lanes_cpu() != 0:
         return None
-    kmap = plan.kmap.transposed if transposed else plan.kmap    # entries sorted by output
+    kmap = plan.kmap.transposed if transposed else plan.kmap  # entries sorted by output
     order = plan.kernel_order
     num_dst = plan.num_in if transposed else plan.num_out
     identity = -1 if plan.identity is None else plan.identity
-    dst = src.new_empty(num_dst, weight.shape[2]) if identity >= 0 else \
-        src.new_zeros(num_dst, weight.shape[2])
-    backend.call("fused_conv_f32", src.device, src, src.shape[1], weight, weight.shape[2],
-                 kmap.in_idx, kmap.out_idx, plan.bounds, order, order.numel(), identity,
-                 None if bias is None else bias.contiguous(),
-                 None if residual is None else residual.contiguous(), int(relu), num_dst, dst)
+    dst = (
+        src.new_empty(num_dst, weight.shape[2])
+        if identity >= 0
+        else src.new_zeros(num_dst, weight.shape[2])
+    )
+    backend.call(
+        "fused_conv_f32",
+        src.device,
+        src,
+        src.shape[1],
+        weight,
+        weight.shape[2],
+        kmap.in_idx,
+        kmap.out_idx,
+        plan.bounds,
+        order,
+        order.numel(),
+        identity,
+        None if bias is None else bias.contiguous(),
+        None if residual is None else residual.contiguous(),
+        int(relu),
+        num_dst,
+        dst,
+    )
     return dst
 
 
@@ -166,8 +211,8 @@ class _Run:
     """How one sparse_conv call executes (from its EngineConfig)."""
 
     deterministic: bool
-    max_rows: int                  # buffer rows per chunk under the memory cap
-    workspace: Workspace | None    # reused scratch in inference, None under autograd
+    max_rows: int  # buffer rows per chunk under the memory cap
+    workspace: Workspace | None  # reused scratch in inference, None under autograd
 
 
 def _conv(src, weight, plan, transposed: bool, run: _Run, epilogue=None) -> torch.Tensor:
@@ -181,12 +226,13 @@ def _conv(src, weight, plan, transposed: bool, run: _Run, epilogue=None) -> torc
         if dst is not None:
             return dst
     if plan.identity is not None:
-        dst = torch.mm(src, weight[plan.identity])                      # [N, Cout]
+        dst = torch.mm(src, weight[plan.identity])  # [N, Cout]
     else:
         dst = src.new_zeros(plan.num_in if transposed else plan.num_out, weight.shape[2])
     if plan.rows:
-        _launches(src, weight, plan, dst, transposed, run.deterministic, run.max_rows,
-                  run.workspace)
+        _launches(
+            src, weight, plan, dst, transposed, run.deterministic, run.max_rows, run.workspace
+        )
     if bias is not None:
         dst += bias
     if residual is not None:
@@ -198,7 +244,7 @@ class _SparseConvFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, feats, weight, plan: ExecutionPlan, run: _Run, epilogue):
         feats, weight = feats.contiguous(), weight.contiguous()
-        out = _conv(feats, weight, plan, False, run, epilogue)          # [N, Cout]
+        out = _conv(feats, weight, plan, False, run, epilogue)  # [N, Cout]
         ctx.save_for_backward(feats, weight)
         ctx.plan, ctx.run = plan, run
         return out
@@ -210,7 +256,7 @@ class _SparseConvFunction(torch.autograd.Function):
         grad_out = grad_out.contiguous()
         grad_feats = grad_weight = None
         if ctx.needs_input_grad[0]:
-            w_t = weight.transpose(1, 2).contiguous()                   # [K, Cout, Cin]
+            w_t = weight.transpose(1, 2).contiguous()  # [K, Cout, Cin]
             grad_feats = _conv(grad_out, w_t, plan, True, ctx.run)
         if ctx.needs_input_grad[1]:
             grad_weight = _weight_grads(feats, grad_out, weight, plan, ctx.run.max_rows)
@@ -220,33 +266,56 @@ class _SparseConvFunction(torch.autograd.Function):
 def _check_args(feats, weight, kmap: KernelMap, bias, residual) -> None:
     if feats.dim() != 2 or feats.shape[0] != kmap.num_in:
         raise ValueError(f"feats must be [{kmap.num_in}, Cin], got {tuple(feats.shape)}")
-    if weight.dim() != 3 or weight.shape[0] != kmap.kernel_volume or \
-            weight.shape[1] != feats.shape[1]:
-        raise ValueError(f"weight must be [{kmap.kernel_volume}, {feats.shape[1]}, Cout], "
-                         f"got {tuple(weight.shape)}")
+    if (
+        weight.dim() != 3
+        or weight.shape[0] != kmap.kernel_volume
+        or weight.shape[1] != feats.shape[1]
+    ):
+        raise ValueError(
+            f"weight must be [{kmap.kernel_volume}, {feats.shape[1]}, Cout], "
+            f"got {tuple(weight.shape)}"
+        )
     if weight.dtype != feats.dtype:
         raise ValueError(f"weight dtype {weight.dtype} != feats dtype {feats.dtype}")
     if feats.dtype not in backend.DTYPE_SUFFIX or (
-            feats.dtype == torch.float16 and feats.device.type != "cuda"):
+        feats.dtype == torch.float16 and feats.device.type != "cuda"
+    ):
         raise ValueError(f"unsupported dtype {feats.dtype} on {feats.device.type}")
     if bias is not None and (bias.shape != (weight.shape[2],) or bias.dtype != weight.dtype):
-        raise ValueError(f"bias must be [{weight.shape[2]}] {weight.dtype}, got "
-                         f"{tuple(bias.shape)} {bias.dtype}")
-    if residual is not None and (residual.shape != (kmap.num_out, weight.shape[2])
-                                 or residual.dtype != weight.dtype):
-        raise ValueError(f"residual must be [{kmap.num_out}, {weight.shape[2]}] {weight.dtype}, "
-                         f"got {tuple(residual.shape)} {residual.dtype}")
-    named = {"feats": feats, "weight": weight, "kernel map": kmap.in_idx, "bias": bias,
-             "residual": residual}
+        raise ValueError(
+            f"bias must be [{weight.shape[2]}] {weight.dtype}, got {tuple(bias.shape)} {bias.dtype}"
+        )
+    if residual is not None and (
+        residual.shape != (kmap.num_out, weight.shape[2]) or residual.dtype != weight.dtype
+    ):
+        raise ValueError(
+            f"residual must be [{kmap.num_out}, {weight.shape[2]}] {weight.dtype}, "
+            f"got {tuple(residual.shape)} {residual.dtype}"
+        )
+    named = {
+        "feats": feats,
+        "weight": weight,
+        "kernel map": kmap.in_idx,
+        "bias": bias,
+        "residual": residual,
+    }
     devices = {name: t.device for name, t in named.items() if t is not None}
     if len(set(devices.values())) > 1:
-        raise ValueError("sparse_conv arguments on different devices: "
-                         + ", ".join(f"{name} on {d}" for name, d in devices.items()))
+        raise ValueError(
+            "sparse_conv arguments on different devices: "
+            + ", ".join(f"{name} on {d}" for name, d in devices.items())
+        )
 
 
-def sparse_conv(feats: torch.Tensor, weight: torch.Tensor, kmap: KernelMap,
-                config: EngineConfig, bias: torch.Tensor | None = None, relu: bool = False,
-                residual: torch.Tensor | None = None) -> torch.Tensor:
+def sparse_conv(
+    feats: torch.Tensor,
+    weight: torch.Tensor,
+    kmap: KernelMap,
+    config: EngineConfig,
+    bias: torch.Tensor | None = None,
+    relu: bool = False,
+    residual: torch.Tensor | None = None,
+) -> torch.Tensor:
     """feats [num_in, Cin], weight [K^3, Cin, Cout] -> [num_out, Cout] (autograd-aware), plus
     bias [Cout] and residual [num_out, Cout] when given, then ReLU when asked (all fused into
     the CPU kernel's epilogue in inference)."""
@@ -256,17 +325,23 @@ def sparse_conv(feats: torch.Tensor, weight: torch.Tensor, kmap: KernelMap,
     max_rows = config.max_rows(cin, cout, feats.dtype, feats.device)
     extras = [t for t in (bias, residual) if t is not None]
     grads = torch.is_grad_enabled() and any(t.requires_grad for t in [feats, weight, *extras])
-    if not grads and config.precision == "bf16" and feats.device.type == "cpu" \
-            and feats.dtype == torch.float32:
+    if (
+        not grads
+        and config.precision == "bf16"
+        and feats.device.type == "cpu"
+        and feats.dtype == torch.float32
+    ):
         from .bf16 import conv_bf16  # inference in bf16 (kernels/bf16.py)
+
         out = conv_bf16(feats.contiguous(), weight, plan, config.workspace, bias, relu, residual)
         if out is not None:
             return out
     if not grads:
         run = _Run(config.deterministic, max_rows, config.workspace)
         return _SparseConvFunction.apply(feats, weight, plan, run, (bias, relu, residual))
-    out = _SparseConvFunction.apply(feats, weight, plan, _Run(config.deterministic, max_rows,
-                                                              None), None)
+    out = _SparseConvFunction.apply(
+        feats, weight, plan, _Run(config.deterministic, max_rows, None), None
+    )
     for t in extras:
         out = out + t
     return torch.relu(out) if relu else out

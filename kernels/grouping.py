@@ -11,6 +11,7 @@
 A plan fixes the buffer layout: launch after launch, each offset's rows padded to the launch
 height. gather_idx / scatter_idx name the input / output row of every buffer row (-1 = padding).
 """
+
 from __future__ import annotations
 
 import functools
@@ -25,8 +26,8 @@ from .kmap import KernelMap
 @dataclass(frozen=True)
 class Launch:
     kernel_indices: tuple[int, ...]  # offsets stacked in this launch (one -> mm, several -> bmm)
-    height: int                      # rows per offset (the largest map of the launch)
-    start: int                       # first buffer row
+    height: int  # rows per offset (the largest map of the launch)
+    start: int  # first buffer row
 
     @property
     def rows(self) -> int:
@@ -59,8 +60,11 @@ def plan_launches(kmap: KernelMap, epsilon: float, threshold: float) -> list[Lau
     start = 0
     for group in groups:
         height = max(counts[u[0]] for u in group)
-        parts = [tuple(k for u in group for k in u)] if len(group) > 1 and height < threshold \
+        parts = (
+            [tuple(k for u in group for k in u)]
+            if len(group) > 1 and height < threshold
             else list(group)
+        )
         for ks in parts:
             h = max(counts[k] for k in ks)
             launches.append(Launch(ks, h, start))
@@ -91,8 +95,8 @@ class ExecutionPlan:
             for j, k in enumerate(launch.kernel_indices):
                 ins, outs = self.kmap.entries(k)
                 lo = launch.start + j * launch.height
-                gather_idx[lo:lo + len(ins)] = ins
-                scatter_idx[lo:lo + len(outs)] = outs
+                gather_idx[lo : lo + len(ins)] = ins
+                scatter_idx[lo : lo + len(outs)] = outs
         return gather_idx, scatter_idx
 
     @property
@@ -127,13 +131,20 @@ class ExecutionPlan:
         return csr_by_key(self.gather_idx, self.num_in)
 
 
-def build_plan(kmap: KernelMap, epsilon: float, threshold: float,
-               fused: bool = False) -> ExecutionPlan:
+def build_plan(
+    kmap: KernelMap, epsilon: float, threshold: float, fused: bool = False
+) -> ExecutionPlan:
     """The plan for (epsilon, S), cached on the map so every layer at this level reuses it."""
     key = (float(epsilon), float(threshold), fused)
     if key not in kmap.plans:
-        kmap.plans[key] = ExecutionPlan(tuple(plan_launches(kmap, epsilon, threshold)),
-                                        kmap.num_in, kmap.num_out, kmap.identity, kmap, fused)
+        kmap.plans[key] = ExecutionPlan(
+            tuple(plan_launches(kmap, epsilon, threshold)),
+            kmap.num_in,
+            kmap.num_out,
+            kmap.identity,
+            kmap,
+            fused,
+        )
     return kmap.plans[key]
 
 
@@ -152,4 +163,3 @@ def csr_by_key(keys: torch.Tensor, num_keys: int) -> tuple[torch.Tensor, torch.T
     ptr = torch.zeros(num_keys + 1, dtype=torch.int64, device=keys.device)
     ptr[1:] = counts.cumsum(0)
     return ptr, order[:kept].to(torch.int32)
-

@@ -9,6 +9,7 @@ Keys pack (batch, x, y, z) as 10 + 18 + 18 + 18 bits (csrc/common.h): batch in [
 coordinate in [-131072, 131071] (about +-6.5 km at 5 cm voxels). Coordinates outside that range
 raise CoordinateRangeError at insert time and are a plain miss at lookup time.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -25,8 +26,8 @@ BATCH_MAX = (1 << BATCH_BITS) - 2
 COORD_MIN = -(1 << (COORD_BITS - 1))
 COORD_MAX = (1 << (COORD_BITS - 1)) - 1
 MAX_PROBES = 512
-EMPTY = -1                # an empty slot's key word and a missing value (kEmptyKey, kMiss)
-ERROR_ROW_BITS = 48       # err = (status << ERROR_ROW_BITS) | row, or NO_ERROR
+EMPTY = -1  # an empty slot's key word and a missing value (kEmptyKey, kMiss)
+ERROR_ROW_BITS = 48  # err = (status << ERROR_ROW_BITS) | row, or NO_ERROR
 NO_ERROR = -1
 INT32_MAX = 2**31 - 1
 
@@ -35,8 +36,12 @@ def pack_key(coords: torch.Tensor) -> torch.Tensor:
     """int64 [N]: the packed keys of int32 [N, 4] coords in range, as the kernels store them."""
     c = coords.long()
     biased = [c[:, a] - COORD_MIN for a in (1, 2, 3)]
-    return (c[:, 0] << 3 * COORD_BITS) | (biased[0] << 2 * COORD_BITS) | \
-        (biased[1] << COORD_BITS) | biased[2]
+    return (
+        (c[:, 0] << 3 * COORD_BITS)
+        | (biased[0] << 2 * COORD_BITS)
+        | (biased[1] << COORD_BITS)
+        | biased[2]
+    )
 
 
 class CoordinateError(ValueError):
@@ -66,7 +71,8 @@ def capacity_for(num_keys: int) -> int:
 def check_coords(coords: torch.Tensor) -> None:
     if coords.dtype != torch.int32 or coords.dim() != 2 or coords.shape[1] != 4:
         raise CoordinateError(
-            f"coords must be int32 [N, 4] (batch, x, y, z), got {coords.dtype} {tuple(coords.shape)}"
+            "coords must be int32 [N, 4] (batch, x, y, z), "
+            f"got {coords.dtype} {tuple(coords.shape)}"
         )
 
 
@@ -95,7 +101,8 @@ def raise_for_status(err: torch.Tensor, coords: torch.Tensor, what: str = "coord
     value = coords[row].tolist() if 0 <= row < len(coords) else None
     if status == backend.Status.OUT_OF_RANGE:
         raise CoordinateRangeError(
-            f"{what} {value} at row {row} is outside the supported range: batch in [0, {BATCH_MAX}],"
+            f"{what} {value} at row {row} is outside the supported range: "
+            f"batch in [0, {BATCH_MAX}],"
             f" x, y, z in [{COORD_MIN}, {COORD_MAX}]"
         )
     if status == backend.Status.DUPLICATE:
@@ -145,8 +152,9 @@ class CoordHashTable:
         coords = coords.contiguous()
         table = cls.empty(coords.shape[0], coords.device)
         err = new_error_buffer(coords.device)
-        backend.call("hash_build", coords.device, coords, len(coords), table.slots, table.capacity,
-                     err)
+        backend.call(
+            "hash_build", coords.device, coords, len(coords), table.slots, table.capacity, err
+        )
         raise_for_status(err, coords)
         return table
 
@@ -161,6 +169,17 @@ class CoordHashTable:
         query = query.contiguous()
         nbr = torch.empty(len(offsets), len(query), dtype=torch.int32, device=self.device)
         counts = torch.empty(len(offsets), dtype=torch.int64, device=self.device)
-        backend.call("kmap_lookup", self.device, self.slots, self.capacity, query, len(query),
-                     stride, offsets, len(offsets), nbr, counts)
+        backend.call(
+            "kmap_lookup",
+            self.device,
+            self.slots,
+            self.capacity,
+            query,
+            len(query),
+            stride,
+            offsets,
+            len(offsets),
+            nbr,
+            counts,
+        )
         return nbr, counts

@@ -19,6 +19,7 @@ Conventions (fixed for the whole project):
   and everything on CUDA, probes the coordinate hash table. A 1x1 map is the identity alone and
   needs no look-up anywhere.
 """
+
 from __future__ import annotations
 
 import functools
@@ -28,8 +29,7 @@ from itertools import product
 import torch
 
 from . import backend
-from .hashtable import (INT32_MAX, CoordHashTable, check_coords, new_error_buffer,
-                        raise_for_status)
+from .hashtable import INT32_MAX, CoordHashTable, check_coords, new_error_buffer, raise_for_status
 
 
 def kernel_offsets(kernel_size: int, padding: int, dilation: int = 1) -> torch.Tensor:
@@ -50,7 +50,7 @@ class KernelMap:
     num_in: int
     num_out: int
     identity: int | None = None  # kernel index whose map is the identity (not materialised)
-    symmetric: bool = False      # entries of K^3-1-k are those of k with in and out swapped
+    symmetric: bool = False  # entries of K^3-1-k are those of k with in and out swapped
     plans: dict = field(default_factory=dict, repr=False)  # execution plans, filled by the engine
 
     @property
@@ -82,20 +82,31 @@ class KernelMap:
         """The same entries with in and out swapped (the inverse convolution's map), each
         offset's entries re-sorted by their new output row."""
         in_idx, out_idx = sort_by_out(self.out_idx, self.in_idx, self.bounds, self.num_in)
-        return replace(self, in_idx=in_idx, out_idx=out_idx, num_in=self.num_out,
-                       num_out=self.num_in, plans={})
+        return replace(
+            self, in_idx=in_idx, out_idx=out_idx, num_in=self.num_out, num_out=self.num_in, plans={}
+        )
 
 
-def sort_by_out(in_idx: torch.Tensor, out_idx: torch.Tensor, bounds: tuple[int, ...],
-                num_out: int) -> tuple[torch.Tensor, torch.Tensor]:
+def sort_by_out(
+    in_idx: torch.Tensor, out_idx: torch.Tensor, bounds: tuple[int, ...], num_out: int
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Reorders each offset's entries by output row (same result on CPU and CUDA)."""
     if in_idx.numel() == 0:
         return in_idx, out_idx
     if in_idx.device.type == "cpu":
         in_sorted, out_sorted = torch.empty_like(in_idx), torch.empty_like(out_idx)
         bounds_t = torch.tensor(bounds, dtype=torch.int64)
-        backend.call("sort_entries_by_out", in_idx.device, in_idx, out_idx, bounds_t,
-                     len(bounds) - 1, num_out, in_sorted, out_sorted)
+        backend.call(
+            "sort_entries_by_out",
+            in_idx.device,
+            in_idx,
+            out_idx,
+            bounds_t,
+            len(bounds) - 1,
+            num_out,
+            in_sorted,
+            out_sorted,
+        )
         return in_sorted, out_sorted
     counts = torch.tensor([b - a for a, b in zip(bounds[:-1], bounds[1:])], device=in_idx.device)
     segment = torch.repeat_interleave(torch.arange(len(counts), device=in_idx.device), counts)
@@ -111,8 +122,9 @@ def _compact(nbr: torch.Tensor, counts: torch.Tensor) -> tuple[torch.Tensor, tor
         starts = torch.tensor([0] + count_list[:-1], dtype=torch.int64).cumsum(0)
         in_idx = torch.empty(total, dtype=torch.int32)
         out_idx = torch.empty(total, dtype=torch.int32)
-        backend.call("kmap_compact", nbr.device, nbr, nbr.shape[0], nbr.shape[1], starts, in_idx,
-                     out_idx)
+        backend.call(
+            "kmap_compact", nbr.device, nbr, nbr.shape[0], nbr.shape[1], starts, in_idx, out_idx
+        )
     else:  # nonzero is row-major, which is the same order as the CPU compaction
         k, q = (nbr >= 0).nonzero(as_tuple=True)
         in_idx = nbr[k, q].to(torch.int32)
@@ -136,8 +148,9 @@ def _submanifold_nbr_cpu(coords: torch.Tensor, offsets: torch.Tensor):
     nbr = torch.empty(len(offsets), n, dtype=torch.int32)
     counts = torch.empty(len(offsets), dtype=torch.int64)
     err = new_error_buffer(coords.device)
-    backend.call("submanifold_nbr", coords.device, coords, n, offsets, len(offsets), nbr, counts,
-                 err)
+    backend.call(
+        "submanifold_nbr", coords.device, coords, n, offsets, len(offsets), nbr, counts, err
+    )
     raise_for_status(err, coords)
     return nbr, counts
 
@@ -166,14 +179,24 @@ def _sorted_submanifold_map_cpu(coords: torch.Tensor) -> KernelMap | None:
 
 def _symmetric_map(in_idx, out_idx, half_counts: list[int], kernel_size: int, n: int):
     """A submanifold KernelMap from its entries: the half offsets, then their mirrors."""
-    return KernelMap(in_idx=in_idx, out_idx=out_idx,
-                     bounds=_prefix(half_counts + [0] + half_counts[::-1]),
-                     kernel_size=kernel_size, num_in=n, num_out=n,
-                     identity=kernel_size**3 // 2, symmetric=True)
+    return KernelMap(
+        in_idx=in_idx,
+        out_idx=out_idx,
+        bounds=_prefix(half_counts + [0] + half_counts[::-1]),
+        kernel_size=kernel_size,
+        num_in=n,
+        num_out=n,
+        identity=kernel_size**3 // 2,
+        symmetric=True,
+    )
 
 
-def submanifold_map(coords: torch.Tensor, table: CoordHashTable | None = None,
-                    kernel_size: int = 3, dilation: int = 1) -> KernelMap:
+def submanifold_map(
+    coords: torch.Tensor,
+    table: CoordHashTable | None = None,
+    kernel_size: int = 3,
+    dilation: int = 1,
+) -> KernelMap:
     """Stride-1 map of an odd kernel on one coordinate set (outputs = inputs). `table` (a hash
     table of coords) is only needed off the CPU kernel-3 paths; it is built when missing."""
     if kernel_size % 2 != 1:
@@ -198,13 +221,27 @@ def submanifold_map(coords: torch.Tensor, table: CoordHashTable | None = None,
     # Mirror offsets K^3-1-k for k = centre-1 .. 0: the same pairs, in and out swapped, then
     # sorted by output row like every offset of every map.
     mirror_bounds = _prefix(half_counts[::-1])
-    mirror_in, mirror_out = sort_by_out(
-        torch.cat([out_half[half_bounds[k]:half_bounds[k + 1]] for k in reversed(range(centre))]),
-        torch.cat([in_half[half_bounds[k]:half_bounds[k + 1]] for k in reversed(range(centre))]),
-        mirror_bounds, coords.shape[0]) if centre else (in_half, out_half)
-    return _symmetric_map(torch.cat([in_half, mirror_in]) if centre else in_half,
-                          torch.cat([out_half, mirror_out]) if centre else out_half,
-                          half_counts, kernel_size, coords.shape[0])
+    mirror_in, mirror_out = (
+        sort_by_out(
+            torch.cat(
+                [out_half[half_bounds[k] : half_bounds[k + 1]] for k in reversed(range(centre))]
+            ),
+            torch.cat(
+                [in_half[half_bounds[k] : half_bounds[k + 1]] for k in reversed(range(centre))]
+            ),
+            mirror_bounds,
+            coords.shape[0],
+        )
+        if centre
+        else (in_half, out_half)
+    )
+    return _symmetric_map(
+        torch.cat([in_half, mirror_in]) if centre else in_half,
+        torch.cat([out_half, mirror_out]) if centre else out_half,
+        half_counts,
+        kernel_size,
+        coords.shape[0],
+    )
 
 
 def submanifold_needs_table(device: torch.device, kernel_size: int, dilation: int = 1) -> bool:
@@ -241,19 +278,42 @@ def _sorted_downsample_cpu(coords: torch.Tensor, stride: int):
     counts = torch.empty(stride**3, dtype=torch.int64)
     num_out, applied = torch.zeros(1, dtype=torch.int64), torch.zeros(1, dtype=torch.int64)
     err = new_error_buffer(coords.device)
-    backend.call("sorted_downsample", coords.device, coords, n, stride, out_coords, in_idx,
-                 out_idx, counts, num_out, applied, err)
+    backend.call(
+        "sorted_downsample",
+        coords.device,
+        coords,
+        n,
+        stride,
+        out_coords,
+        in_idx,
+        out_idx,
+        counts,
+        num_out,
+        applied,
+        err,
+    )
     raise_for_status(err, coords)
     if not applied.item():
         return None
     m = int(num_out.item())
-    kmap = KernelMap(in_idx=in_idx, out_idx=out_idx, bounds=_prefix(counts.tolist()),
-                     kernel_size=stride, num_in=n, num_out=m)
+    kmap = KernelMap(
+        in_idx=in_idx,
+        out_idx=out_idx,
+        bounds=_prefix(counts.tolist()),
+        kernel_size=stride,
+        num_in=n,
+        num_out=m,
+    )
     return out_coords[:m].clone(), kmap
 
 
-def downsample(coords: torch.Tensor, table: CoordHashTable | None = None, kernel_size: int = 2,
-               stride: int = 2, padding: int = 0):
+def downsample(
+    coords: torch.Tensor,
+    table: CoordHashTable | None = None,
+    kernel_size: int = 2,
+    stride: int = 2,
+    padding: int = 0,
+):
     """Strided map. Outputs are the unique floor(coords / stride) in ascending (batch, x, y, z)
     order, whatever the input order (so every coarser level takes the sorted map paths).
     `table` (a hash table of coords) is only used when downsample_needs_table(); it is built
@@ -262,23 +322,35 @@ def downsample(coords: torch.Tensor, table: CoordHashTable | None = None, kernel
     check_coords(coords)
     coords = coords.contiguous()
     n, device = coords.shape[0], coords.device
-    if device.type == "cpu" and not downsample_needs_table(kernel_size, stride, padding) \
-            and stride <= 8:
+    if (
+        device.type == "cpu"
+        and not downsample_needs_table(kernel_size, stride, padding)
+        and stride <= 8
+    ):
         made = _sorted_downsample_cpu(coords, stride)
         if made is not None:
             return made[0], None, made[1]
     coarse = CoordHashTable.empty(n, device, fill_value=INT32_MAX)
     slot_of_row = torch.empty(n, dtype=torch.int64, device=device)
     err = new_error_buffer(device)
-    backend.call("hash_insert_min", device, coords, n, stride, coarse.slots, coarse.capacity,
-                 slot_of_row, err)
+    backend.call(
+        "hash_insert_min",
+        device,
+        coords,
+        n,
+        stride,
+        coarse.slots,
+        coarse.capacity,
+        slot_of_row,
+        err,
+    )
     raise_for_status(err, coords)
     values = coarse.values
     first = values[slot_of_row] == torch.arange(n, dtype=torch.int32, device=device)
     first_slots = slot_of_row[first.nonzero().flatten()]
     # Packed keys (unsigned, csrc/common.h) order like (batch, x, y, z); flipping the top bit
     # makes signed int64 order the same, so sorting them sorts the outputs.
-    first_slots = first_slots[torch.sort(coarse.slots[first_slots, 0] ^ -2**63).indices]
+    first_slots = first_slots[torch.sort(coarse.slots[first_slots, 0] ^ -(2**63)).indices]
     num_out = len(first_slots)
     out_coords = coords[values[first_slots].long()]
     out_coords[:, 1:] = torch.div(out_coords[:, 1:], stride, rounding_mode="floor")
@@ -290,6 +362,12 @@ def downsample(coords: torch.Tensor, table: CoordHashTable | None = None, kernel
     else:
         nbr, counts = _parent_nbr(coords, values[slot_of_row], stride, num_out)
     in_idx, out_idx, count_list = _compact(nbr, counts)
-    kmap = KernelMap(in_idx=in_idx, out_idx=out_idx, bounds=_prefix(count_list),
-                     kernel_size=kernel_size, num_in=n, num_out=num_out)
+    kmap = KernelMap(
+        in_idx=in_idx,
+        out_idx=out_idx,
+        bounds=_prefix(count_list),
+        kernel_size=kernel_size,
+        num_in=n,
+        num_out=num_out,
+    )
     return out_coords, out_table, kmap

@@ -12,6 +12,7 @@
 On CUDA the precision is the model's dtype (fp16 models run fp16); this setting is CPU-only and
 `resolve` answers fp32 for other devices.
 """
+
 from __future__ import annotations
 
 import functools
@@ -21,14 +22,22 @@ import torch
 
 PRECISIONS = ("auto", "fp32", "bf16", "int8")
 RUNNABLE = ("fp32", "bf16")
-INT8_REFUSAL = ("int8 is not offered: it needs per-channel activation scales calibrated on "
-                "training frames and an accuracy check against the bar (labels >= 99.5 % equal to "
-                "fp32 on every real frame, mIoU within 0.005), and neither exists yet; "
-                "use auto, fp32 or bf16")
+INT8_REFUSAL = (
+    "int8 is not offered: it needs per-channel activation scales calibrated on "
+    "training frames and an accuracy check against the bar (labels >= 99.5 % equal to "
+    "fp32 on every real frame, mIoU within 0.005), and neither exists yet; "
+    "use auto, fp32 or bf16"
+)
 # /proc/cpuinfo flag -> the name reported (and printed in the README's precision table)
-FEATURE_FLAGS = {"amx_bf16": "AMX_BF16", "amx_tile": "AMX_TILE", "avx512_bf16": "AVX512_BF16",
-                 "avx512_vnni": "AVX512_VNNI", "avx_vnni": "AVX_VNNI", "avx512f": "AVX512F",
-                 "avx2": "AVX2"}
+FEATURE_FLAGS = {
+    "amx_bf16": "AMX_BF16",
+    "amx_tile": "AMX_TILE",
+    "avx512_bf16": "AVX512_BF16",
+    "avx512_vnni": "AVX512_VNNI",
+    "avx_vnni": "AVX_VNNI",
+    "avx512f": "AVX512F",
+    "avx2": "AVX2",
+}
 
 
 class PrecisionError(ValueError):
@@ -48,10 +57,13 @@ def cpu_features() -> tuple[str, ...]:
     except OSError:
         pass
     if not flags:
-        probe = {"amx_tile": torch.cpu._is_amx_tile_supported,
-                 "avx512_bf16": torch.cpu._is_avx512_bf16_supported,
-                 "avx512_vnni": torch.cpu._is_vnni_supported,
-                 "avx512f": torch.cpu._is_avx512_supported, "avx2": torch.cpu._is_avx2_supported}
+        probe = {
+            "amx_tile": torch.cpu._is_amx_tile_supported,
+            "avx512_bf16": torch.cpu._is_avx512_bf16_supported,
+            "avx512_vnni": torch.cpu._is_vnni_supported,
+            "avx512f": torch.cpu._is_avx512_supported,
+            "avx2": torch.cpu._is_avx2_supported,
+        }
         flags = {flag for flag, fn in probe.items() if _safe(fn)}
     return tuple(name for flag, name in FEATURE_FLAGS.items() if flag in flags)
 
@@ -99,8 +111,15 @@ def resolve(name: str | None, device: str | torch.device = "cpu") -> str:
 
 def describe(requested: str | None, running: str) -> dict:
     """For /v1/model and the CLI: what was asked, what runs, and why."""
-    return {"requested": validate(requested), "running": running,
-            "cpu_features": list(cpu_features()),
-            "bf16_kernel": ("fused AVX512_BF16" if fused_bf16_lanes() > 0 else
-                            "torch bf16 matmul (AMX)" if "AMX_BF16" in cpu_features() else
-                            "torch bf16 matmul (no native bf16: slower than fp32)")}
+    return {
+        "requested": validate(requested),
+        "running": running,
+        "cpu_features": list(cpu_features()),
+        "bf16_kernel": (
+            "fused AVX512_BF16"
+            if fused_bf16_lanes() > 0
+            else "torch bf16 matmul (AMX)"
+            if "AMX_BF16" in cpu_features()
+            else "torch bf16 matmul (no native bf16: slower than fp32)"
+        ),
+    }

@@ -1,4 +1,5 @@
 """Pure-torch oracles for every kernel: slow, obvious, and the thing tests compare against."""
+
 from __future__ import annotations
 
 import torch
@@ -6,9 +7,14 @@ import torch
 from .kmap import kernel_offsets
 
 
-def brute_force_map(in_coords: torch.Tensor, out_coords: torch.Tensor, kernel_size: int,
-                    stride: int = 1, padding: int | None = None,
-                    dilation: int = 1) -> set[tuple[int, int, int]]:
+def brute_force_map(
+    in_coords: torch.Tensor,
+    out_coords: torch.Tensor,
+    kernel_size: int,
+    stride: int = 1,
+    padding: int | None = None,
+    dilation: int = 1,
+) -> set[tuple[int, int, int]]:
     """All (in row, out row, kernel index) with in = out*stride + offset[k], same batch."""
     if padding is None:
         padding = kernel_size // 2

@@ -1,5 +1,6 @@
 """Row gathers and scatters on our kernels (CPU and CUDA), shared by the engine and the bf16
 path."""
+
 from __future__ import annotations
 
 import torch
@@ -12,14 +13,26 @@ def gather_rows(src: torch.Tensor, idx: torch.Tensor, dst: torch.Tensor | None =
     src = src.contiguous()
     if dst is None:
         dst = torch.empty(idx.numel(), src.shape[1], dtype=src.dtype, device=src.device)
-    backend.call(f"gather_rows_{backend.DTYPE_SUFFIX[src.dtype]}", src.device, src, src.shape[0],
-                 src.shape[1], idx, idx.numel(), dst)
+    backend.call(
+        f"gather_rows_{backend.DTYPE_SUFFIX[src.dtype]}",
+        src.device,
+        src,
+        src.shape[0],
+        src.shape[1],
+        idx,
+        idx.numel(),
+        dst,
+    )
     return dst
 
 
-def scatter_add_rows(src: torch.Tensor, dst: torch.Tensor, idx: torch.Tensor,
-                     csr: tuple[torch.Tensor, torch.Tensor] | None,
-                     row_lo: int = 0) -> torch.Tensor:
+def scatter_add_rows(
+    src: torch.Tensor,
+    dst: torch.Tensor,
+    idx: torch.Tensor,
+    csr: tuple[torch.Tensor, torch.Tensor] | None,
+    row_lo: int = 0,
+) -> torch.Tensor:
     """dst[idx[i]] += src[i] (idx < 0 skipped), src holding buffer rows [row_lo, row_lo + len).
     With `csr` (ptr, rows) of the whole buffer the sums run in a fixed order; without it (CUDA
     only) float atomics are used. dst is fp32 for an fp16 src (the caller rounds once).
@@ -28,8 +41,18 @@ def scatter_add_rows(src: torch.Tensor, dst: torch.Tensor, idx: torch.Tensor,
     m, c = src.shape
     if csr is not None:
         ptr, rows = csr
-        backend.call(f"scatter_add_csr_{suffix}", src.device, src, c, ptr, rows, dst.shape[0],
-                     row_lo, row_lo + m, dst)
+        backend.call(
+            f"scatter_add_csr_{suffix}",
+            src.device,
+            src,
+            c,
+            ptr,
+            rows,
+            dst.shape[0],
+            row_lo,
+            row_lo + m,
+            dst,
+        )
     else:
         backend.call(f"scatter_add_atomic_{suffix}", src.device, src, m, c, idx, dst)
     return dst
@@ -38,5 +61,12 @@ def scatter_add_rows(src: torch.Tensor, dst: torch.Tensor, idx: torch.Tensor,
 def scatter_add_unique(src: torch.Tensor, dst: torch.Tensor, idx: torch.Tensor) -> None:
     """dst[idx[i]] += src[i] where the non-negative idx are distinct (one kernel offset's rows):
     no atomics, no ordering needed (CPU)."""
-    backend.call(f"scatter_add_unique_{backend.DTYPE_SUFFIX[src.dtype]}", src.device, src,
-                 src.shape[0], src.shape[1], idx, dst)
+    backend.call(
+        f"scatter_add_unique_{backend.DTYPE_SUFFIX[src.dtype]}",
+        src.device,
+        src,
+        src.shape[0],
+        src.shape[1],
+        idx,
+        dst,
+    )

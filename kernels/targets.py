@@ -7,6 +7,7 @@ the CUDA architectures it holds machine code for plus the one it carries PTX for
 no compiler to pick a library: it matches manifests against this CPU's flags or this GPU's compute
 capability.
 """
+
 from __future__ import annotations
 
 import json
@@ -15,23 +16,52 @@ from pathlib import Path
 
 # Predefined macro of gcc/clang -> the /proc/cpuinfo flag of a CPU that has the feature.
 X86_FEATURES = {
-    "__SSE3__": "pni", "__SSSE3__": "ssse3", "__SSE4_1__": "sse4_1", "__SSE4_2__": "sse4_2",
-    "__POPCNT__": "popcnt", "__LAHF_SAHF__": "lahf_lm", "__MOVBE__": "movbe", "__XSAVE__": "xsave",
-    "__AVX__": "avx", "__AVX2__": "avx2", "__FMA__": "fma", "__F16C__": "f16c", "__BMI__": "bmi1",
-    "__BMI2__": "bmi2", "__LZCNT__": "abm", "__AVX512F__": "avx512f", "__AVX512BW__": "avx512bw",
-    "__AVX512CD__": "avx512cd", "__AVX512DQ__": "avx512dq", "__AVX512VL__": "avx512vl",
-    "__AVX512VNNI__": "avx512_vnni", "__AVX512BF16__": "avx512_bf16",
-    "__AVX512VBMI__": "avx512vbmi", "__AVX512IFMA__": "avx512ifma", "__AES__": "aes",
-    "__PCLMUL__": "pclmulqdq", "__SHA__": "sha_ni", "__ADX__": "adx", "__RDSEED__": "rdseed",
-    "__RDRND__": "rdrand", "__VAES__": "vaes", "__GFNI__": "gfni",
+    "__SSE3__": "pni",
+    "__SSSE3__": "ssse3",
+    "__SSE4_1__": "sse4_1",
+    "__SSE4_2__": "sse4_2",
+    "__POPCNT__": "popcnt",
+    "__LAHF_SAHF__": "lahf_lm",
+    "__MOVBE__": "movbe",
+    "__XSAVE__": "xsave",
+    "__AVX__": "avx",
+    "__AVX2__": "avx2",
+    "__FMA__": "fma",
+    "__F16C__": "f16c",
+    "__BMI__": "bmi1",
+    "__BMI2__": "bmi2",
+    "__LZCNT__": "abm",
+    "__AVX512F__": "avx512f",
+    "__AVX512BW__": "avx512bw",
+    "__AVX512CD__": "avx512cd",
+    "__AVX512DQ__": "avx512dq",
+    "__AVX512VL__": "avx512vl",
+    "__AVX512VNNI__": "avx512_vnni",
+    "__AVX512BF16__": "avx512_bf16",
+    "__AVX512VBMI__": "avx512vbmi",
+    "__AVX512IFMA__": "avx512ifma",
+    "__AES__": "aes",
+    "__PCLMUL__": "pclmulqdq",
+    "__SHA__": "sha_ni",
+    "__ADX__": "adx",
+    "__RDSEED__": "rdseed",
+    "__RDRND__": "rdrand",
+    "__VAES__": "vaes",
+    "__GFNI__": "gfni",
 }
 ARM_FEATURES = {
-    "__ARM_NEON": "asimd", "__ARM_FEATURE_ATOMICS": "atomics", "__ARM_FEATURE_QRDMX": "asimdrdm",
-    "__ARM_FEATURE_CRC32": "crc32", "__ARM_FEATURE_DOTPROD": "asimddp",
+    "__ARM_NEON": "asimd",
+    "__ARM_FEATURE_ATOMICS": "atomics",
+    "__ARM_FEATURE_QRDMX": "asimdrdm",
+    "__ARM_FEATURE_CRC32": "crc32",
+    "__ARM_FEATURE_DOTPROD": "asimddp",
     "__ARM_FEATURE_FP16_VECTOR_ARITHMETIC": "asimdhp",
     "__ARM_FEATURE_FP16_SCALAR_ARITHMETIC": "fphp",
-    "__ARM_FEATURE_AES": "aes", "__ARM_FEATURE_SHA2": "sha2", "__ARM_FEATURE_SVE": "sve",
-    "__ARM_FEATURE_JCVT": "jscvt", "__ARM_FEATURE_COMPLEX": "fcma",
+    "__ARM_FEATURE_AES": "aes",
+    "__ARM_FEATURE_SHA2": "sha2",
+    "__ARM_FEATURE_SVE": "sve",
+    "__ARM_FEATURE_JCVT": "jscvt",
+    "__ARM_FEATURE_COMPLEX": "fcma",
 }
 
 
@@ -100,8 +130,9 @@ def cached(root: Path, kind: str, sources: str) -> list[Built]:
 
 def best_cpu(libs: list[Built], machine: str, flags: set[str]) -> Built | None:
     """The usable CPU library that assumes the most features (x86-64-v4 over v3, say)."""
-    usable = [b for b in libs if b.manifest["machine"] == machine
-              and set(b.manifest["requires"]) <= flags]
+    usable = [
+        b for b in libs if b.manifest["machine"] == machine and set(b.manifest["requires"]) <= flags
+    ]
     return max(usable, key=lambda b: (len(b.manifest["requires"]), b.path.name), default=None)
 
 

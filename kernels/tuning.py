@@ -1,4 +1,5 @@
-"""The tuned grouping choice per layer shape and device, as saved by bench/tuner.py (which measures them).
+"""The tuned grouping choice per layer shape and device, as saved by bench/tuner.py (which
+measures them).
 
 File format (JSON):
     {"version": 1,
@@ -14,6 +15,7 @@ Precision (kernels/precision.py) is part of the device: fp32 entries and default
 the device type alone ("cpu/k27/64x64", "cpu"), the others by device type and precision
 ("cpu/bf16/k27/64x64", "cpu/bf16"); a precision with no default of its own takes the device's.
 """
+
 from __future__ import annotations
 
 import functools
@@ -32,8 +34,9 @@ def device_key(device_type: str, precision: str = "fp32") -> str:
     return device_type if precision == "fp32" else f"{device_type}/{precision}"
 
 
-def shape_key(device_type: str, kernel_volume: int, cin: int, cout: int,
-              precision: str = "fp32") -> str:
+def shape_key(
+    device_type: str, kernel_volume: int, cin: int, cout: int, precision: str = "fp32"
+) -> str:
     return f"{device_key(device_type, precision)}/k{kernel_volume}/{cin}x{cout}"
 
 
@@ -52,20 +55,30 @@ def _setting(v: dict, fallback: str = "grouped") -> tuple[float, float, str]:
 class GroupingTable:
     entries: Mapping[str, tuple[float, float]] = field(default_factory=dict)
     defaults: Mapping[str, tuple[float, float]] = field(
-        default_factory=lambda: MappingProxyType(dict(BUILTIN_DEFAULTS)))
+        default_factory=lambda: MappingProxyType(dict(BUILTIN_DEFAULTS))
+    )
 
-    def choose(self, device_type: str, kernel_volume: int, cin: int, cout: int,
-               precision: str = "fp32"):
+    def choose(
+        self, device_type: str, kernel_volume: int, cin: int, cout: int, precision: str = "fp32"
+    ):
         """(epsilon, S, dataflow) for one layer shape on one device type in one precision."""
         found = self.entries.get(shape_key(device_type, kernel_volume, cin, cout, precision))
         if found is None:
             prefix = f"{device_key(device_type, precision)}/k{kernel_volume}/"
-            near = [(abs(math.log(int(a) * int(b) / (cin * cout))), v)
-                    for key, v in self.entries.items() if key.startswith(prefix)
-                    for a, b in [key[len(prefix):].split("x")]]
-            found = min(near, key=lambda t: t[0])[1] if near else self.defaults.get(
-                device_key(device_type, precision),
-                self.defaults.get(device_type, BUILTIN_DEFAULTS["cpu"]))
+            near = [
+                (abs(math.log(int(a) * int(b) / (cin * cout))), v)
+                for key, v in self.entries.items()
+                if key.startswith(prefix)
+                for a, b in [key[len(prefix) :].split("x")]
+            ]
+            found = (
+                min(near, key=lambda t: t[0])[1]
+                if near
+                else self.defaults.get(
+                    device_key(device_type, precision),
+                    self.defaults.get(device_type, BUILTIN_DEFAULTS["cpu"]),
+                )
+            )
         return (*found, "grouped") if len(found) == 2 else tuple(found)
 
     @classmethod
@@ -73,10 +86,16 @@ class GroupingTable:
         if data.get("version") != 1:
             raise ValueError(f"unsupported grouping file version {data.get('version')!r}")
         defaults = dict(BUILTIN_DEFAULTS)
-        defaults.update({k: _setting(v, BUILTIN_DEFAULTS.get(k, ("", "", "grouped"))[2])
-                         for k, v in data.get("defaults", {}).items()})
-        entries = {k: _setting(v, defaults.get(k.split("/")[0], ("", "", "grouped"))[2])
-                   for k, v in data["entries"].items()}
+        defaults.update(
+            {
+                k: _setting(v, BUILTIN_DEFAULTS.get(k, ("", "", "grouped"))[2])
+                for k, v in data.get("defaults", {}).items()
+            }
+        )
+        entries = {
+            k: _setting(v, defaults.get(k.split("/")[0], ("", "", "grouped"))[2])
+            for k, v in data["entries"].items()
+        }
         return cls(MappingProxyType(entries), MappingProxyType(defaults))
 
     @classmethod

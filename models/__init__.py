@@ -3,6 +3,7 @@ the networks (minkunet.py, spunet.py) and their folded inference copies (fold.py
 our format (checkpoints.py) and importers of reference layouts (importers.py, pointcept.py,
 *_compat.py), the label space (labels.py) and the shipped weights (weights/). Built on kernels/;
 nothing here imports app/."""
+
 from kernels.engine import EngineConfig
 
 from .layers import BatchNorm, ReLU, SparseConv3d, SparseInverseConv3d, SubMConv3d, cat
@@ -10,7 +11,15 @@ from .sparse_tensor import CoordinateManager, SparseTensor
 from .spconv_compat import weight_from_spconv, weight_to_spconv
 
 __all__ = [
-    "BatchNorm", "CoordinateManager", "EngineConfig", "ReLU", "SparseConv3d",
-    "SparseInverseConv3d", "SparseTensor", "SubMConv3d", "cat", "weight_from_spconv",
+    "BatchNorm",
+    "CoordinateManager",
+    "EngineConfig",
+    "ReLU",
+    "SparseConv3d",
+    "SparseInverseConv3d",
+    "SparseTensor",
+    "SubMConv3d",
+    "cat",
+    "weight_from_spconv",
     "weight_to_spconv",
 ]

@@ -27,6 +27,7 @@ and an intensity normalisation it cannot honour (see intensity_scales). Referenc
 (mmdetection3d, SPVNAS) are imported by models/importers.py, Pointcept SpUNet by
 models/pointcept.py; the label space (class names, colours, ignore id) lives in models/labels.py.
 """
+
 from __future__ import annotations
 
 import re
@@ -44,14 +45,32 @@ ARCH = "MinkUNet"
 
 INPUT_FEATURES: tuple[str, ...] = ("x", "y", "z", "intensity")
 INTENSITY_NORMALISATION: dict[str, str] = {
-    "kitti": "0-1", "nuscenes": "0-255 -> /255", "ouster": "0-255 -> /255"}
-META_KEYS = ("class_names", "class_colors", "voxel_size", "input_features",
-             "intensity_normalisation", "training_data", "version")
-CONFIG_FIELDS = ("in_channels", "num_classes", "cr", "encoder_blocks", "decoder_blocks",
-                 "bn_eps", "bn_momentum")
+    "kitti": "0-1",
+    "nuscenes": "0-255 -> /255",
+    "ouster": "0-255 -> /255",
+}
+META_KEYS = (
+    "class_names",
+    "class_colors",
+    "voxel_size",
+    "input_features",
+    "intensity_normalisation",
+    "training_data",
+    "version",
+)
+CONFIG_FIELDS = (
+    "in_channels",
+    "num_classes",
+    "cr",
+    "encoder_blocks",
+    "decoder_blocks",
+    "bn_eps",
+    "bn_momentum",
+)
 
 
 # ---- errors ----------------------------------------------------------------------------------
+
 
 class CheckpointError(ValueError):
     """A file or state dict that is not what it claims to be (format, version, shapes, keys)."""
@@ -66,18 +85,26 @@ class MissingKeyError(KeyError):
 
 # ---- our checkpoint format --------------------------------------------------------------------
 
-def make_meta(class_names=SEMANTIC_KITTI_CLASSES, class_colors=SEMANTIC_KITTI_COLORS, *,
-              voxel_size: float = 0.05, input_features=INPUT_FEATURES,
-              intensity_normalisation: Mapping[str, str] | None = None,
-              training_data: str = "", version: str = "") -> dict:
+
+def make_meta(
+    class_names=SEMANTIC_KITTI_CLASSES,
+    class_colors=SEMANTIC_KITTI_COLORS,
+    *,
+    voxel_size: float = 0.05,
+    input_features=INPUT_FEATURES,
+    intensity_normalisation: Mapping[str, str] | None = None,
+    training_data: str = "",
+    version: str = "",
+) -> dict:
     """A complete meta dict (defaults: SemanticKITTI classes and colours, 5 cm voxels)."""
     return {
         "class_names": [str(n) for n in class_names],
         "class_colors": [[int(v) for v in c] for c in class_colors],
         "voxel_size": float(voxel_size),
         "input_features": [str(f) for f in input_features],
-        "intensity_normalisation": dict(INTENSITY_NORMALISATION if intensity_normalisation is None
-                                        else intensity_normalisation),
+        "intensity_normalisation": dict(
+            INTENSITY_NORMALISATION if intensity_normalisation is None else intensity_normalisation
+        ),
         "training_data": str(training_data),
         "version": str(version),
     }
@@ -90,17 +117,20 @@ def check_meta(meta: Mapping[str, Any], num_classes: int, in_channels: int | Non
         raise CheckpointError(f"meta must be a dict, got {type(meta).__name__}")
     missing = [k for k in META_KEYS if k not in meta]
     if missing:
-        raise CheckpointError(f"meta lacks {missing} (required: {list(META_KEYS)}; "
-                              "make_meta() fills the defaults)")
+        raise CheckpointError(
+            f"meta lacks {missing} (required: {list(META_KEYS)}; make_meta() fills the defaults)"
+        )
     names, colors = list(meta["class_names"]), [list(c) for c in meta["class_colors"]]
     if len(names) != num_classes or not all(isinstance(n, str) for n in names):
-        raise CheckpointError(f"meta['class_names'] must be {num_classes} strings (num_classes), "
-                              f"got {len(names)}")
+        raise CheckpointError(
+            f"meta['class_names'] must be {num_classes} strings (num_classes), got {len(names)}"
+        )
     if len(colors) != num_classes or any(
-            len(c) != 3 or not all(isinstance(v, int) and 0 <= v <= 255 for v in c)
-            for c in colors):
-        raise CheckpointError(f"meta['class_colors'] must be {num_classes} [r, g, b] triples of "
-                              "ints in 0..255")
+        len(c) != 3 or not all(isinstance(v, int) and 0 <= v <= 255 for v in c) for c in colors
+    ):
+        raise CheckpointError(
+            f"meta['class_colors'] must be {num_classes} [r, g, b] triples of ints in 0..255"
+        )
     voxel_size = meta["voxel_size"]
     if not isinstance(voxel_size, (int, float)) or not voxel_size > 0:
         raise CheckpointError(f"meta['voxel_size'] must be a positive number, got {voxel_size!r}")
@@ -110,19 +140,25 @@ def check_meta(meta: Mapping[str, Any], num_classes: int, in_channels: int | Non
     if in_channels is not None and len(features) != in_channels:
         raise CheckpointError(
             f"meta['input_features'] has {len(features)} features {features} but the first "
-            f"conv's in_channels is {in_channels}: the network would read the wrong columns")
+            f"conv's in_channels is {in_channels}: the network would read the wrong columns"
+        )
     norm = meta["intensity_normalisation"]
     if not isinstance(norm, Mapping) or not all(
-            isinstance(k, str) and isinstance(v, str) for k, v in norm.items()):
+        isinstance(k, str) and isinstance(v, str) for k, v in norm.items()
+    ):
         raise CheckpointError("meta['intensity_normalisation'] must map str -> str")
     intensity_scales(norm)  # refuses a rule the pipeline could not honour
     for key in ("training_data", "version"):
         if not isinstance(meta[key], str):
             raise CheckpointError(f"meta[{key!r}] must be a string")
     out = dict(meta)
-    out.update(class_names=names, class_colors=[[int(v) for v in c] for c in colors],
-               voxel_size=float(voxel_size), input_features=features,
-               intensity_normalisation=dict(norm))
+    out.update(
+        class_names=names,
+        class_colors=[[int(v) for v in c] for c in colors],
+        voxel_size=float(voxel_size),
+        input_features=features,
+        intensity_normalisation=dict(norm),
+    )
     return out
 
 
@@ -136,8 +172,10 @@ def intensity_scales(norm: Mapping[str, str]) -> dict[str, float]:
     for sensor, rule in norm.items():
         m = _SCALE_RULE.match(rule)
         if m is None or (m["div"] is not None and not float(m["div"]) > 0):
-            raise CheckpointError(f"meta['intensity_normalisation'][{sensor!r}] = {rule!r}: "
-                                  "expected '0-1' or '0-<max> -> /<divisor>'")
+            raise CheckpointError(
+                f"meta['intensity_normalisation'][{sensor!r}] = {rule!r}: "
+                "expected '0-1' or '0-<max> -> /<divisor>'"
+            )
         out[sensor] = 1.0 / float(m["div"]) if m["div"] is not None else 1.0
     return out
 
@@ -180,10 +218,17 @@ def save_checkpoint(path, model: MinkUNet, meta: Mapping[str, Any], half: bool =
         if half and v.is_floating_point():
             v = v.to(torch.float16)
         state[k] = v.clone().contiguous()
-    torch.save({"format": FORMAT, "version": VERSION,
-                "dtype": "float16" if half else "float32",
-                "model": config_to_dict(config), "state_dict": state, "meta": meta},
-               str(Path(path)))
+    torch.save(
+        {
+            "format": FORMAT,
+            "version": VERSION,
+            "dtype": "float16" if half else "float32",
+            "model": config_to_dict(config),
+            "state_dict": state,
+            "meta": meta,
+        },
+        str(Path(path)),
+    )
 
 
 def load_checkpoint(path, device="cpu") -> tuple[MinkUNet, dict]:
@@ -197,19 +242,25 @@ def load_checkpoint(path, device="cpu") -> tuple[MinkUNet, dict]:
         raise CheckpointError(f"{path}: not a readable lidarseg checkpoint ({e})") from e
     if not isinstance(ckpt, dict) or ckpt.get("format") != FORMAT:
         found = ckpt.get("format") if isinstance(ckpt, dict) else type(ckpt).__name__
-        raise CheckpointError(f"{path}: not a lidarseg checkpoint (format {found!r}, expected "
-                              f"{FORMAT!r}); reference state dicts go through import_state_dict")
+        raise CheckpointError(
+            f"{path}: not a lidarseg checkpoint (format {found!r}, expected "
+            f"{FORMAT!r}); reference state dicts go through import_state_dict"
+        )
     version = ckpt.get("version")
     if version != VERSION:
-        raise CheckpointError(f"{path}: checkpoint version {version!r} is not supported "
-                              f"(this code reads version {VERSION})")
+        raise CheckpointError(
+            f"{path}: checkpoint version {version!r} is not supported "
+            f"(this code reads version {VERSION})"
+        )
     for key in ("model", "state_dict", "meta"):
         if key not in ckpt:
             raise CheckpointError(f"{path}: checkpoint lacks {key!r}")
     config = config_from_dict(ckpt["model"])
     meta = check_meta(ckpt["meta"], config.num_classes, config.in_channels)
-    state = {k: (v.to(torch.float32) if v.is_floating_point() else v)
-             for k, v in ckpt["state_dict"].items()}
+    state = {
+        k: (v.to(torch.float32) if v.is_floating_point() else v)
+        for k, v in ckpt["state_dict"].items()
+    }
     model = MinkUNet(config=config)
     load_state_exact(model, state, str(path))
     return model.to(device).eval(), meta
@@ -220,21 +271,39 @@ def load_state_exact(model: torch.nn.Module, state: Mapping[str, torch.Tensor], 
     missing = [k for k in expected if k not in state]
     extra = [k for k in state if k not in expected]
     if missing:
-        raise MissingKeyError(f"{where}: state_dict misses {missing[:8]}"
-                              + (f" and {len(missing) - 8} more" if len(missing) > 8 else ""))
+        raise MissingKeyError(
+            f"{where}: state_dict misses {missing[:8]}"
+            + (f" and {len(missing) - 8} more" if len(missing) > 8 else "")
+        )
     if extra:
-        raise CheckpointError(f"{where}: state_dict has unexpected keys {extra[:8]}"
-                              + (f" and {len(extra) - 8} more" if len(extra) > 8 else ""))
+        raise CheckpointError(
+            f"{where}: state_dict has unexpected keys {extra[:8]}"
+            + (f" and {len(extra) - 8} more" if len(extra) > 8 else "")
+        )
     for k, v in expected.items():
         if tuple(state[k].shape) != tuple(v.shape):
-            raise CheckpointError(f"{where}: {k!r} has shape {tuple(state[k].shape)}, the model "
-                                  f"needs {tuple(v.shape)}")
+            raise CheckpointError(
+                f"{where}: {k!r} has shape {tuple(state[k].shape)}, the model "
+                f"needs {tuple(v.shape)}"
+            )
     model.load_state_dict(state, strict=True)
 
 
 __all__ = [
-    "CONFIG_FIELDS", "CheckpointError", "FORMAT", "INPUT_FEATURES", "INTENSITY_NORMALISATION",
-    "META_KEYS", "MissingKeyError", "VERSION", "check_meta", "config_from_dict",
-    "config_to_dict", "intensity_scales", "load_checkpoint", "load_state_exact", "make_meta",
+    "CONFIG_FIELDS",
+    "CheckpointError",
+    "FORMAT",
+    "INPUT_FEATURES",
+    "INTENSITY_NORMALISATION",
+    "META_KEYS",
+    "MissingKeyError",
+    "VERSION",
+    "check_meta",
+    "config_from_dict",
+    "config_to_dict",
+    "intensity_scales",
+    "load_checkpoint",
+    "load_state_exact",
+    "make_meta",
     "save_checkpoint",
 ]

@@ -15,6 +15,7 @@ checkpoints, and the weight transfers to the spconv twin are untouched. Besides 
 pairs are folded where a conv and a BatchNorm sit next to each other in an nn.Sequential (with a
 ReLU right after them folded too); anything else is left as it is.
 """
+
 from __future__ import annotations
 
 import copy
@@ -65,11 +66,17 @@ def fold_batchnorm(model: nn.Module) -> nn.Module:
 
 
 def _fold_residual(block: nn.Module) -> FoldedResidualBlock | None:
-    if isinstance(block, ResidualBlock):    # net: conv1, bn1, ReLU, conv2, bn2
+    if isinstance(block, ResidualBlock):  # net: conv1, bn1, ReLU, conv2, bn2
         conv1, bn1, conv2, bn2 = block.net[0], block.net[1], block.net[3], block.net[4]
         shortcut = block.shortcut
     elif isinstance(block, BasicBlock):
-        conv1, bn1, conv2, bn2, shortcut = block.conv1, block.bn1, block.conv2, block.bn2, block.proj
+        conv1, bn1, conv2, bn2, shortcut = (
+            block.conv1,
+            block.bn1,
+            block.conv2,
+            block.bn2,
+            block.proj,
+        )
     else:
         return None
     _fold_into(conv1, bn1)

@@ -51,6 +51,7 @@ Kernel layouts: models/spconv_compat.py, models/torchsparse_compat.py.
     functions refuse it (POINTCEPT_MISMATCH says why); it is imported into our SpUNet
     (models/spunet.py) by models.pointcept.import_pointcept / load_pointcept.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -73,11 +74,13 @@ POINTCEPT_MISMATCH = (
     "keeps it; its default depth is (2, 3, 4, 6, 2, 2, 2, 2) with BN eps 1e-3 / momentum 0.01; "
     "its head is a 1x1 SubMConv3d with bias (`final`), not a Linear. Import it into our SpUNet "
     "with models.pointcept.import_pointcept (state dict) or models.pointcept.load_pointcept "
-    "(model); models.pointcept.export_pointcept goes the other way.")
+    "(model); models.pointcept.export_pointcept goes the other way."
+)
 _MAX_BLOCKS = 16  # infer_config counts up to this many residual blocks per stage
 
 
 # ---- weight layouts ---------------------------------------------------------------------------
+
 
 def _spconv_shape(shape: tuple[int, ...]) -> tuple[int, ...]:
     volume, cin, cout = shape
@@ -92,7 +95,7 @@ def _torchsparse_shape(shape: tuple[int, ...]) -> tuple[int, ...]:
 
 @dataclasses.dataclass(frozen=True)
 class _Codec:
-    conv_param: str                                    # "weight" (spconv) or "kernel"
+    conv_param: str  # "weight" (spconv) or "kernel"
     to_ours: Callable[[torch.Tensor], torch.Tensor]
     from_ours: Callable[[torch.Tensor], torch.Tensor]
     ref_shape: Callable[[tuple[int, ...]], tuple[int, ...]]
@@ -111,30 +114,42 @@ _BN_PARAMS = ("weight", "bias", "running_mean", "running_var", "num_batches_trac
 
 
 def _block_ref_mmdet3d_spconv(base: str) -> dict[str, str]:
-    return {"net.0": f"{base}.conv1", "net.1": f"{base}.bn1", "net.3": f"{base}.conv2",
-            "net.4": f"{base}.bn2", "shortcut.0": f"{base}.downsample.0",
-            "shortcut.1": f"{base}.downsample.1"}
+    return {
+        "net.0": f"{base}.conv1",
+        "net.1": f"{base}.bn1",
+        "net.3": f"{base}.conv2",
+        "net.4": f"{base}.bn2",
+        "shortcut.0": f"{base}.downsample.0",
+        "shortcut.1": f"{base}.downsample.1",
+    }
 
 
 def _block_ref_torchsparse(base: str) -> dict[str, str]:
-    return {"net.0": f"{base}.net.0", "net.1": f"{base}.net.1", "net.3": f"{base}.net.3",
-            "net.4": f"{base}.net.4", "shortcut.0": f"{base}.downsample.0",
-            "shortcut.1": f"{base}.downsample.1"}
+    return {
+        "net.0": f"{base}.net.0",
+        "net.1": f"{base}.net.1",
+        "net.3": f"{base}.net.3",
+        "net.4": f"{base}.net.4",
+        "shortcut.0": f"{base}.downsample.0",
+        "shortcut.1": f"{base}.downsample.1",
+    }
 
 
 def _names_mmdet3d(site, layer: str, block_ref: Callable[[str], dict[str, str]]) -> dict[str, str]:
     """mmdet3d's MinkUNet naming; its spconv and torchsparse backends differ only in where a
     conv/BN pair lives inside its module (`layer`: ".{0,1}" or ".net.{0,1}") and in the blocks."""
     kind = site[0]
-    roots = {"stem": "backbone.conv_input.{}", "down": "backbone.encoder.{}.0",
-             "up": "backbone.decoder.{}.0"}
+    roots = {
+        "stem": "backbone.conv_input.{}",
+        "down": "backbone.encoder.{}.0",
+        "up": "backbone.decoder.{}.0",
+    }
     if kind in roots:
         root = roots[kind].format(site[1])
         return {str(k): f"{root}{layer}.{k}" for k in (0, 1)}
     if kind == "block":
         _, part, i, j, _ = site
-        base = (f"backbone.encoder.{i}.{j + 1}" if part == "enc"
-                else f"backbone.decoder.{i}.1.{j}")
+        base = f"backbone.encoder.{i}.{j + 1}" if part == "enc" else f"backbone.decoder.{i}.1.{j}"
         return block_ref(base)
     return {"": "decode_head.conv_seg"}
 
@@ -173,10 +188,10 @@ _LAYOUTS: dict[str, tuple[_Codec, Callable, tuple[str, ...]]] = {
 
 @dataclasses.dataclass(frozen=True)
 class _Entry:
-    ours: str                    # our state_dict key
-    ref: str                     # the reference key
-    shape: tuple[int, ...]       # our shape
-    conv: bool                   # a sparse conv weight (layout conversion applies)
+    ours: str  # our state_dict key
+    ref: str  # the reference key
+    shape: tuple[int, ...]  # our shape
+    conv: bool  # a sparse conv weight (layout conversion applies)
 
 
 def _sites(config: MinkUNetConfig) -> Iterator[tuple[str, tuple, dict[str, str]]]:
@@ -195,14 +210,19 @@ def _sites(config: MinkUNetConfig) -> Iterator[tuple[str, tuple, dict[str, str]]
         cin, skip, cout = cs[4 + i], cs[3 - i], cs[5 + i]
         yield f"decoder.{i}.up", ("up", i), {"0": ("conv", 2, cin, cout), "1": ("bn", cout)}
         for j in range(config.decoder_blocks[i]):
-            yield from _block(f"decoder.{i}.blocks.{j}", ("dec", i, j),
-                              cout + skip if j == 0 else cout, cout)
+            yield from _block(
+                f"decoder.{i}.blocks.{j}", ("dec", i, j), cout + skip if j == 0 else cout, cout
+            )
     yield "head", ("head",), {"": ("linear", cs[8], config.num_classes)}
 
 
 def _block(prefix: str, where: tuple, cin: int, cout: int):
-    layers = {"net.0": ("conv", 3, cin, cout), "net.1": ("bn", cout),
-              "net.3": ("conv", 3, cout, cout), "net.4": ("bn", cout)}
+    layers = {
+        "net.0": ("conv", 3, cin, cout),
+        "net.1": ("bn", cout),
+        "net.3": ("conv", 3, cout, cout),
+        "net.4": ("bn", cout),
+    }
     if cin != cout:
         layers.update({"shortcut.0": ("conv", 1, cin, cout), "shortcut.1": ("bn", cout)})
     yield prefix, ("block", *where, cin != cout), layers
@@ -222,8 +242,9 @@ def _entries(layout: str, config: MinkUNetConfig) -> tuple[_Codec, list[_Entry],
             ref = names[sub]
             if spec[0] == "conv":
                 _, k, cin, cout = spec
-                out.append(_Entry(f"{ours}.weight", f"{ref}.{codec.conv_param}",
-                                  (k**3, cin, cout), True))
+                out.append(
+                    _Entry(f"{ours}.weight", f"{ref}.{codec.conv_param}", (k**3, cin, cout), True)
+                )
             elif spec[0] == "bn":
                 c = spec[1]
                 for p in _BN_PARAMS:
@@ -254,12 +275,13 @@ def unwrap_state_dict(obj: Any) -> dict[str, torch.Tensor]:
         raise CheckpointError(f"no state dict found in a {type(obj).__name__}")
     sd = dict(obj)
     if sd and all(k.startswith("module.") for k in sd):
-        sd = {k[len("module."):]: v for k, v in sd.items()}
+        sd = {k[len("module.") :]: v for k, v in sd.items()}
     return sd
 
 
-def import_state_dict(sd: Mapping[str, torch.Tensor], layout: str, config: MinkUNetConfig,
-                      strict: bool = True) -> dict[str, torch.Tensor]:
+def import_state_dict(
+    sd: Mapping[str, torch.Tensor], layout: str, config: MinkUNetConfig, strict: bool = True
+) -> dict[str, torch.Tensor]:
     """A reference state dict (`layout`, see the module docstring) -> our MinkUNet state_dict.
 
     MissingKeyError (a KeyError) names the missing reference key and our key it feeds; a wrong
@@ -285,13 +307,18 @@ def import_state_dict(sd: Mapping[str, torch.Tensor], layout: str, config: MinkU
         if tuple(v.shape) != tuple(want):
             raise CheckpointError(
                 f"{layout}: wrong shape for key {e.ref!r} (for our {e.ours!r}): got "
-                f"{tuple(v.shape)}, expected {tuple(want)} for this config")
+                f"{tuple(v.shape)}, expected {tuple(want)} for this config"
+            )
         v = v.detach()
         out[e.ours] = codec.to_ours(v) if e.conv else v.clone()
     if missing:
         first = missing[0]
-        more = f" (and {len(missing) - 1} more: {[m.ref for m in missing[1:6]]}" \
-               f"{' ...' if len(missing) > 6 else ''})" if len(missing) > 1 else ""
+        more = (
+            f" (and {len(missing) - 1} more: {[m.ref for m in missing[1:6]]}"
+            f"{' ...' if len(missing) > 6 else ''})"
+            if len(missing) > 1
+            else ""
+        )
         raise MissingKeyError(f"{layout}: missing key {first.ref!r} for {first.ours!r}{more}")
     if strict:
         used = {e.ref for e in entries}
@@ -300,12 +327,14 @@ def import_state_dict(sd: Mapping[str, torch.Tensor], layout: str, config: MinkU
             raise CheckpointError(
                 f"{layout}: {len(extra)} unexpected keys {extra[:10]}"
                 f"{' ...' if len(extra) > 10 else ''} (wrong layout or config? pass strict=False "
-                "to ignore them)")
+                "to ignore them)"
+            )
     return out
 
 
-def export_state_dict(our_sd: Mapping[str, torch.Tensor], layout: str,
-                      config: MinkUNetConfig) -> dict[str, torch.Tensor]:
+def export_state_dict(
+    our_sd: Mapping[str, torch.Tensor], layout: str, config: MinkUNetConfig
+) -> dict[str, torch.Tensor]:
     """Our state_dict -> the reference layout's names and layouts (inverse of import_state_dict).
     SPVNAS's unused point_transforms are not produced."""
     codec, entries, _ = _entries(layout, config)
@@ -315,18 +344,23 @@ def export_state_dict(our_sd: Mapping[str, torch.Tensor], layout: str,
             raise MissingKeyError(f"our state_dict misses {e.ours!r} (needed for {e.ref!r})")
         v = our_sd[e.ours].detach()
         if tuple(v.shape) != tuple(e.shape):
-            raise CheckpointError(f"our {e.ours!r} has shape {tuple(v.shape)}, the config "
-                                  f"needs {tuple(e.shape)}")
+            raise CheckpointError(
+                f"our {e.ours!r} has shape {tuple(v.shape)}, the config needs {tuple(e.shape)}"
+            )
         out[e.ref] = codec.from_ours(v) if e.conv else v.clone()
     return out
 
 
-def import_model(sd: Mapping[str, torch.Tensor], layout: str, config: MinkUNetConfig,
-                 strict: bool = True) -> MinkUNet:
+def import_model(
+    sd: Mapping[str, torch.Tensor], layout: str, config: MinkUNetConfig, strict: bool = True
+) -> MinkUNet:
     """A MinkUNet (eval mode) holding an imported reference state dict."""
     model = MinkUNet(config=config)
-    load_state_exact(model, import_state_dict(unwrap_state_dict(sd), layout, config, strict),
-                f"import from {layout}")
+    load_state_exact(
+        model,
+        import_state_dict(unwrap_state_dict(sd), layout, config, strict),
+        f"import from {layout}",
+    )
     return model.eval()
 
 
@@ -334,23 +368,31 @@ def infer_config(sd: Mapping[str, torch.Tensor], layout: str) -> MinkUNetConfig:
     """The MinkUNetConfig a reference state dict was built with, read from its shapes: input
     channels (first stem conv), classes and channel ratio (head), blocks per stage (the keys
     present). BN eps and momentum are not stored; they keep our defaults."""
-    codec, probe, _ = _entries(layout, MinkUNetConfig(encoder_blocks=(_MAX_BLOCKS,) * 4,
-                                                      decoder_blocks=(_MAX_BLOCKS,) * 4))
+    codec, probe, _ = _entries(
+        layout, MinkUNetConfig(encoder_blocks=(_MAX_BLOCKS,) * 4, decoder_blocks=(_MAX_BLOCKS,) * 4)
+    )
     names = {e.ours: e.ref for e in probe}
     for ours in ("head.weight", "stem.0.0.weight"):
         if names[ours] not in sd:
-            raise MissingKeyError(f"{layout}: missing key {names[ours]!r} (needed to infer the "
-                                  "network's shape)")
+            raise MissingKeyError(
+                f"{layout}: missing key {names[ours]!r} (needed to infer the network's shape)"
+            )
     num_classes, last = sd[names["head.weight"]].shape
     in_channels = codec.to_ours(sd[names["stem.0.0.weight"]]).shape[1]
 
     def blocks(part: str) -> tuple[int, ...]:
-        return tuple(sum(names[f"{part}.{i}.blocks.{j}.net.0.weight"] in sd
-                         for j in range(_MAX_BLOCKS)) for i in range(4))
+        return tuple(
+            sum(names[f"{part}.{i}.blocks.{j}.net.0.weight"] in sd for j in range(_MAX_BLOCKS))
+            for i in range(4)
+        )
 
-    return MinkUNetConfig(in_channels=int(in_channels), num_classes=int(num_classes),
-                          cr=last / BASE_CHANNELS[-1], encoder_blocks=blocks("encoder"),
-                          decoder_blocks=blocks("decoder"))
+    return MinkUNetConfig(
+        in_channels=int(in_channels),
+        num_classes=int(num_classes),
+        cr=last / BASE_CHANNELS[-1],
+        encoder_blocks=blocks("encoder"),
+        decoder_blocks=blocks("decoder"),
+    )
 
 
 def load_reference(path, layout: str) -> MinkUNet:
@@ -361,8 +403,8 @@ def load_reference(path, layout: str) -> MinkUNet:
     except FileNotFoundError:
         raise
     except Exception as e:  # pickle / zip errors, or objects weights_only refuses to build
-        raise CheckpointError(f"{path}: not a state dict torch.load(weights_only=True) can read "
-                              f"({e})") from e
+        raise CheckpointError(
+            f"{path}: not a state dict torch.load(weights_only=True) can read ({e})"
+        ) from e
     sd = unwrap_state_dict(obj)
     return import_model(sd, layout, infer_config(sd, layout))
-

@@ -6,6 +6,7 @@ padding = K // 2 for SubMConv3d and 0 for SparseConv3d, and SparseInverseConv3d 
 positions in reverse. spconv's weight [Cout, K, K, K, Cin] converts with
 `weight_from_spconv` (models/spconv_compat.py).
 """
+
 from __future__ import annotations
 
 import math
@@ -32,15 +33,18 @@ class _SparseConv(nn.Module):
         return sparse_conv(x.feats, self.weight, kmap, x.engine, self.bias, self.relu, residual)
 
     def extra_repr(self) -> str:
-        return (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
-                f"bias={self.bias is not None}" + (", relu=True" if self.relu else ""))
+        return (
+            f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
+            f"bias={self.bias is not None}" + (", relu=True" if self.relu else "")
+        )
 
 
 class SubMConv3d(_SparseConv):
     """Submanifold convolution: outputs on the input's coordinates, rows in input order."""
 
-    def __init__(self, cin: int, cout: int, kernel_size: int = 3, bias: bool = False,
-                 dilation: int = 1):
+    def __init__(
+        self, cin: int, cout: int, kernel_size: int = 3, bias: bool = False, dilation: int = 1
+    ):
         if kernel_size % 2 != 1:
             raise ValueError(f"SubMConv3d needs an odd kernel_size, got {kernel_size}")
         super().__init__(cin, cout, kernel_size, bias)
@@ -56,8 +60,9 @@ class SubMConv3d(_SparseConv):
 class SparseConv3d(_SparseConv):
     """Strided convolution; outputs are the unique floor(coords / stride)."""
 
-    def __init__(self, cin: int, cout: int, kernel_size: int = 2, stride: int = 2,
-                 bias: bool = False):
+    def __init__(
+        self, cin: int, cout: int, kernel_size: int = 2, stride: int = 2, bias: bool = False
+    ):
         super().__init__(cin, cout, kernel_size, bias)
         self.stride = stride
 
@@ -80,8 +85,9 @@ class SparseInverseConv3d(_SparseConv):
     def forward(self, x: SparseTensor) -> SparseTensor:
         made = x.manager.upsample(x.stride, self.kernel_size)
         fine = made.fine_stride
-        return SparseTensor(self._conv(x, made.kmap.transposed), x.manager.coords(fine), fine,
-                            x.manager)
+        return SparseTensor(
+            self._conv(x, made.kmap.transposed), x.manager.coords(fine), fine, x.manager
+        )
 
 
 class BatchNorm(nn.BatchNorm1d):

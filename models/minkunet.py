@@ -8,6 +8,7 @@
 A residual block is SubM k3, BN, ReLU, SubM k3, BN, plus the shortcut (identity, or a 1x1 SubM
 and BN when the channel count changes), then ReLU. MinkUNet34 is encoder_blocks (2, 3, 4, 6).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -24,7 +25,7 @@ BASE_CHANNELS = (32, 32, 64, 128, 256, 256, 128, 96, 96)
 class MinkUNetConfig:
     in_channels: int = 4
     num_classes: int = 19
-    cr: float = 1.0                                  # channel ratio: scales BASE_CHANNELS
+    cr: float = 1.0  # channel ratio: scales BASE_CHANNELS
     encoder_blocks: tuple[int, ...] = (2, 2, 2, 2)
     decoder_blocks: tuple[int, ...] = (2, 2, 2, 2)
     bn_eps: float = 1e-5
@@ -46,18 +47,21 @@ class ConvBNReLU(nn.Sequential):
     a MinkUNetConfig, or SpUNetConfig in models/spunet.py)."""
 
     def __init__(self, conv: nn.Module, channels: int, config: MinkUNetConfig):
-        super().__init__(conv, BatchNorm(channels, eps=config.bn_eps,
-                                         momentum=config.bn_momentum), ReLU())
+        super().__init__(
+            conv, BatchNorm(channels, eps=config.bn_eps, momentum=config.bn_momentum), ReLU()
+        )
 
 
 class ResidualBlock(nn.Module):
     def __init__(self, cin: int, cout: int, config: MinkUNetConfig):
         super().__init__()
         bn = lambda c: BatchNorm(c, eps=config.bn_eps, momentum=config.bn_momentum)
-        self.net = nn.Sequential(SubMConv3d(cin, cout, 3), bn(cout), ReLU(),
-                                 SubMConv3d(cout, cout, 3), bn(cout))
-        self.shortcut = (nn.Identity() if cin == cout
-                         else nn.Sequential(SubMConv3d(cin, cout, 1), bn(cout)))
+        self.net = nn.Sequential(
+            SubMConv3d(cin, cout, 3), bn(cout), ReLU(), SubMConv3d(cout, cout, 3), bn(cout)
+        )
+        self.shortcut = (
+            nn.Identity() if cin == cout else nn.Sequential(SubMConv3d(cin, cout, 1), bn(cout))
+        )
         self.relu = ReLU()
 
     def forward(self, x: SparseTensor) -> SparseTensor:
@@ -66,8 +70,9 @@ class ResidualBlock(nn.Module):
 
 
 def residual_stack(cin: int, cout: int, blocks: int, config: MinkUNetConfig) -> nn.Sequential:
-    return nn.Sequential(*(ResidualBlock(cin if i == 0 else cout, cout, config)
-                           for i in range(blocks)))
+    return nn.Sequential(
+        *(ResidualBlock(cin if i == 0 else cout, cout, config) for i in range(blocks))
+    )
 
 
 class EncoderStage(nn.Module):
@@ -77,7 +82,7 @@ class EncoderStage(nn.Module):
         self.blocks = residual_stack(cin, cout, blocks, config)
 
     def forward(self, x: SparseTensor) -> SparseTensor:
-        return self.blocks(self.down(x))             # stride doubles
+        return self.blocks(self.down(x))  # stride doubles
 
 
 class DecoderStage(nn.Module):
@@ -87,32 +92,42 @@ class DecoderStage(nn.Module):
         self.blocks = residual_stack(cout + skip, cout, blocks, config)
 
     def forward(self, x: SparseTensor, skip: SparseTensor) -> SparseTensor:
-        return self.blocks(cat(self.up(x), skip))    # stride halves; [N, cout + skip]
+        return self.blocks(cat(self.up(x), skip))  # stride halves; [N, cout + skip]
 
 
 class MinkUNet(nn.Module):
-    def __init__(self, in_channels: int = 4, num_classes: int = 19, cr: float = 1.0,
-                 blocks: tuple[int, ...] = (2, 2, 2, 2), config: MinkUNetConfig | None = None):
+    def __init__(
+        self,
+        in_channels: int = 4,
+        num_classes: int = 19,
+        cr: float = 1.0,
+        blocks: tuple[int, ...] = (2, 2, 2, 2),
+        config: MinkUNetConfig | None = None,
+    ):
         super().__init__()
         self.config = config or MinkUNetConfig(in_channels, num_classes, cr, tuple(blocks))
         cfg, cs = self.config, self.config.channels
-        self.stem = nn.Sequential(ConvBNReLU(SubMConv3d(cfg.in_channels, cs[0], 3), cs[0], cfg),
-                                  ConvBNReLU(SubMConv3d(cs[0], cs[0], 3), cs[0], cfg))
+        self.stem = nn.Sequential(
+            ConvBNReLU(SubMConv3d(cfg.in_channels, cs[0], 3), cs[0], cfg),
+            ConvBNReLU(SubMConv3d(cs[0], cs[0], 3), cs[0], cfg),
+        )
         self.encoder = nn.ModuleList(
-            EncoderStage(cs[i], cs[i + 1], cfg.encoder_blocks[i], cfg) for i in range(4))
+            EncoderStage(cs[i], cs[i + 1], cfg.encoder_blocks[i], cfg) for i in range(4)
+        )
         self.decoder = nn.ModuleList(
             DecoderStage(cs[4 + i], cs[3 - i], cs[5 + i], cfg.decoder_blocks[i], cfg)
-            for i in range(4))
+            for i in range(4)
+        )
         self.head = nn.Linear(cs[8], cfg.num_classes)
 
     def forward(self, x: SparseTensor) -> SparseTensor:
         """x: [N, in_channels] on stride 1 -> per-voxel logits [N, num_classes], same rows."""
-        skips = [self.stem(x)]                       # stride 1
+        skips = [self.stem(x)]  # stride 1
         for stage in self.encoder:
-            skips.append(stage(skips[-1]))           # strides 2, 4, 8, 16
+            skips.append(stage(skips[-1]))  # strides 2, 4, 8, 16
         y = skips.pop()
         for stage in self.decoder:
-            y = stage(y, skips.pop())                # strides 8, 4, 2, 1
+            y = stage(y, skips.pop())  # strides 8, 4, 2, 1
         return y.replace_feats(self.head(y.feats))
 
     def map_requests(self) -> tuple[MapRequest, ...]:
@@ -130,8 +145,11 @@ class MinkUNet(nn.Module):
 
 
 def _submanifold_requests(module: nn.Module, stride: int) -> list[MapRequest]:
-    return [MapRequest("submanifold", stride, m.kernel_size, m.dilation)
-            for m in module.modules() if isinstance(m, SubMConv3d)]
+    return [
+        MapRequest("submanifold", stride, m.kernel_size, m.dilation)
+        for m in module.modules()
+        if isinstance(m, SubMConv3d)
+    ]
 
 
 def minkunet34(in_channels: int = 4, num_classes: int = 19, cr: float = 1.0) -> MinkUNet:

@@ -18,6 +18,7 @@ DefaultSegmentor as `backbone`, often in DDP as `module.`) is unwrapped here: th
 entry, then the "module." and "backbone." prefixes. spconv's optional
 `max_num_voxels_during_training` buffers carry no weights and are dropped.
 """
+
 from __future__ import annotations
 
 import re
@@ -37,8 +38,8 @@ _DROPPED = "max_num_voxels_during_training"
 def pointcept_state_dict(obj: Any) -> dict[str, torch.Tensor]:
     """The SpUNet state dict inside a Pointcept checkpoint (or a state dict itself)."""
     sd = unwrap_state_dict(obj)
-    if any(k.startswith("backbone.") for k in sd):   # DefaultSegmentor(backbone=SpUNet)
-        sd = {k[len("backbone."):] if k.startswith("backbone.") else k: v for k, v in sd.items()}
+    if any(k.startswith("backbone.") for k in sd):  # DefaultSegmentor(backbone=SpUNet)
+        sd = {k[len("backbone.") :] if k.startswith("backbone.") else k: v for k, v in sd.items()}
     return sd
 
 
@@ -52,8 +53,9 @@ def _count_blocks(sd: Mapping[str, torch.Tensor], part: str, s: int) -> int:
     pattern = re.compile(rf"{part}\.{s}\.block(\d+)\.conv1\.weight")
     found = {int(m.group(1)) for k in sd if (m := pattern.fullmatch(k))}
     if not found:
-        raise MissingKeyError(f"{LAYOUT}: missing key '{part}.{s}.block0.conv1.weight' "
-                              f"(stage {s} has no blocks)")
+        raise MissingKeyError(
+            f"{LAYOUT}: missing key '{part}.{s}.block0.conv1.weight' (stage {s} has no blocks)"
+        )
     return max(found) + 1
 
 
@@ -74,13 +76,19 @@ def infer_config(obj: Any) -> SpUNetConfig:
         layers[n - s - 1] = _count_blocks(sd, "dec", s)
     final = _get(sd, "final.weight", "num_classes")
     if stem.dim() != 5 or final.dim() != 5:
-        raise CheckpointError(f"{LAYOUT}: conv weights must be spconv [Cout, K, K, K, Cin]; "
-                              f"'conv_input.0.weight' is {tuple(stem.shape)}, 'final.weight' "
-                              f"{tuple(final.shape)}")
+        raise CheckpointError(
+            f"{LAYOUT}: conv weights must be spconv [Cout, K, K, K, Cin]; "
+            f"'conv_input.0.weight' is {tuple(stem.shape)}, 'final.weight' "
+            f"{tuple(final.shape)}"
+        )
     try:
-        return SpUNetConfig(in_channels=int(stem.shape[4]), num_classes=int(final.shape[0]),
-                            base_channels=int(stem.shape[0]), channels=tuple(channels),
-                            layers=tuple(layers))
+        return SpUNetConfig(
+            in_channels=int(stem.shape[4]),
+            num_classes=int(final.shape[0]),
+            base_channels=int(stem.shape[0]),
+            channels=tuple(channels),
+            layers=tuple(layers),
+        )
     except ValueError as e:
         raise CheckpointError(f"{LAYOUT}: inferred an invalid config: {e}") from e
 
@@ -97,8 +105,9 @@ def _spconv_shape(ours: tuple[int, ...]) -> tuple[int, ...]:
     return (cout, k, k, k, cin)
 
 
-def import_pointcept(obj: Any, config: SpUNetConfig | None = None,
-                     strict: bool = True) -> dict[str, torch.Tensor]:
+def import_pointcept(
+    obj: Any, config: SpUNetConfig | None = None, strict: bool = True
+) -> dict[str, torch.Tensor]:
     """A Pointcept SpUNet-v1m1 state dict (or checkpoint) -> our SpUNet state dict.
 
     config: None infers it from the shapes (infer_config). A missing key is a MissingKeyError
@@ -122,8 +131,10 @@ def import_pointcept(obj: Any, config: SpUNetConfig | None = None,
         conv = len(shape) == 3
         want = _spconv_shape(shape) if conv else shape
         if tuple(v.shape) != want:
-            raise CheckpointError(f"{LAYOUT}: wrong shape for key {key!r}: got {tuple(v.shape)}, "
-                                  f"expected {want} for {config}")
+            raise CheckpointError(
+                f"{LAYOUT}: wrong shape for key {key!r}: got {tuple(v.shape)}, "
+                f"expected {want} for {config}"
+            )
         v = v.detach()
         out[key] = weight_from_spconv(v) if conv else v.clone()
     if missing:
@@ -131,9 +142,11 @@ def import_pointcept(obj: Any, config: SpUNetConfig | None = None,
         raise MissingKeyError(f"{LAYOUT}: missing key {missing[0]!r}{more}")
     extra = sorted(k for k in sd if k not in out and not k.endswith(_DROPPED))
     if strict and extra:
-        raise CheckpointError(f"{LAYOUT}: {len(extra)} unexpected keys {extra[:10]}"
-                              f"{' ...' if len(extra) > 10 else ''} (another network or config? "
-                              "strict=False ignores them)")
+        raise CheckpointError(
+            f"{LAYOUT}: {len(extra)} unexpected keys {extra[:10]}"
+            f"{' ...' if len(extra) > 10 else ''} (another network or config? "
+            "strict=False ignores them)"
+        )
     return out
 
 
@@ -156,5 +169,11 @@ def export_pointcept(model: SpUNet, prefix: str = "") -> dict[str, torch.Tensor]
     return out
 
 
-__all__ = ["LAYOUT", "export_pointcept", "import_pointcept", "infer_config", "load_pointcept",
-           "pointcept_state_dict"]
+__all__ = [
+    "LAYOUT",
+    "export_pointcept",
+    "import_pointcept",
+    "infer_config",
+    "load_pointcept",
+    "pointcept_state_dict",
+]

@@ -12,6 +12,7 @@ maps, so every layer at a level reuses them without user-managed keys, and an in
 convolution finds the map to invert. Maps build fastest on coordinates in ascending (batch, x,
 y, z) order, which is the order the service's voxelizer produces; any order gives the same maps.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -28,6 +29,7 @@ class MapRequest:
     """One kernel map a network uses: kind "submanifold" (`step` is the dilation),
     "downsample" (level `stride` -> `stride * step`) or "upsample" (the transposed map of the
     downsampling that made level `stride`)."""
+
     kind: str
     stride: int
     kernel_size: int
@@ -70,8 +72,11 @@ class CoordinateManager:
         key = (stride, kernel_size, dilation)
         if key not in self._submanifold:
             coords = self._coords[stride]
-            table = (self.table(stride) if submanifold_needs_table(coords.device, kernel_size,
-                                                                   dilation) else None)
+            table = (
+                self.table(stride)
+                if submanifold_needs_table(coords.device, kernel_size, dilation)
+                else None
+            )
             self._submanifold[key] = submanifold_map(coords, table, kernel_size, dilation)
         return self._submanifold[key]
 
@@ -85,7 +90,8 @@ class CoordinateManager:
             if coarse_stride in self._coords:
                 raise ValueError(
                     f"level {coarse_stride} already exists; a second downsampling to it with "
-                    f"kernel {kernel_size} would give it other coordinates")
+                    f"kernel {kernel_size} would give it other coordinates"
+                )
             self._coords[coarse_stride] = out_coords
             if out_table is not None:  # else built when a map first needs it
                 self._tables[coarse_stride] = out_table
@@ -110,11 +116,14 @@ class CoordinateManager:
     def built(self) -> dict[str, list]:
         """What is cached: submanifold maps, downsamplings, their transposed maps, and the
         strides of the levels that have a hash table."""
-        return {"submanifold": sorted(self._submanifold),
-                "downsample": sorted(self._downsampling),
-                "transposed": sorted(k for k, d in self._downsampling.items()
-                                     if "transposed" in vars(d.kmap)),
-                "tables": sorted(self._tables)}
+        return {
+            "submanifold": sorted(self._submanifold),
+            "downsample": sorted(self._downsampling),
+            "transposed": sorted(
+                k for k, d in self._downsampling.items() if "transposed" in vars(d.kmap)
+            ),
+            "tables": sorted(self._tables),
+        }
 
     def upsample(self, stride: int, kernel_size: int) -> Downsampling:
         """The downsampling that produced level `stride`, to be inverted."""
@@ -122,18 +131,28 @@ class CoordinateManager:
         if made is None:
             raise ValueError(f"no downsampling produced tensor stride {stride}: nothing to invert")
         if made.kernel_size != kernel_size:
-            raise ValueError(f"level {stride} was made with kernel {made.kernel_size}, "
-                             f"the inverse convolution has kernel {kernel_size}")
+            raise ValueError(
+                f"level {stride} was made with kernel {made.kernel_size}, "
+                f"the inverse convolution has kernel {kernel_size}"
+            )
         return made
 
 
 class SparseTensor:
     """feats float [N, C] on coords int32 [N, 4] (batch, x, y, z)."""
 
-    def __init__(self, feats: torch.Tensor, coords: torch.Tensor, stride: int = 1,
-                 manager: CoordinateManager | None = None, engine: EngineConfig | None = None):
+    def __init__(
+        self,
+        feats: torch.Tensor,
+        coords: torch.Tensor,
+        stride: int = 1,
+        manager: CoordinateManager | None = None,
+        engine: EngineConfig | None = None,
+    ):
         if coords.dtype != torch.int32 or coords.dim() != 2 or coords.shape[1] != 4:
-            raise ValueError(f"coords must be int32 [N, 4], got {coords.dtype} {tuple(coords.shape)}")
+            raise ValueError(
+                f"coords must be int32 [N, 4], got {coords.dtype} {tuple(coords.shape)}"
+            )
         if feats.dim() != 2 or feats.shape[0] != coords.shape[0]:
             raise ValueError(f"feats must be [{coords.shape[0]}, C], got {tuple(feats.shape)}")
         if feats.device != coords.device:
@@ -156,5 +175,7 @@ class SparseTensor:
         return self.coords.shape[0]
 
     def __repr__(self) -> str:
-        return (f"SparseTensor(n={len(self)}, channels={self.feats.shape[1]}, "
-                f"stride={self.stride}, device={self.feats.device})")
+        return (
+            f"SparseTensor(n={len(self)}, channels={self.feats.shape[1]}, "
+            f"stride={self.stride}, device={self.feats.device})"
+        )

@@ -9,6 +9,7 @@ The 1x1 quirk: for kernel size 1 (stride 1) spconv skips its gather-scatter and 
 without transposing. The function that weight computes is therefore the buffer's raw
 reinterpretation, not its transpose, and the conversion follows suit.
 """
+
 from __future__ import annotations
 
 import torch

@@ -16,6 +16,7 @@ spconv needs explicit indice keys where our CoordinateManager caches maps by lev
 `spconv` is imported lazily, so `import models` works without it. On the CPU spconv is only
 correct single-threaded (spconv issue #679); `run_spconv` takes care of that.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -35,6 +36,7 @@ GRID_MULTIPLE = 16
 
 def _spconv():
     import spconv.pytorch as spconv  # lazy: spconv is an optional dependency
+
     return spconv
 
 
@@ -54,11 +56,17 @@ class SpconvResidualBlock(nn.Module):
         sp = _spconv()
         key = f"subm{stride}"
         self.net = sp.SparseSequential(
-            sp.SubMConv3d(cin, cout, 3, bias=False, indice_key=key), _bn(cout, config), nn.ReLU(),
-            sp.SubMConv3d(cout, cout, 3, bias=False, indice_key=key), _bn(cout, config))
-        self.shortcut = (nn.Identity() if cin == cout else
-                         sp.SparseSequential(sp.SubMConv3d(cin, cout, 1, bias=False),
-                                             _bn(cout, config)))
+            sp.SubMConv3d(cin, cout, 3, bias=False, indice_key=key),
+            _bn(cout, config),
+            nn.ReLU(),
+            sp.SubMConv3d(cout, cout, 3, bias=False, indice_key=key),
+            _bn(cout, config),
+        )
+        self.shortcut = (
+            nn.Identity()
+            if cin == cout
+            else sp.SparseSequential(sp.SubMConv3d(cin, cout, 1, bias=False), _bn(cout, config))
+        )
         self.relu = nn.ReLU()
 
     def forward(self, x):
@@ -69,8 +77,9 @@ class SpconvResidualBlock(nn.Module):
 def _residual_stack(cin: int, cout: int, blocks: int, stride: int, config: MinkUNetConfig):
     # nn.Sequential, not SparseSequential: the latter would hand our (non-spconv) blocks only
     # the features; each block takes and returns a SparseConvTensor.
-    return nn.Sequential(*(SpconvResidualBlock(cin if i == 0 else cout, cout, stride, config)
-                           for i in range(blocks)))
+    return nn.Sequential(
+        *(SpconvResidualBlock(cin if i == 0 else cout, cout, stride, config) for i in range(blocks))
+    )
 
 
 class SpconvEncoderStage(nn.Module):
@@ -78,8 +87,9 @@ class SpconvEncoderStage(nn.Module):
         """stride: tensor stride of the input; the output is on 2 * stride."""
         super().__init__()
         sp = _spconv()
-        self.down = _conv_bn_relu(sp.SparseConv3d(cin, cin, 2, 2, bias=False,
-                                                  indice_key=f"down{stride}"), cin, config)
+        self.down = _conv_bn_relu(
+            sp.SparseConv3d(cin, cin, 2, 2, bias=False, indice_key=f"down{stride}"), cin, config
+        )
         self.blocks = _residual_stack(cin, cout, blocks, 2 * stride, config)
 
     def forward(self, x):
@@ -87,13 +97,17 @@ class SpconvEncoderStage(nn.Module):
 
 
 class SpconvDecoderStage(nn.Module):
-    def __init__(self, cin: int, skip: int, cout: int, blocks: int, stride: int,
-                 config: MinkUNetConfig):
+    def __init__(
+        self, cin: int, skip: int, cout: int, blocks: int, stride: int, config: MinkUNetConfig
+    ):
         """stride: tensor stride of the output (the input is on 2 * stride)."""
         super().__init__()
         sp = _spconv()
-        self.up = _conv_bn_relu(sp.SparseInverseConv3d(cin, cout, 2, bias=False,
-                                                       indice_key=f"down{stride}"), cout, config)
+        self.up = _conv_bn_relu(
+            sp.SparseInverseConv3d(cin, cout, 2, bias=False, indice_key=f"down{stride}"),
+            cout,
+            config,
+        )
         self.blocks = _residual_stack(cout + skip, cout, blocks, stride, config)
 
     def forward(self, x, skip):
@@ -114,17 +128,22 @@ class SpconvMinkUNet(nn.Module):
         self.config = config
         cfg, cs = config, config.channels
         self.stem = sp.SparseSequential(
-            _conv_bn_relu(sp.SubMConv3d(cfg.in_channels, cs[0], 3, bias=False,
-                                        indice_key="subm1"), cs[0], cfg),
-            _conv_bn_relu(sp.SubMConv3d(cs[0], cs[0], 3, bias=False, indice_key="subm1"),
-                          cs[0], cfg))
+            _conv_bn_relu(
+                sp.SubMConv3d(cfg.in_channels, cs[0], 3, bias=False, indice_key="subm1"), cs[0], cfg
+            ),
+            _conv_bn_relu(
+                sp.SubMConv3d(cs[0], cs[0], 3, bias=False, indice_key="subm1"), cs[0], cfg
+            ),
+        )
         self.encoder = nn.ModuleList(
-            SpconvEncoderStage(cs[i], cs[i + 1], cfg.encoder_blocks[i], 2**i, cfg)
-            for i in range(4))
+            SpconvEncoderStage(cs[i], cs[i + 1], cfg.encoder_blocks[i], 2**i, cfg) for i in range(4)
+        )
         self.decoder = nn.ModuleList(
-            SpconvDecoderStage(cs[4 + i], cs[3 - i], cs[5 + i], cfg.decoder_blocks[i],
-                               2 ** (3 - i), cfg)
-            for i in range(4))
+            SpconvDecoderStage(
+                cs[4 + i], cs[3 - i], cs[5 + i], cfg.decoder_blocks[i], 2 ** (3 - i), cfg
+            )
+            for i in range(4)
+        )
         self.head = nn.Linear(cs[8], cfg.num_classes)
 
     def forward(self, x):
@@ -140,24 +159,30 @@ class SpconvMinkUNet(nn.Module):
 
 # ---- weight transfer --------------------------------------------------------------------------
 
+
 def ours_to_spconv_state_dict(sd: Mapping[str, torch.Tensor]) -> "OrderedDict[str, torch.Tensor]":
     """A MinkUNet state dict -> the SpconvMinkUNet state dict of the same network.
 
     Conv weights (ours: 3-D [K^3, Cin, Cout]) go through weight_to_spconv; everything else
     (BN affine and running stats, num_batches_tracked, the Linear head) is copied as is."""
-    return OrderedDict((k, weight_to_spconv(v) if k.endswith("weight") and v.dim() == 3
-                        else v.clone()) for k, v in sd.items())
+    return OrderedDict(
+        (k, weight_to_spconv(v) if k.endswith("weight") and v.dim() == 3 else v.clone())
+        for k, v in sd.items()
+    )
 
 
 def spconv_to_ours_state_dict(sd: Mapping[str, torch.Tensor]) -> "OrderedDict[str, torch.Tensor]":
     """A SpconvMinkUNet state dict -> the MinkUNet state dict; inverse of the above.
 
     Conv weights (spconv: 5-D [Cout, K, K, K, Cin]) go through weight_from_spconv."""
-    return OrderedDict((k, weight_from_spconv(v) if k.endswith("weight") and v.dim() == 5
-                        else v.clone()) for k, v in sd.items())
+    return OrderedDict(
+        (k, weight_from_spconv(v) if k.endswith("weight") and v.dim() == 5 else v.clone())
+        for k, v in sd.items()
+    )
 
 
 # ---- running it -------------------------------------------------------------------------------
+
 
 @contextlib.contextmanager
 def num_threads(n: int):
@@ -176,8 +201,10 @@ def spconv_input(feats: torch.Tensor, coords: torch.Tensor):
     rounded up to a multiple of 16 (4 stride-2 levels agree with ours, none drops a plane)."""
     sp = _spconv()
     if coords.dim() != 2 or coords.shape[1] != 4 or feats.shape[0] != coords.shape[0]:
-        raise ValueError(f"expected coords [N, 4] and feats [N, C], got {tuple(coords.shape)} "
-                         f"and {tuple(feats.shape)}")
+        raise ValueError(
+            f"expected coords [N, 4] and feats [N, C], got {tuple(coords.shape)} "
+            f"and {tuple(feats.shape)}"
+        )
     m = GRID_MULTIPLE
     xyz = coords[:, 1:].to(torch.int64)
     if len(xyz):
@@ -203,11 +230,13 @@ def run_spconv(model: SpconvMinkUNet, feats: torch.Tensor, coords: torch.Tensor)
         out = model(x)
     if out.indices is shifted or torch.equal(out.indices, shifted):
         return out.features
+
     # Not expected (the last inverse conv returns the input rows), but never return rows in
     # another order: match them back by coordinate.
     def key(c):
         c = c.to(torch.int64)
         return ((c[:, 0] * (1 << 20) + c[:, 1]) * (1 << 20) + c[:, 2]) * (1 << 20) + c[:, 3]
+
     k_out, k_in = key(out.indices), key(shifted)
     s_out, p_out = torch.sort(k_out)
     s_in, p_in = torch.sort(k_in)

@@ -28,6 +28,7 @@ GridSample). The stride-2 levels group voxels by floor(c / 2^k), so to reproduce
 exactly feed the same coordinates (or any shift of them by a multiple of 2^S).
 Not covered: Pointcept's cls_mode and num_classes = 0 (no `final`).
 """
+
 from __future__ import annotations
 
 from collections import OrderedDict
@@ -52,8 +53,10 @@ class SpUNetConfig:
 
     def __post_init__(self):
         if len(self.layers) % 2 or len(self.layers) != len(self.channels) or not self.layers:
-            raise ValueError(f"channels {self.channels} and layers {self.layers} must have the "
-                             "same, even, non-zero length")
+            raise ValueError(
+                f"channels {self.channels} and layers {self.layers} must have the "
+                "same, even, non-zero length"
+            )
         if min(self.channels + (self.base_channels, self.in_channels, self.num_classes)) < 1:
             raise ValueError(f"every channel count must be >= 1: {self}")
         if min(self.layers) < 1:
@@ -84,8 +87,11 @@ class BasicBlock(nn.Module):
 
     def __init__(self, cin: int, cout: int, config: SpUNetConfig):
         super().__init__()
-        self.proj = (nn.Identity() if cin == cout
-                     else nn.Sequential(SubMConv3d(cin, cout, 1), _bn(cout, config)))
+        self.proj = (
+            nn.Identity()
+            if cin == cout
+            else nn.Sequential(SubMConv3d(cin, cout, 1), _bn(cout, config))
+        )
         self.conv1 = SubMConv3d(cin, cout, 3)
         self.bn1 = _bn(cout, config)
         self.relu = ReLU()
@@ -98,8 +104,11 @@ class BasicBlock(nn.Module):
 
 
 def _blocks(cin: int, cout: int, count: int, config: SpUNetConfig) -> nn.Sequential:
-    return nn.Sequential(OrderedDict(
-        (f"block{i}", BasicBlock(cin if i == 0 else cout, cout, config)) for i in range(count)))
+    return nn.Sequential(
+        OrderedDict(
+            (f"block{i}", BasicBlock(cin if i == 0 else cout, cout, config)) for i in range(count)
+        )
+    )
 
 
 class SpUNet(nn.Module):
@@ -107,32 +116,41 @@ class SpUNet(nn.Module):
         super().__init__()
         self.config = cfg = config or SpUNetConfig()
         n, stages = len(cfg.channels), range(cfg.num_stages)
-        self.conv_input = ConvBNReLU(SubMConv3d(cfg.in_channels, cfg.base_channels, 5),
-                                        cfg.base_channels, cfg)
+        self.conv_input = ConvBNReLU(
+            SubMConv3d(cfg.in_channels, cfg.base_channels, 5), cfg.base_channels, cfg
+        )
         self.down = nn.ModuleList(
             ConvBNReLU(SparseConv3d(cfg.enc_in(s), cfg.channels[s], 2, 2), cfg.channels[s], cfg)
-            for s in stages)
+            for s in stages
+        )
         self.enc = nn.ModuleList(
-            _blocks(cfg.channels[s], cfg.channels[s], cfg.layers[s], cfg) for s in stages)
+            _blocks(cfg.channels[s], cfg.channels[s], cfg.layers[s], cfg) for s in stages
+        )
         self.up = nn.ModuleList(
-            ConvBNReLU(SparseInverseConv3d(cfg.channels[n - s - 2], cfg.dec_channels(s), 2),
-                          cfg.dec_channels(s), cfg)
-            for s in stages)
+            ConvBNReLU(
+                SparseInverseConv3d(cfg.channels[n - s - 2], cfg.dec_channels(s), 2),
+                cfg.dec_channels(s),
+                cfg,
+            )
+            for s in stages
+        )
         self.dec = nn.ModuleList(
-            _blocks(cfg.dec_channels(s) + cfg.enc_in(s), cfg.dec_channels(s), cfg.dec_layers(s),
-                    cfg)
-            for s in stages)
+            _blocks(
+                cfg.dec_channels(s) + cfg.enc_in(s), cfg.dec_channels(s), cfg.dec_layers(s), cfg
+            )
+            for s in stages
+        )
         self.final = SubMConv3d(cfg.channels[-1], cfg.num_classes, 1, bias=True)
 
     def forward(self, x: SparseTensor) -> SparseTensor:
         """x: [N, in_channels] on stride 1 -> per-voxel logits [N, num_classes], same rows."""
-        x = self.conv_input(x)                       # [N, base], stride 1
+        x = self.conv_input(x)  # [N, base], stride 1
         skips = [x]
         for down, enc in zip(self.down, self.enc):
-            x = enc(down(x))                         # [N_s, channels[s]], stride 2^(s+1)
+            x = enc(down(x))  # [N_s, channels[s]], stride 2^(s+1)
             skips.append(x)
         x = skips.pop()
         for s in reversed(range(self.config.num_stages)):
-            x = self.up[s](x)                        # [N, dec_channels(s)], stride 2^s
-            x = self.dec[s](cat(x, skips.pop()))     # cat: [N, dec_channels(s) + enc_in(s)]
-        return self.final(x)                         # [N, num_classes], stride 1
+            x = self.up[s](x)  # [N, dec_channels(s)], stride 2^s
+            x = self.dec[s](cat(x, skips.pop()))  # cat: [N, dec_channels(s) + enc_in(s)]
+        return self.final(x)  # [N, num_classes], stride 1

@@ -18,6 +18,7 @@ it keeps `spconv` a lazy import). Run it with models.spconv_twin.run_spconv, whi
 coordinates by a multiple of 16 (so floor(c / 2^k) agrees with ours over 4 levels), rounds the
 spatial shape and runs spconv single-threaded on the CPU (spconv issue #679).
 """
+
 from __future__ import annotations
 
 from collections import OrderedDict
@@ -30,6 +31,7 @@ from .spunet import SpUNetConfig
 
 def _spconv():
     import spconv.pytorch as spconv  # lazy: spconv is an optional dependency
+
     return spconv
 
 
@@ -41,15 +43,21 @@ class SpconvBasicBlock(nn.Module):
     def __init__(self, cin: int, cout: int, indice_key: str, config: SpUNetConfig):
         super().__init__()
         sp = _spconv()
-        self.proj = (sp.SparseSequential(nn.Identity()) if cin == cout else
-                     sp.SparseSequential(sp.SubMConv3d(cin, cout, kernel_size=1, bias=False),
-                                         _bn(cout, config)))
-        self.conv1 = sp.SubMConv3d(cin, cout, kernel_size=3, stride=1, padding=1, bias=False,
-                                   indice_key=indice_key)
+        self.proj = (
+            sp.SparseSequential(nn.Identity())
+            if cin == cout
+            else sp.SparseSequential(
+                sp.SubMConv3d(cin, cout, kernel_size=1, bias=False), _bn(cout, config)
+            )
+        )
+        self.conv1 = sp.SubMConv3d(
+            cin, cout, kernel_size=3, stride=1, padding=1, bias=False, indice_key=indice_key
+        )
         self.bn1 = _bn(cout, config)
         self.relu = nn.ReLU()
-        self.conv2 = sp.SubMConv3d(cout, cout, kernel_size=3, stride=1, padding=1, bias=False,
-                                   indice_key=indice_key)
+        self.conv2 = sp.SubMConv3d(
+            cout, cout, kernel_size=3, stride=1, padding=1, bias=False, indice_key=indice_key
+        )
         self.bn2 = _bn(cout, config)
 
     def forward(self, x):
@@ -61,9 +69,12 @@ class SpconvBasicBlock(nn.Module):
 
 
 def _blocks(cin: int, cout: int, count: int, indice_key: str, config: SpUNetConfig):
-    return nn.Sequential(OrderedDict(
-        (f"block{i}", SpconvBasicBlock(cin if i == 0 else cout, cout, indice_key, config))
-        for i in range(count)))
+    return nn.Sequential(
+        OrderedDict(
+            (f"block{i}", SpconvBasicBlock(cin if i == 0 else cout, cout, indice_key, config))
+            for i in range(count)
+        )
+    )
 
 
 class SpconvSpUNet(nn.Module):
@@ -79,28 +90,60 @@ class SpconvSpUNet(nn.Module):
             return sp.SparseSequential(conv, _bn(channels, cfg), nn.ReLU())
 
         self.conv_input = conv_bn_relu(
-            sp.SubMConv3d(cfg.in_channels, cfg.base_channels, kernel_size=5, padding=1,
-                          bias=False, indice_key="stem"), cfg.base_channels)
+            sp.SubMConv3d(
+                cfg.in_channels,
+                cfg.base_channels,
+                kernel_size=5,
+                padding=1,
+                bias=False,
+                indice_key="stem",
+            ),
+            cfg.base_channels,
+        )
         self.down = nn.ModuleList(
-            conv_bn_relu(sp.SparseConv3d(cfg.enc_in(s), cfg.channels[s], kernel_size=2,
-                                         stride=2, bias=False, indice_key=f"spconv{s + 1}"),
-                         cfg.channels[s])
-            for s in stages)
+            conv_bn_relu(
+                sp.SparseConv3d(
+                    cfg.enc_in(s),
+                    cfg.channels[s],
+                    kernel_size=2,
+                    stride=2,
+                    bias=False,
+                    indice_key=f"spconv{s + 1}",
+                ),
+                cfg.channels[s],
+            )
+            for s in stages
+        )
         self.enc = nn.ModuleList(
             _blocks(cfg.channels[s], cfg.channels[s], cfg.layers[s], f"subm{s + 1}", cfg)
-            for s in stages)
+            for s in stages
+        )
         self.up = nn.ModuleList(
-            conv_bn_relu(sp.SparseInverseConv3d(cfg.channels[n - s - 2], cfg.dec_channels(s),
-                                                kernel_size=2, bias=False,
-                                                indice_key=f"spconv{s + 1}"),
-                         cfg.dec_channels(s))
-            for s in stages)
+            conv_bn_relu(
+                sp.SparseInverseConv3d(
+                    cfg.channels[n - s - 2],
+                    cfg.dec_channels(s),
+                    kernel_size=2,
+                    bias=False,
+                    indice_key=f"spconv{s + 1}",
+                ),
+                cfg.dec_channels(s),
+            )
+            for s in stages
+        )
         self.dec = nn.ModuleList(
-            _blocks(cfg.dec_channels(s) + cfg.enc_in(s), cfg.dec_channels(s), cfg.dec_layers(s),
-                    f"subm{s}", cfg)
-            for s in stages)
-        self.final = sp.SubMConv3d(cfg.channels[-1], cfg.num_classes, kernel_size=1, padding=1,
-                                   bias=True)
+            _blocks(
+                cfg.dec_channels(s) + cfg.enc_in(s),
+                cfg.dec_channels(s),
+                cfg.dec_layers(s),
+                f"subm{s}",
+                cfg,
+            )
+            for s in stages
+        )
+        self.final = sp.SubMConv3d(
+            cfg.channels[-1], cfg.num_classes, kernel_size=1, padding=1, bias=True
+        )
 
     def forward(self, x):
         """x: spconv.SparseConvTensor [N, in_channels] -> the same rows, logits [N, classes]."""

@@ -7,6 +7,7 @@ arange(-K//2 + 1, K//2 + 1) (so 0..K-1 for K = 2), enumerated with x FASTEST whe
 So a K = 3 kernel is reordered and a K = 2 kernel (the down / up convolutions) is not.
 The transposed (up) conv keeps [K^3, Cin, Cout] with Cin the coarse side, as ours does.
 """
+
 from __future__ import annotations
 
 import torch
@@ -24,14 +25,16 @@ def weight_from_torchsparse(w: torch.Tensor) -> torch.Tensor:
     if w.dim() == 2:
         return w.contiguous().view(1, *w.shape).clone()
     if w.dim() != 3:
-        raise ValueError(f"expected a torchsparse kernel [K^3, Cin, Cout] or [Cin, Cout], "
-                         f"got {tuple(w.shape)}")
+        raise ValueError(
+            f"expected a torchsparse kernel [K^3, Cin, Cout] or [Cin, Cout], got {tuple(w.shape)}"
+        )
     volume, cin, cout = w.shape
     k = cube_root(volume)
     if k % 2 == 0:
         return w.contiguous().clone()
-    return w.reshape(k, k, k, cin, cout).permute(2, 1, 0, 3, 4).reshape(volume, cin, cout) \
-        .contiguous()
+    return (
+        w.reshape(k, k, k, cin, cout).permute(2, 1, 0, 3, 4).reshape(volume, cin, cout).contiguous()
+    )
 
 
 def weight_to_torchsparse(w: torch.Tensor) -> torch.Tensor:
@@ -45,5 +48,6 @@ def weight_to_torchsparse(w: torch.Tensor) -> torch.Tensor:
     if k % 2 == 0:
         return w.contiguous().clone()
     # the reversal of three axes is its own inverse
-    return w.reshape(k, k, k, cin, cout).permute(2, 1, 0, 3, 4).reshape(volume, cin, cout) \
-        .contiguous()
+    return (
+        w.reshape(k, k, k, cin, cout).permute(2, 1, 0, 3, 4).reshape(volume, cin, cout).contiguous()
+    )

@@ -5,6 +5,7 @@
 writes DIR/velodyne/NNNNNN.bin (float32 x,y,z,intensity) and DIR/labels/NNNNNN.label (uint32 raw
 SemanticKITTI ids in the low 16 bits, instance 0), frame k from seed S + k.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -21,9 +22,9 @@ from synth.sensor import HDL64, PROFILES, SensorProfile, scan
 
 @dataclass
 class SyntheticFrame:
-    points: np.ndarray       # float32 [N,4] x, y, z, intensity in the sensor frame
-    labels: np.ndarray       # uint8 [N] training class ids 0..18
-    raw_labels: np.ndarray   # uint32 [N] raw SemanticKITTI ids (lane marking 60 -> road)
+    points: np.ndarray  # float32 [N,4] x, y, z, intensity in the sensor frame
+    labels: np.ndarray  # uint8 [N] training class ids 0..18
+    raw_labels: np.ndarray  # uint32 [N] raw SemanticKITTI ids (lane marking 60 -> road)
     profile: str
     seed: int
 
@@ -63,8 +64,11 @@ def main(argv=None) -> None:
         write_kitti(f, out / "velodyne" / f"{k:06d}.bin", out / "labels" / f"{k:06d}.label")
         hist = np.bincount(f.labels, minlength=NUM_CLASSES)
         present = sum(1 for c in range(NUM_CLASSES) if hist[c])
-        print(f"{k:06d} seed={a.seed + k} points={len(f.points)} classes={present}/"
-              f"{len(CLASS_NAMES)} {time.perf_counter() - t0:.2f}s", flush=True)
+        print(
+            f"{k:06d} seed={a.seed + k} points={len(f.points)} classes={present}/"
+            f"{len(CLASS_NAMES)} {time.perf_counter() - t0:.2f}s",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

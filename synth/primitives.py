@@ -1,4 +1,5 @@
 """Mesh primitives (legacy Open3D triangle meshes) and the labelled Part record."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -10,6 +11,7 @@ import open3d as o3d
 @dataclass
 class Part:
     """One mesh of the scene with its training class, raw SemanticKITTI id and reflectivity."""
+
     mesh: o3d.geometry.TriangleMesh
     cls: int
     raw: int
@@ -42,11 +44,13 @@ def slab(x0, x1, y0, y1, top, depth=0.3) -> o3d.geometry.TriangleMesh:
     return box(((x0 + x1) / 2, (y0 + y1) / 2, top - depth / 2), (x1 - x0, y1 - y0, depth))
 
 
-def cylinder(center, radius, height, axis: str = "z", yaw: float = 0.0,
-             resolution: int = 10) -> o3d.geometry.TriangleMesh:
+def cylinder(
+    center, radius, height, axis: str = "z", yaw: float = 0.0, resolution: int = 10
+) -> o3d.geometry.TriangleMesh:
     """Closed cylinder centred at center along z (or along the local x/y axis, then yawed)."""
-    m = o3d.geometry.TriangleMesh.create_cylinder(float(radius), float(height),
-                                                  resolution=resolution, split=1)
+    m = o3d.geometry.TriangleMesh.create_cylinder(
+        float(radius), float(height), resolution=resolution, split=1
+    )
     if axis == "y":
         m.rotate(o3d.geometry.get_rotation_matrix_from_xyz((np.pi / 2, 0, 0)), center=(0, 0, 0))
     elif axis == "x":

@@ -5,6 +5,7 @@ the road edge outwards: an optional parking strip, a raised sidewalk (curb), the
 terrain / other-ground patches carrying buildings, fences, trees and bushes. Vehicles and riders
 drive in the lanes; people, poles, signs, trees and parked bicycles stand on the sidewalks.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -23,7 +24,7 @@ SIDEWALK_TOP = 0.15
 @dataclass
 class Scene:
     parts: list[Part]
-    sensor_xy: tuple[float, float]   # sensor stands above (x, y) at the profile's mount height
+    sensor_xy: tuple[float, float]  # sensor stands above (x, y) at the profile's mount height
     half_length: float
 
 
@@ -52,12 +53,19 @@ def _road(rng, L, lanes, hw):
         y = -hw + k * LANE_W
         x = -L + rng.uniform(0, gap)
         while x + dash < L:
-            parts.append(_part(box((x + dash / 2, y, 0.005), (dash, 0.15, 0.012)), C.ROAD, 0.9,
-                               raw=C.RAW_LANE_MARKING))
+            parts.append(
+                _part(
+                    box((x + dash / 2, y, 0.005), (dash, 0.15, 0.012)),
+                    C.ROAD,
+                    0.9,
+                    raw=C.RAW_LANE_MARKING,
+                )
+            )
             x += dash + gap
     for y in (-hw + 0.3, hw - 0.3):  # solid edge lines
-        parts.append(_part(box((0.0, y, 0.005), (2 * L, 0.12, 0.012)), C.ROAD, 0.9,
-                           raw=C.RAW_LANE_MARKING))
+        parts.append(
+            _part(box((0.0, y, 0.005), (2 * L, 0.12, 0.012)), C.ROAD, 0.9, raw=C.RAW_LANE_MARKING)
+        )
     return parts
 
 
@@ -84,8 +92,11 @@ def _buildings(rng, L, s, e0):
             depth, height = rng.uniform(8.0, 16.0), rng.uniform(4.0, 22.0)
             yc = s * (e0 + setback + depth / 2)
             refl = rng.uniform(0.2, 0.7)
-            parts.append(_part(box((x + length / 2, yc, height / 2), (length, depth, height)),
-                               C.BUILDING, refl))
+            parts.append(
+                _part(
+                    box((x + length / 2, yc, height / 2), (length, depth, height)), C.BUILDING, refl
+                )
+            )
             for _ in range(int(rng.integers(0, 3))):  # bays / balconies / ground-floor offsets
                 bl = rng.uniform(2.0, max(2.5, length / 2))
                 bx = x + rng.uniform(bl / 2, length - bl / 2)
@@ -93,15 +104,18 @@ def _buildings(rng, L, s, e0):
                 bz0, bh = rng.uniform(0.0, height * 0.6), rng.uniform(2.5, 6.0)
                 bh = min(bh, height - bz0)
                 yf = s * (e0 + setback - out / 2)
-                parts.append(_part(box((bx, yf, bz0 + bh / 2), (bl, out + 0.05, bh)),
-                                   C.BUILDING, refl))
+                parts.append(
+                    _part(box((bx, yf, bz0 + bh / 2), (bl, out + 0.05, bh)), C.BUILDING, refl)
+                )
             if setback > 2.0 and rng.random() < 0.6:  # front garden: hedge or bushes
                 if rng.random() < 0.5:
-                    parts += O.hedge(rng, x + 0.5, x + length - 0.5, s * (e0 + rng.uniform(0.5, 1.5)),
-                                     0.08)
+                    parts += O.hedge(
+                        rng, x + 0.5, x + length - 0.5, s * (e0 + rng.uniform(0.5, 1.5)), 0.08
+                    )
                 for _ in range(int(rng.integers(1, 4))):
-                    parts += O.bush(rng, x + rng.uniform(0, length),
-                                    s * (e0 + rng.uniform(1.0, setback)), 0.08)
+                    parts += O.bush(
+                        rng, x + rng.uniform(0, length), s * (e0 + rng.uniform(1.0, setback)), 0.08
+                    )
             x += length
         else:
             gap = rng.uniform(4.0, 25.0)
@@ -127,19 +141,26 @@ def _sidewalk_things(rng, L, s, inner, width):
         x += rng.uniform(12.0, 35.0)
     for _ in range(int(rng.integers(2, 7))):
         facing = rng.choice([0.0, np.pi]) if rng.random() < 0.7 else -s * np.pi / 2
-        parts += O.traffic_sign(rng, rng.uniform(-40, 40), s * (inner + 0.5),
-                                facing + rng.uniform(-0.3, 0.3), z)
+        parts += O.traffic_sign(
+            rng, rng.uniform(-40, 40), s * (inner + 0.5), facing + rng.uniform(-0.3, 0.3), z
+        )
     if rng.random() < 0.75:
         x = -L + rng.uniform(0, 15)
         while x < L:
             parts += O.tree(rng, x, s * (inner + width * 0.6), z)
             x += rng.uniform(8.0, 20.0)
     for _ in range(int(rng.integers(1, 6))):
-        parts += O.person(rng, rng.uniform(-35, 35), s * (inner + rng.uniform(0.8, width - 0.3)),
-                          rng.uniform(-np.pi, np.pi), z0=z)
+        parts += O.person(
+            rng,
+            rng.uniform(-35, 35),
+            s * (inner + rng.uniform(0.8, width - 0.3)),
+            rng.uniform(-np.pi, np.pi),
+            z0=z,
+        )
     for _ in range(int(rng.integers(0, 3))):
-        parts += [p for p in O.bicycle(rng, rng.uniform(-30, 30),
-                                       s * (inner + width - 0.5), rng.uniform(-0.2, 0.2))]
+        parts += list(
+            O.bicycle(rng, rng.uniform(-30, 30), s * (inner + width - 0.5), rng.uniform(-0.2, 0.2))
+        )
     for p in parts:
         if p.cls == C.BICYCLE:  # parked bicycles stand on the sidewalk
             p.mesh.translate((0, 0, z))
@@ -176,8 +197,11 @@ def build_scene(seed: int) -> Scene:
         if rng.random() < 0.5:  # grass verge between the carriageway and the sidewalk
             vw = rng.uniform(1.0, 4.0)
             y0, y1 = sorted((s * e, s * (e + vw)))
-            parts.append(_part(slab(-L, L, y0, y1, rng.uniform(0.05, 0.2)), C.TERRAIN,
-                               rng.uniform(0.25, 0.45)))
+            parts.append(
+                _part(
+                    slab(-L, L, y0, y1, rng.uniform(0.05, 0.2)), C.TERRAIN, rng.uniform(0.25, 0.45)
+                )
+            )
             if rng.random() < 0.5:
                 x = -L + rng.uniform(0, 10)
                 while x < L:
@@ -192,16 +216,22 @@ def build_scene(seed: int) -> Scene:
         parts += _lot_zone(rng, L, s, e, 45.0)
         parts += _buildings(rng, L, s, e)
     # traffic: at least one of each moving kind, more cars
-    kinds = ([O.car] * int(rng.integers(3, 12)) + [O.truck] * int(rng.integers(1, 3))
-             + [O.other_vehicle] * int(rng.integers(1, 3))
-             + [O.bicyclist] * int(rng.integers(1, 3)) + [O.motorcyclist] * int(rng.integers(1, 3)))
-    half = {O.car: 2.5, O.truck: 5.0, O.other_vehicle: 6.0, O.bicyclist: 1.0,
-            O.motorcyclist: 1.2}
+    kinds = (
+        [O.car] * int(rng.integers(3, 12))
+        + [O.truck] * int(rng.integers(1, 3))
+        + [O.other_vehicle] * int(rng.integers(1, 3))
+        + [O.bicyclist] * int(rng.integers(1, 3))
+        + [O.motorcyclist] * int(rng.integers(1, 3))
+    )
+    half = {O.car: 2.5, O.truck: 5.0, O.other_vehicle: 6.0, O.bicyclist: 1.0, O.motorcyclist: 1.2}
     for make in kinds:
         for _ in range(20):
             lane = int(rng.integers(0, lanes))
-            x = rng.uniform(-45.0, 45.0) if make in (O.bicyclist, O.motorcyclist) \
+            x = (
+                rng.uniform(-45.0, 45.0)
+                if make in (O.bicyclist, O.motorcyclist)
                 else rng.uniform(-70.0, 70.0)
+            )
             if occ.take(lane, x, half[make]):
                 yaw = 0.0 if lane_y[lane] < 0 or lanes == 1 else np.pi
                 y = lane_y[lane] + rng.uniform(-0.4, 0.4)

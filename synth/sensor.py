@@ -1,4 +1,5 @@
 """Spinning LiDAR profiles and an Open3D ray-casting scanner."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -23,9 +24,9 @@ class SensorProfile:
     mount_height: float = 1.73
     max_range: float = 120.0
     min_range: float = 1.0
-    range_noise: float = 0.02      # metres, 1 sigma, along the ray
-    dropout: float = 0.03          # fraction of returns lost at random
-    intensity_scale: float = 1.0   # 1.0 -> intensity in 0..1, 255.0 -> 0..255
+    range_noise: float = 0.02  # metres, 1 sigma, along the ray
+    dropout: float = 0.03  # fraction of returns lost at random
+    intensity_scale: float = 1.0  # 1.0 -> intensity in 0..1, 255.0 -> 0..255
 
     @property
     def columns(self) -> int:
@@ -36,20 +37,30 @@ class SensorProfile:
 
 
 HDL64 = SensorProfile("hdl64", 64, 2.0, -24.8, 0.17, mount_height=1.73, max_range=120.0)
-NUSCENES32 = SensorProfile("nuscenes32", 32, 10.0, -30.0, 0.33, mount_height=1.84,
-                           max_range=100.0, intensity_scale=255.0)
-OUSTER128 = SensorProfile("ouster128", 128, 22.5, -22.5, 360.0 / 1024, mount_height=1.8,
-                          max_range=100.0, range_noise=0.03, intensity_scale=255.0)
+NUSCENES32 = SensorProfile(
+    "nuscenes32", 32, 10.0, -30.0, 0.33, mount_height=1.84, max_range=100.0, intensity_scale=255.0
+)
+OUSTER128 = SensorProfile(
+    "ouster128",
+    128,
+    22.5,
+    -22.5,
+    360.0 / 1024,
+    mount_height=1.8,
+    max_range=100.0,
+    range_noise=0.03,
+    intensity_scale=255.0,
+)
 PROFILES = {p.name: p for p in (HDL64, NUSCENES32, OUSTER128)}
 
 
 @dataclass
 class MergedMesh:
-    vertices: np.ndarray   # float32 [V,3]
+    vertices: np.ndarray  # float32 [V,3]
     triangles: np.ndarray  # uint32 [T,3]
-    cls: np.ndarray        # uint8 [T] training class per triangle
-    raw: np.ndarray        # uint32 [T] raw SemanticKITTI id per triangle
-    refl: np.ndarray       # float32 [T] material reflectivity per triangle
+    cls: np.ndarray  # uint8 [T] training class per triangle
+    raw: np.ndarray  # uint32 [T] raw SemanticKITTI id per triangle
+    refl: np.ndarray  # float32 [T] material reflectivity per triangle
 
 
 def merge(scene: Scene) -> MergedMesh:
@@ -65,9 +76,13 @@ def merge(scene: Scene) -> MergedMesh:
         cls.append(np.full(len(t), p.cls, np.uint8))
         raw.append(np.full(len(t), p.raw, np.uint32))
         refl.append(np.full(len(t), p.refl, np.float32))
-    return MergedMesh(np.concatenate(verts).astype(np.float32),
-                      np.concatenate(tris).astype(np.uint32), np.concatenate(cls),
-                      np.concatenate(raw), np.concatenate(refl))
+    return MergedMesh(
+        np.concatenate(verts).astype(np.float32),
+        np.concatenate(tris).astype(np.uint32),
+        np.concatenate(cls),
+        np.concatenate(raw),
+        np.concatenate(refl),
+    )
 
 
 def ray_directions(profile: SensorProfile, az_offset_deg: float = 0.0) -> np.ndarray:
@@ -113,5 +128,14 @@ def scan(scene: Scene, profile: SensorProfile, rng: np.random.Generator):
     return pts, mm.cls[prim].copy(), mm.raw[prim].copy()
 
 
-__all__ = ["SensorProfile", "HDL64", "NUSCENES32", "OUSTER128", "PROFILES", "scan",
-           "ray_directions", "merge", "C"]
+__all__ = [
+    "SensorProfile",
+    "HDL64",
+    "NUSCENES32",
+    "OUSTER128",
+    "PROFILES",
+    "scan",
+    "ray_directions",
+    "merge",
+    "C",
+]

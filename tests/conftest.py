@@ -4,9 +4,9 @@ The real frames live outside the repository, in `shared/data/real/` beside the r
 clones the repo to another folder with a copy of `shared/` next to it). They are read in place
 and never copied into the repository.
 """
+
 from __future__ import annotations
 
-import contextlib
 import functools
 from pathlib import Path
 
@@ -37,8 +37,10 @@ def frame_id(name: str) -> str:
 def require_real_data() -> Path:
     """REAL_DATA, or skip the calling test when the folder is missing."""
     if not REAL_DATA.is_dir():
-        pytest.skip(f"real LiDAR frames not found: expected the folder {REAL_DATA} "
-                    "(shared/data/real beside the repository root)")
+        pytest.skip(
+            f"real LiDAR frames not found: expected the folder {REAL_DATA} "
+            "(shared/data/real beside the repository root)"
+        )
     return REAL_DATA
 
 
@@ -63,8 +65,9 @@ def load_frame(name: str) -> np.ndarray:
 
 def voxelize(points: np.ndarray, voxel_size: float, batch: int = 0) -> torch.Tensor:
     """int32 [M, 4] (batch, x, y, z): the unique floor(xyz / voxel_size), sorted (deterministic)."""
-    xyz = torch.from_numpy(np.floor(np.asarray(points)[:, :3] / np.float32(voxel_size))
-                           .astype(np.int64))
+    xyz = torch.from_numpy(
+        np.floor(np.asarray(points)[:, :3] / np.float32(voxel_size)).astype(np.int64)
+    )
     xyz = torch.unique(xyz, dim=0)  # sorted lexicographically
     b = torch.full((xyz.shape[0], 1), batch, dtype=torch.int64)
     return torch.cat([b, xyz], dim=1).to(torch.int32).contiguous()
@@ -80,8 +83,12 @@ from models.spconv_twin import num_threads  # noqa: E402  (one thread-count cont
 
 # Devices our kernels run on here: every device-parametrised test runs on the CPU and, where torch
 # sees a GPU, on CUDA (skipped cleanly otherwise; the GPU check selects them with -k cuda).
-DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
-    not torch.cuda.is_available(), reason="no CUDA device"))]
+DEVICES = [
+    "cpu",
+    pytest.param(
+        "cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+    ),
+]
 
 
 def single_thread():
@@ -103,6 +110,7 @@ def spconv():
 
 # ---- spconv interop helpers -----------------------------------------------------------------
 
+
 def spconv_grid(coords: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, list[int]]:
     """(shifted coords, shift [3], spatial_shape) for spconv, which needs coordinates in
     [0, spatial_shape). The shift is a multiple of 8 so that floor(c / 2) stays consistent over
@@ -123,8 +131,11 @@ def coord_keys(coords: torch.Tensor) -> torch.Tensor:
     batch < 2**10."""
     c = coords.to(torch.int64)
     off = 1 << 17
-    return ((c[:, 0] * (1 << 18) + c[:, 1] + off) * (1 << 18) + c[:, 2] + off) * (1 << 18) \
-        + c[:, 3] + off
+    return (
+        ((c[:, 0] * (1 << 18) + c[:, 1] + off) * (1 << 18) + c[:, 2] + off) * (1 << 18)
+        + c[:, 3]
+        + off
+    )
 
 
 def match_rows(ours: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:

@@ -5,6 +5,7 @@
     train, bench ->  app.inference, app.codecs, models, kernels (never app.service or app.cli)
     app.client   ->  nothing of ours;  kernels -> nothing of ours above it
 and no import cycle anywhere. A new import that breaks a rule fails here, naming it."""
+
 from __future__ import annotations
 
 import ast
@@ -38,8 +39,14 @@ def layer(module: str) -> str:
         return parts[0]
     if len(parts) == 1 or parts[1] == "__main__":
         return "app"
-    return {"service": "service", "inference": "inference", "codecs": "codecs",
-            "client": "client", "cli": "cli", "threads": "runtime"}[parts[1]]
+    return {
+        "service": "service",
+        "inference": "inference",
+        "codecs": "codecs",
+        "client": "client",
+        "cli": "cli",
+        "threads": "runtime",
+    }[parts[1]]
 
 
 def modules() -> dict[str, Path]:
@@ -64,10 +71,12 @@ def imports(module: str, path: Path, known: dict[str, Path]) -> set[str]:
             if node.level:
                 anchor = module.split(".")
                 anchor = anchor if is_package else anchor[:-1]
-                anchor = anchor[:len(anchor) - (node.level - 1)]
+                anchor = anchor[: len(anchor) - (node.level - 1)]
                 base = ".".join(anchor + ([base] if base else []))
-            names = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in known else base
-                     for alias in node.names]
+            names = [
+                f"{base}.{alias.name}" if f"{base}.{alias.name}" in known else base
+                for alias in node.names
+            ]
         else:
             continue
         found.update(n for n in names if n.split(".")[0] in PACKAGES)
@@ -93,8 +102,14 @@ def broken_rules(edges: dict[str, set[str]]) -> list[str]:
 # Deliberate exceptions, each with its reason (keep this short).
 EXCEPTIONS = {
     # measures the service's own observability pieces (tracing, access log, metrics) in-process
-    "bench.observe": {"app.service.observe", "app.service.access_log", "app.service.config",
-                      "app.service.metrics", "app.service.routes.deps", "app.service.tracing"},
+    "bench.observe": {
+        "app.service.observe",
+        "app.service.access_log",
+        "app.service.config",
+        "app.service.metrics",
+        "app.service.routes.deps",
+        "app.service.tracing",
+    },
 }
 
 
@@ -145,13 +160,18 @@ def test_no_import_cycles():
 
 
 def test_the_checker_sees_a_broken_rule_and_a_cycle():
-    edges = {"kernels.kmap": {"models.layers"}, "models.layers": {"kernels.kmap"},
-             "bench.x": {"app.service.main"}, "app.cli": {"app.service.main", SERVER_ENTRY},
-             "train.t": {"app.cli"}}
+    edges = {
+        "kernels.kmap": {"models.layers"},
+        "models.layers": {"kernels.kmap"},
+        "bench.x": {"app.service.main"},
+        "app.cli": {"app.service.main", SERVER_ENTRY},
+        "train.t": {"app.cli"},
+    }
     assert broken_rules(edges) == [
         "app.cli (cli) imports app.service.main (service)",
         "bench.x (bench) imports app.service.main (service)",
         "kernels.kmap (kernels) imports models.layers (models)",
-        "train.t (train) imports app.cli (cli)"]
+        "train.t (train) imports app.cli (cli)",
+    ]
     assert cycles(edges) == [["kernels.kmap", "models.layers"]]
     assert "app.cli" in graph() and "app.service.main" in graph()["app.service.server"]

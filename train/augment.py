@@ -3,6 +3,7 @@
 Every function takes (points float32 [N, 4] x, y, z, intensity, labels [N]) and returns new
 arrays that stay aligned row for row (a dropped point drops its label with it).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -42,8 +43,9 @@ def jitter(points, labels, rng: np.random.Generator, sigma: float = 0.01, clip: 
     return out, labels
 
 
-def beam_dropout(points, labels, rng: np.random.Generator, bins: int = 64,
-                 drop_fraction: float = 0.1):
+def beam_dropout(
+    points, labels, rng: np.random.Generator, bins: int = 64, drop_fraction: float = 0.1
+):
     """Drops every point of a random subset of elevation bins (a stand-in for missing beams)."""
     if len(points) == 0:
         return points, labels
@@ -75,16 +77,18 @@ def sector_crop(points, labels, rng: np.random.Generator, degrees: float):
     return points[keep], labels[keep]
 
 
-def translate(points, labels, rng: np.random.Generator, sigma_xy: float = 0.2,
-              sigma_z: float = 0.05):
+def translate(
+    points, labels, rng: np.random.Generator, sigma_xy: float = 0.2, sigma_z: float = 0.05
+):
     """Shifts the whole scan (a slightly different sensor position and mounting height)."""
     out = points.copy()
     out[:, :3] += rng.normal(0.0, [sigma_xy, sigma_xy, sigma_z]).astype(np.float32)
     return out, labels
 
 
-def intensity_noise(points, labels, rng: np.random.Generator, sigma: float = 0.02,
-                    gain: float = 0.0):
+def intensity_noise(
+    points, labels, rng: np.random.Generator, sigma: float = 0.02, gain: float = 0.0
+):
     """Per-point noise plus (gain > 0) one scan-wide factor in 1 +- gain (sensor calibration)."""
     out = points.copy()
     factor = np.float32(rng.uniform(1.0 - gain, 1.0 + gain)) if gain > 0 else np.float32(1.0)
@@ -93,15 +97,24 @@ def intensity_noise(points, labels, rng: np.random.Generator, sigma: float = 0.0
     return out, labels
 
 
-def paste_instances(points, labels, rng: np.random.Generator, bank, count: int,
-                    ground_classes, exclude_source: str | None = None,
-                    clearance: float = 0.3, max_blocking: int = 5):
+def paste_instances(
+    points,
+    labels,
+    rng: np.random.Generator,
+    bank,
+    count: int,
+    ground_classes,
+    exclude_source: str | None = None,
+    clearance: float = 0.3,
+    max_blocking: int = 5,
+):
     """Pastes up to `count` instances drawn from `bank` (train/real.py Instance: points, label,
     source) into the scan: each is rotated about the sensor's z axis by a random angle (same
     range and height, so its beam pattern stays plausible), lifted onto the median height of the
     ground points under its footprint, and pasted only where that footprint (grown by
     `clearance`) holds ground points and at most `max_blocking` labelled points of anything
-    else (unlabelled points, 255, neither block nor carry). Instances from `exclude_source` (the scan itself) are never drawn. New rows are appended."""
+    else (unlabelled points, 255, neither block nor carry). Instances from `exclude_source` (the
+    scan itself) are never drawn. New rows are appended."""
     pool = [i for i in bank if i.source != exclude_source]
     if not pool or count <= 0:
         return points, labels
@@ -135,20 +148,25 @@ class AugmentConfig:
     scale: bool = True
     flip: bool = True
     jitter: bool = True
-    beam_dropout: float = 0.1     # fraction of elevation bins dropped (0: off)
+    beam_dropout: float = 0.1  # fraction of elevation bins dropped (0: off)
     intensity_sigma: float = 0.02  # 0: off
-    sector_dropout: float = 0.0   # probability of dropping one azimuth sector
+    sector_dropout: float = 0.0  # probability of dropping one azimuth sector
     translate: bool = False
     scale_range: tuple[float, float] = (0.95, 1.05)
-    intensity_gain: float = 0.0   # scan-wide intensity factor in 1 +- gain (0: off)
+    intensity_gain: float = 0.0  # scan-wide intensity factor in 1 +- gain (0: off)
 
 
-REAL_AUGMENT = AugmentConfig(sector_dropout=0.5, translate=True, scale_range=(0.9, 1.1),
-                             intensity_gain=0.1)
+REAL_AUGMENT = AugmentConfig(
+    sector_dropout=0.5, translate=True, scale_range=(0.9, 1.1), intensity_gain=0.1
+)
 
 
-def augment(points: np.ndarray, labels: np.ndarray, rng: np.random.Generator,
-            config: AugmentConfig = AugmentConfig()) -> tuple[np.ndarray, np.ndarray]:
+def augment(
+    points: np.ndarray,
+    labels: np.ndarray,
+    rng: np.random.Generator,
+    config: AugmentConfig = AugmentConfig(),
+) -> tuple[np.ndarray, np.ndarray]:
     """All enabled augmentations in a fixed order; same rng state -> same output."""
     points = np.asarray(points, dtype=np.float32)
     labels = np.asarray(labels)
@@ -169,6 +187,7 @@ def augment(points: np.ndarray, labels: np.ndarray, rng: np.random.Generator,
     if config.jitter:
         points, labels = jitter(points, labels, rng)
     if config.intensity_sigma > 0:
-        points, labels = intensity_noise(points, labels, rng, config.intensity_sigma,
-                                         config.intensity_gain)
+        points, labels = intensity_noise(
+            points, labels, rng, config.intensity_sigma, config.intensity_gain
+        )
     return points.astype(np.float32, copy=False), labels

@@ -11,6 +11,7 @@ Batch `step` is a pure function of (seed, step): which frames, which subsample, 
 augmentation. So resuming at step k reproduces the batches of an uninterrupted run exactly.
 Synthetic intensities are already in 0..1, so frames are voxelized with the "kitti" scale.
 """
+
 from __future__ import annotations
 
 import functools
@@ -54,14 +55,19 @@ def synthetic_frame(seed: int, profile: str = "hdl64") -> tuple[np.ndarray, np.n
 
 @dataclass
 class TrainBatch:
-    coords: torch.Tensor       # int32 [M, 4] (batch, x, y, z)
-    feats: torch.Tensor        # float32 [M, 4]
-    labels: torch.Tensor       # int64 [M]: majority class of the voxel's points, 255 = none
-    seeds: list               # synthetic seeds or frame names, one per batch item
+    coords: torch.Tensor  # int32 [M, 4] (batch, x, y, z)
+    feats: torch.Tensor  # float32 [M, 4]
+    labels: torch.Tensor  # int64 [M]: majority class of the voxel's points, 255 = none
+    seeds: list  # synthetic seeds or frame names, one per batch item
 
 
-def voxel_labels(point_to_voxel: torch.Tensor, point_labels: torch.Tensor, num_voxels: int,
-                 num_classes: int = NUM_CLASSES, ignore: int = IGNORE) -> torch.Tensor:
+def voxel_labels(
+    point_to_voxel: torch.Tensor,
+    point_labels: torch.Tensor,
+    num_voxels: int,
+    num_classes: int = NUM_CLASSES,
+    ignore: int = IGNORE,
+) -> torch.Tensor:
     """int64 [num_voxels]: the majority label of each voxel's points (ties: the smaller class id),
     from one torch.bincount over voxel * num_classes + class; points that are dropped
     (point_to_voxel < 0) or labelled `ignore` do not vote; a voxel without votes gets `ignore`."""
@@ -75,23 +81,34 @@ def voxel_labels(point_to_voxel: torch.Tensor, point_labels: torch.Tensor, num_v
     return out
 
 
-def make_batch(frames: list[tuple[np.ndarray, np.ndarray]], config: VoxelizeConfig,
-               seeds: list[int] | None = None) -> TrainBatch:
+def make_batch(
+    frames: list[tuple[np.ndarray, np.ndarray]],
+    config: VoxelizeConfig,
+    seeds: list[int] | None = None,
+) -> TrainBatch:
     """Voxelizes several (points, labels) frames as one batch (batch index = list position)."""
     vb = voxelize([p for p, _ in frames], config, "kitti")
     num_voxels = len(vb.coords)
     mapping = torch.cat(vb.point_to_voxel)
-    labels = torch.from_numpy(np.concatenate([np.asarray(l, np.int64) for _, l in frames]))
-    return TrainBatch(vb.coords, vb.feats, voxel_labels(mapping, labels, num_voxels),
-                      list(seeds or []))
+    labels = torch.from_numpy(np.concatenate([np.asarray(lab, np.int64) for _, lab in frames]))
+    return TrainBatch(
+        vb.coords, vb.feats, voxel_labels(mapping, labels, num_voxels), list(seeds or [])
+    )
 
 
 class SyntheticBatches:
     """batches[step] (or iteration from `start`): `batch_size` training frames per batch."""
 
-    def __init__(self, seeds, batch_size: int = 2, seed: int = 0, max_points: int | None = None,
-                 voxel_config: VoxelizeConfig = VoxelizeConfig(), profile: str = "hdl64",
-                 augment_config: AugmentConfig | None = AugmentConfig()):
+    def __init__(
+        self,
+        seeds,
+        batch_size: int = 2,
+        seed: int = 0,
+        max_points: int | None = None,
+        voxel_config: VoxelizeConfig = VoxelizeConfig(),
+        profile: str = "hdl64",
+        augment_config: AugmentConfig | None = AugmentConfig(),
+    ):
         self.seeds = list(seeds)
         if not self.seeds or any(s >= HELDOUT_SEED_START for s in self.seeds):
             raise ValueError(f"training seeds must be non-empty and < {HELDOUT_SEED_START}")
@@ -131,9 +148,16 @@ class MixedBatches(SyntheticBatches):
     (REAL_AUGMENT for real frames). Still a pure function of (seed, step). `seeds` are the
     synthetic training seeds."""
 
-    def __init__(self, real_frames, seeds, real_share: float = 0.75, paste: int = 4,
-                 real_augment: AugmentConfig | None = REAL_AUGMENT, crop_degrees: float = 360.0,
-                 **kw):
+    def __init__(
+        self,
+        real_frames,
+        seeds,
+        real_share: float = 0.75,
+        paste: int = 4,
+        real_augment: AugmentConfig | None = REAL_AUGMENT,
+        crop_degrees: float = 360.0,
+        **kw,
+    ):
         super().__init__(seeds, **kw)
         self.crop_degrees = float(crop_degrees)
         self.real_frames = check_training_frames(real_frames)
@@ -161,8 +185,9 @@ class MixedBatches(SyntheticBatches):
                 points, labels = points[idx], labels[idx]
             if self.crop_degrees < 360:
                 points, labels = sector_crop(points, labels, rng, self.crop_degrees)
-            points, labels = paste_instances(points, labels, rng, self.bank, self.paste,
-                                             GROUND_CLASSES, exclude_source=name)
+            points, labels = paste_instances(
+                points, labels, rng, self.bank, self.paste, GROUND_CLASSES, exclude_source=name
+            )
             if config is not None:
                 points, labels = augment(points, labels, rng, config)
             frames.append((points, labels))

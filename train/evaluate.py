@@ -15,6 +15,7 @@
 Points go through the service's own pipeline (SegmentationPipeline: voxelize, network, voxel
 labels back to points), so these are the labels a client would get.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -32,7 +33,9 @@ from app.inference.scoring import confusion, iou_metrics, metrics_from_confusion
 from .data import HELDOUT_SEED_START, heldout_seeds, synthetic_frame
 from .real import GROUND_CLASSES, ROLES, TRAIN, VALIDATION
 
-DEFAULT_REAL_DIR = Path(__file__).resolve().parents[2] / "shared" / "data" / "real" / "semantickitti"
+DEFAULT_REAL_DIR = (
+    Path(__file__).resolve().parents[2] / "shared" / "data" / "real" / "semantickitti"
+)
 FIXED_FRAME_SEED = HELDOUT_SEED_START
 
 
@@ -50,8 +53,11 @@ def evaluate_heldout(pipeline, names: list[str], frames: int) -> dict:
         conf += confusion(gt, pred, len(names))
         per_frame.append(iou_metrics(gt, pred, names)["miou"])
     out = metrics_from_confusion(conf, names)
-    out.update(seeds=[HELDOUT_SEED_START, HELDOUT_SEED_START + frames - 1],
-               mean_frame_miou=float(np.mean(per_frame)), frame_miou=per_frame)
+    out.update(
+        seeds=[HELDOUT_SEED_START, HELDOUT_SEED_START + frames - 1],
+        mean_frame_miou=float(np.mean(per_frame)),
+        frame_miou=per_frame,
+    )
     return out
 
 
@@ -70,32 +76,50 @@ def evaluate_real(pipeline, names: list[str], real_dir: Path, roles=(VALIDATION,
         conf = confusion(gt, pred, len(names))
         ground = list(GROUND_CLASSES)
         out[frame_path.name] = {
-            **iou_metrics(gt, pred, names), "role": ROLES[name],
-            "ground_confusion": {names[g]: {names[p]: int(conf[g, p]) for p in ground}
-                                 for g in ground if conf[g].sum()}}
+            **iou_metrics(gt, pred, names),
+            "role": ROLES[name],
+            "ground_confusion": {
+                names[g]: {names[p]: int(conf[g, p]) for p in ground}
+                for g in ground
+                if conf[g].sum()
+            },
+        }
     return out
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m train.evaluate", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="python -m train.evaluate",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     ap.add_argument("--weights", default="default")
     ap.add_argument("--frames", type=int, default=50, help="held-out synthetic frames")
     ap.add_argument("--real-dir", default=str(DEFAULT_REAL_DIR))
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--json", default=None, help="also write the result here")
-    ap.add_argument("--training-frames", action="store_true",
-                    help="also score the real training-pool frames (a fit figure)")
+    ap.add_argument(
+        "--training-frames",
+        action="store_true",
+        help="also score the real training-pool frames (a fit figure)",
+    )
     a = ap.parse_args(argv)
     pipeline = build_pipeline(a.weights, a.device)
     names, voxel = pipeline.meta["class_names"], pipeline.voxel_config.voxel_size
     heldout = evaluate_heldout(pipeline, names, max(a.frames, 1))
-    result = {"weights": a.weights, "voxel_size": voxel, "heldout_synthetic": heldout,
-              # the fixed frame is the first held-out frame: its mIoU is already there
-              "fixed_frame": {"seed": FIXED_FRAME_SEED, "miou": heldout["frame_miou"][0]},
-              "real_semantickitti": evaluate_real(
-                  pipeline, names, Path(a.real_dir),
-                  (VALIDATION, TRAIN) if a.training_frames else (VALIDATION,))}
+    result = {
+        "weights": a.weights,
+        "voxel_size": voxel,
+        "heldout_synthetic": heldout,
+        # the fixed frame is the first held-out frame: its mIoU is already there
+        "fixed_frame": {"seed": FIXED_FRAME_SEED, "miou": heldout["frame_miou"][0]},
+        "real_semantickitti": evaluate_real(
+            pipeline,
+            names,
+            Path(a.real_dir),
+            (VALIDATION, TRAIN) if a.training_frames else (VALIDATION,),
+        ),
+    }
     text = json.dumps(result, indent=1)
     print(text)
     if a.json:

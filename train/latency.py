@@ -7,6 +7,7 @@ so a change in machine load hits them alike. Prints one JSON object: per weights
 min of each stage (voxelize, maps, network, devoxelize) in ms, and the ratio of the medians of
 the network stage to the first weights'.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -34,8 +35,13 @@ def measure(weights: list[str], frame: str, runs: int) -> dict:
     out = {}
     for w, runs_ms in times.items():
         stages = runs_ms[0].keys()
-        out[w] = {s: {"median_ms": float(np.median([r[s] for r in runs_ms])),
-                      "min_ms": float(np.min([r[s] for r in runs_ms]))} for s in stages}
+        out[w] = {
+            s: {
+                "median_ms": float(np.median([r[s] for r in runs_ms])),
+                "min_ms": float(np.min([r[s] for r in runs_ms])),
+            }
+            for s in stages
+        }
     base = out[weights[0]]["network"]["median_ms"]
     for w in weights:
         out[w]["network_ratio_to_first"] = out[w]["network"]["median_ms"] / base
@@ -43,14 +49,21 @@ def measure(weights: list[str], frame: str, runs: int) -> dict:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m train.latency", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="python -m train.latency",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     ap.add_argument("--weights", nargs="+", default=["default", "synthetic"])
     ap.add_argument("--frame", default=str(REAL_DIR / "seq00_000000.bin"))
     ap.add_argument("--runs", type=int, default=7)
     a = ap.parse_args(argv)
-    print(json.dumps({"frame": a.frame, "runs": a.runs,
-                      "stages": measure(a.weights, a.frame, a.runs)}, indent=1))
+    print(
+        json.dumps(
+            {"frame": a.frame, "runs": a.runs, "stages": measure(a.weights, a.frame, a.runs)},
+            indent=1,
+        )
+    )
     return 0
 
 

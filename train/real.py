@@ -5,6 +5,7 @@ the training pool may feed gradients; validation frames are only for model selec
 reporting, and `check_training_frames` refuses them (and anything not in the table) in a
 training list.
 """
+
 from __future__ import annotations
 
 import functools
@@ -43,13 +44,17 @@ def check_training_frames(names) -> tuple[str, ...]:
         role = ROLES.get(name)
         if role != TRAIN:
             why = f"its role is {role!r}" if role else "it is not in the roles table"
-            raise ValueError(f"real frame {name!r} may not be used for training: {why} "
-                             f"(training pool: {', '.join(TRAINING_POOL)}; see SOURCES.md)")
+            raise ValueError(
+                f"real frame {name!r} may not be used for training: {why} "
+                f"(training pool: {', '.join(TRAINING_POOL)}; see SOURCES.md)"
+            )
     return names
 
 
 @functools.lru_cache(maxsize=16)
-def load_real(name: str, real_dir: str = str(REAL_DIR)) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def load_real(
+    name: str, real_dir: str = str(REAL_DIR)
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(points float32 [N, 4], labels uint8 [N] our ids / 255, instance uint32 [N]) of a
     labelled frame, read-only. Instance = raw label >> 16 (0: none)."""
     base = Path(real_dir) / name
@@ -65,13 +70,14 @@ def load_real(name: str, real_dir: str = str(REAL_DIR)) -> tuple[np.ndarray, np.
 
 @dataclass(frozen=True)
 class Instance:
-    points: np.ndarray   # float32 [K, 4], in the sensor frame of its source scan
-    label: int           # our class id (a thing class)
-    source: str          # the frame it was cut from
+    points: np.ndarray  # float32 [K, 4], in the sensor frame of its source scan
+    label: int  # our class id (a thing class)
+    source: str  # the frame it was cut from
 
 
-def instances_of(name: str, min_points: int = 30, max_extent: float = 12.0,
-                 real_dir: str = str(REAL_DIR)) -> list[Instance]:
+def instances_of(
+    name: str, min_points: int = 30, max_extent: float = 12.0, real_dir: str = str(REAL_DIR)
+) -> list[Instance]:
     """Every labelled thing instance (instance id > 0, thing class, >= min_points points, at
     most max_extent metres across in x and y) of a training-pool frame."""
     check_training_frames([name])
@@ -89,4 +95,6 @@ def instances_of(name: str, min_points: int = 30, max_extent: float = 12.0,
 
 @functools.lru_cache(maxsize=4)
 def instance_bank(names: tuple[str, ...], real_dir: str = str(REAL_DIR)) -> tuple[Instance, ...]:
-    return tuple(i for n in check_training_frames(names) for i in instances_of(n, real_dir=real_dir))
+    return tuple(
+        i for n in check_training_frames(names) for i in instances_of(n, real_dir=real_dir)
+    )

@@ -21,6 +21,7 @@ uninterrupted run (batches are a pure function of (seed, step), see train/data.p
 At the end DIR/model.pt holds the final weights (fp16, models/checkpoints.py).
 One progress line per step: step/total, loss, lr, voxels, steps/s, ETA, last validation mIoU.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -39,8 +40,15 @@ from models import SparseTensor
 from models.checkpoints import load_checkpoint, make_meta, save_checkpoint
 from models.minkunet import MinkUNet
 
-from .data import (HELDOUT_SEED_START, IGNORE, NUM_CLASSES, MixedBatches, SyntheticBatches,
-                   synthetic_frame, train_seeds)
+from .data import (
+    HELDOUT_SEED_START,
+    IGNORE,
+    NUM_CLASSES,
+    MixedBatches,
+    SyntheticBatches,
+    synthetic_frame,
+    train_seeds,
+)
 from .real import TRAINING_POOL, VALIDATION_FRAMES as VAL_NAMES, check_training_frames, load_real
 from .validate import Progress, validate
 
@@ -63,17 +71,17 @@ class TrainConfig:
     train_seeds: int = 1000
     max_points: int | None = None
     ckpt_every: int = 100
-    stop_at: int | None = None   # stop (after checkpointing) once this many steps are done
+    stop_at: int | None = None  # stop (after checkpointing) once this many steps are done
     resume: bool = False
     profile: str = "hdl64"
     voxel_size: float = 0.1
-    class_weights: str = "sqrt-inv"    # or "none"
+    class_weights: str = "sqrt-inv"  # or "none"
     real_frames: tuple[str, ...] = ()  # training-pool frames (train/real.py)
-    real_share: float = 0.0            # probability that a batch slot is a real frame
-    paste: int = 0                     # instances pasted into each frame (real frames needed)
-    init: str | None = None            # checkpoint to start from (fine-tuning)
-    val_every: int = 0                 # 0: no validation
-    crop_degrees: float = 360.0        # < 360: train on one random azimuth wedge of each frame
+    real_share: float = 0.0  # probability that a batch slot is a real frame
+    paste: int = 0  # instances pasted into each frame (real frames needed)
+    init: str | None = None  # checkpoint to start from (fine-tuning)
+    val_every: int = 0  # 0: no validation
+    crop_degrees: float = 360.0  # < 360: train on one random azimuth wedge of each frame
 
     def __post_init__(self):
         self.real_frames = check_training_frames(self.real_frames)
@@ -86,8 +94,9 @@ def class_weights(cfg: TrainConfig) -> torch.Tensor | None:
         return None
     if cfg.class_weights != "sqrt-inv":
         raise ValueError(f"class_weights must be 'sqrt-inv' or 'none', got {cfg.class_weights!r}")
+
     def freq(frames):
-        c = sum(np.bincount(l[l < NUM_CLASSES], minlength=NUM_CLASSES) for l in frames)
+        c = sum(np.bincount(lab[lab < NUM_CLASSES], minlength=NUM_CLASSES) for lab in frames)
         return c / max(c.sum(), 1)
 
     counts = np.zeros(NUM_CLASSES, np.float64)
@@ -103,8 +112,11 @@ def class_weights(cfg: TrainConfig) -> torch.Tensor | None:
 
 
 def rng_states() -> dict:
-    return {"torch": torch.get_rng_state(), "numpy": np.random.get_state(),
-            "python": random.getstate()}
+    return {
+        "torch": torch.get_rng_state(),
+        "numpy": np.random.get_state(),
+        "python": random.getstate(),
+    }
 
 
 def set_rng_states(states: dict) -> None:
@@ -121,39 +133,69 @@ def build(cfg: TrainConfig):
     if cfg.init:
         model.load_state_dict(load_checkpoint(cfg.init)[0].state_dict())
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    scheduler = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=cfg.lr,
-                                                    total_steps=cfg.steps + 1, pct_start=0.1)
+    scheduler = torch.optim.lr_scheduler.OneCycleLR(
+        optimizer, max_lr=cfg.lr, total_steps=cfg.steps + 1, pct_start=0.1
+    )
     return model, optimizer, scheduler
 
 
-def save_state(path: Path, cfg: TrainConfig, step: int, model, optimizer, scheduler,
-               losses: list[float], best: dict | None = None) -> None:
+def save_state(
+    path: Path,
+    cfg: TrainConfig,
+    step: int,
+    model,
+    optimizer,
+    scheduler,
+    losses: list[float],
+    best: dict | None = None,
+) -> None:
     tmp = path.with_suffix(".tmp")
-    torch.save({"config": asdict(cfg), "step": step, "model": model.state_dict(),
-                "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
-                "rng": rng_states(), "losses": list(losses), "best": best}, tmp)
+    torch.save(
+        {
+            "config": asdict(cfg),
+            "step": step,
+            "model": model.state_dict(),
+            "optimizer": optimizer.state_dict(),
+            "scheduler": scheduler.state_dict(),
+            "rng": rng_states(),
+            "losses": list(losses),
+            "best": best,
+        },
+        tmp,
+    )
     tmp.replace(path)
 
 
 def meta_for(cfg: TrainConfig) -> dict:
     n = cfg.train_seeds
-    synth = (f"synthetic seeds 0..{n - 1} (synth.generate, profile {cfg.profile}); held-out "
-             f"seeds from {HELDOUT_SEED_START}")
-    recipe = (f"{cfg.steps} steps x batch {cfg.batch}, seed {cfg.seed}, voxel "
-              f"{cfg.voxel_size:g} m, class weights {cfg.class_weights}")
+    synth = (
+        f"synthetic seeds 0..{n - 1} (synth.generate, profile {cfg.profile}); held-out "
+        f"seeds from {HELDOUT_SEED_START}"
+    )
+    recipe = (
+        f"{cfg.steps} steps x batch {cfg.batch}, seed {cfg.seed}, voxel "
+        f"{cfg.voxel_size:g} m, class weights {cfg.class_weights}"
+    )
     if cfg.real_share <= 0:
-        meta = make_meta(voxel_size=cfg.voxel_size, training_data=f"{synth}; {recipe}",
-                         version=f"{TRAINING_VERSION}-cr{cfg.cr:g}-steps{cfg.steps}-seed{cfg.seed}")
+        meta = make_meta(
+            voxel_size=cfg.voxel_size,
+            training_data=f"{synth}; {recipe}",
+            version=f"{TRAINING_VERSION}-cr{cfg.cr:g}-steps{cfg.steps}-seed{cfg.seed}",
+        )
         meta["licence"] = SYNTHETIC_LICENCE
         return meta
     init = f"fine-tuned from {Path(cfg.init).name}; " if cfg.init else ""
     meta = make_meta(
         voxel_size=cfg.voxel_size,
-        training_data=(f"{init}SemanticKITTI scans {', '.join(cfg.real_frames)} (CC BY-NC-SA 4.0; "
-                       f"{cfg.real_share:.0%} of batch slots, {cfg.paste} pasted instances a "
-                       f"frame, {cfg.crop_degrees:g} degree wedges) mixed with {synth}; model selection on {', '.join(VAL_NAMES)} "
-                       f"(never trained on); {recipe}"),
-        version=f"{REAL_VERSION}-cr{cfg.cr:g}-steps{cfg.steps}-seed{cfg.seed}")
+        training_data=(
+            f"{init}SemanticKITTI scans {', '.join(cfg.real_frames)} (CC BY-NC-SA 4.0; "
+            f"{cfg.real_share:.0%} of batch slots, {cfg.paste} pasted instances a "
+            f"frame, {cfg.crop_degrees:g} degree wedges) mixed with {synth}; "
+            f"model selection on {', '.join(VAL_NAMES)} "
+            f"(never trained on); {recipe}"
+        ),
+        version=f"{REAL_VERSION}-cr{cfg.cr:g}-steps{cfg.steps}-seed{cfg.seed}",
+    )
     meta["licence"] = REAL_LICENCE
     return meta
 
@@ -170,8 +212,10 @@ def run_validation(cfg: TrainConfig, out: Path, step: int, model, best: dict | N
         meta["version"] += f"-best{step}"
         save_checkpoint(out / "best.pt.tmp", model, meta)
         (out / "best.pt.tmp").replace(out / "best.pt")
-    log(f"validation at step {step}: mIoU {result['score']:.4f} {per_frame} "
-        f"(best {best['score']:.4f} at step {best['step']})")
+    log(
+        f"validation at step {step}: mIoU {result['score']:.4f} {per_frame} "
+        f"(best {best['score']:.4f} at step {best['step']})"
+    )
     return result["score"], best
 
 
@@ -225,12 +269,23 @@ def train(cfg: TrainConfig, log=print) -> list[float]:
 
 
 def make_data(cfg: TrainConfig):
-    common = dict(batch_size=cfg.batch, seed=cfg.seed, max_points=cfg.max_points,
-                  voxel_config=VoxelizeConfig(voxel_size=cfg.voxel_size), profile=cfg.profile)
+    common = {
+        "batch_size": cfg.batch,
+        "seed": cfg.seed,
+        "max_points": cfg.max_points,
+        "voxel_config": VoxelizeConfig(voxel_size=cfg.voxel_size),
+        "profile": cfg.profile,
+    }
     if cfg.real_share <= 0 and not cfg.paste and cfg.crop_degrees >= 360:
         return SyntheticBatches(train_seeds(cfg.train_seeds), **common)
-    return MixedBatches(cfg.real_frames, train_seeds(cfg.train_seeds), cfg.real_share,
-                        cfg.paste, crop_degrees=cfg.crop_degrees, **common)
+    return MixedBatches(
+        cfg.real_frames,
+        train_seeds(cfg.train_seeds),
+        cfg.real_share,
+        cfg.paste,
+        crop_degrees=cfg.crop_degrees,
+        **common,
+    )
 
 
 def export_last(out: str, path: str, best: bool = False) -> None:
@@ -251,8 +306,11 @@ def export_last(out: str, path: str, best: bool = False) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m train.train", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m train.train",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--out", required=True)
     p.add_argument("--cr", type=float, default=0.5)
     p.add_argument("--steps", type=int, default=1000)
@@ -267,14 +325,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--export", default=None, help="write DIR/last.pt's weights here and exit")
     p.add_argument("--voxel-size", type=float, default=0.1)
     p.add_argument("--class-weights", choices=("sqrt-inv", "none"), default="sqrt-inv")
-    p.add_argument("--real-frames", default="", help="'pool' (the whole training pool) or "
-                   "comma-separated training-pool frame names")
+    p.add_argument(
+        "--real-frames",
+        default="",
+        help="'pool' (the whole training pool) or comma-separated training-pool frame names",
+    )
     p.add_argument("--real-share", type=float, default=0.0, help="share of real batch slots")
     p.add_argument("--paste", type=int, default=0, help="instances pasted into each frame")
     p.add_argument("--init", default=None, help="start from this checkpoint's weights")
     p.add_argument("--val-every", type=int, default=0, help="validate every K steps (0: never)")
-    p.add_argument("--crop-degrees", type=float, default=360.0,
-                   help="train on one random azimuth wedge this wide of each frame")
+    p.add_argument(
+        "--crop-degrees",
+        type=float,
+        default=360.0,
+        help="train on one random azimuth wedge this wide of each frame",
+    )
     p.add_argument("--threads", type=int, default=None, help="torch.set_num_threads")
     p.add_argument("--best", action="store_true", help="--export: DIR/best.pt, not last.pt")
     a = p.parse_args(argv)
@@ -283,14 +348,32 @@ def main(argv: list[str] | None = None) -> int:
     if a.export:
         export_last(a.out, a.export, a.best)
         return 0
-    real = TRAINING_POOL if a.real_frames == "pool" else tuple(
-        n for n in a.real_frames.split(",") if n)
-    cfg = TrainConfig(out=a.out, cr=a.cr, steps=a.steps, batch=a.batch, lr=a.lr, seed=a.seed,
-                      train_seeds=a.train_seeds, max_points=a.max_points,
-                      ckpt_every=a.ckpt_every, stop_at=a.stop_at, resume=a.resume,
-                      voxel_size=a.voxel_size, class_weights=a.class_weights,
-                      real_frames=real, real_share=a.real_share, paste=a.paste, init=a.init,
-                      val_every=a.val_every, crop_degrees=a.crop_degrees)
+    real = (
+        TRAINING_POOL
+        if a.real_frames == "pool"
+        else tuple(n for n in a.real_frames.split(",") if n)
+    )
+    cfg = TrainConfig(
+        out=a.out,
+        cr=a.cr,
+        steps=a.steps,
+        batch=a.batch,
+        lr=a.lr,
+        seed=a.seed,
+        train_seeds=a.train_seeds,
+        max_points=a.max_points,
+        ckpt_every=a.ckpt_every,
+        stop_at=a.stop_at,
+        resume=a.resume,
+        voxel_size=a.voxel_size,
+        class_weights=a.class_weights,
+        real_frames=real,
+        real_share=a.real_share,
+        paste=a.paste,
+        init=a.init,
+        val_every=a.val_every,
+        crop_degrees=a.crop_degrees,
+    )
     train(cfg, log=lambda s: print(s, flush=True))
     return 0
 

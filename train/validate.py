@@ -5,6 +5,7 @@ The score that selects the best checkpoint is the mean over the frames of each f
 the classes present in its ground truth. Validation frames are only ever scored here, never fed
 to gradients.
 """
+
 from __future__ import annotations
 
 import copy
@@ -45,9 +46,11 @@ class Progress:
         self.last_val: str = "-"
 
     def line(self, step: int, loss: float, lr: float, voxels: int) -> str:
-        self.marks = (self.marks + [(step, time.perf_counter())])[-(self.window + 1):]
+        self.marks = (self.marks + [(step, time.perf_counter())])[-(self.window + 1) :]
         (s0, t0), (s1, t1) = self.marks[0], self.marks[-1]
         rate = (s1 - s0) / max(t1 - t0, 1e-9)
         eta = (self.total - step) / rate if rate > 0 else float("inf")
-        return (f"step {step}/{self.total} loss {loss:.4f} lr {lr:.2e} voxels {voxels} "
-                f"{rate:.3f} steps/s ETA {eta / 60:.0f} min val mIoU {self.last_val}")
+        return (
+            f"step {step}/{self.total} loss {loss:.4f} lr {lr:.2e} voxels {voxels} "
+            f"{rate:.3f} steps/s ETA {eta / 60:.0f} min val mIoU {self.last_val}"
+        )

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Lint (ruff) and type check (mypy) of app/, models/ and kernels/ Python, configured in
-# pyproject.toml; any finding fails the step. (`ruff format --check` joins once the tree has been
-# formatted in one pass.)
+# Lint and format check (ruff) of every Python file, and the type check (mypy) of app/, models/
+# and kernels/, all configured in pyproject.toml; any finding fails the step.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-.venv/bin/ruff check app models kernels
+PY_DIRS=(app models kernels bench train synth tests deploy)
+.venv/bin/ruff check "${PY_DIRS[@]}"
+.venv/bin/ruff format --check "${PY_DIRS[@]}"
 .venv/bin/mypy

@@ -17,6 +17,7 @@ ply / pointcloud2 also take a field named 'i' or 'reflectivity'); npy and json k
 column. Points are never dropped or reordered (invalid ones stay NaN), so per-point results line
 up with the client's points. encode.py writes every format (tests, client CLI).
 """
+
 from __future__ import annotations
 
 import struct
@@ -28,20 +29,32 @@ from app.codecs.sniff import infer_format
 __all__ = ["DecodeError", "Frame", "FORMATS", "decode", "infer_format"]
 
 FORMATS = ("kitti", "nuscenes", "xyz", "pcd", "ply", "npy", "las", "pointcloud2", "json")
-_DECODERS = {"pcd": pcd.decode, "ply": ply.decode, "npy": npy.decode, "las": las.decode,
-             "pointcloud2": pointcloud2.decode, "json": json_points.decode}
+_DECODERS = {
+    "pcd": pcd.decode,
+    "ply": ply.decode,
+    "npy": npy.decode,
+    "las": las.decode,
+    "pointcloud2": pointcloud2.decode,
+    "json": json_points.decode,
+}
 
 
-def decode(body: bytes, fmt: str | None = None, content_type: str | None = None, *,
-           max_points: int | None = None) -> Frame:
+def decode(
+    body: bytes,
+    fmt: str | None = None,
+    content_type: str | None = None,
+    *,
+    max_points: int | None = None,
+) -> Frame:
     """Decodes one frame; fmt=None infers it from the content type and magic bytes.
     max_points: 413 for a frame with more points (checked before the data is converted where
     the format declares its size)."""
     body = bytes(body) if not isinstance(body, bytes) else body
     fmt = fmt.strip().lower() if fmt else infer_format(body, content_type)
     if fmt not in FORMATS:
-        raise DecodeError(415, "unsupported_format",
-                          f"unknown format {fmt!r}; supported: {', '.join(FORMATS)}")
+        raise DecodeError(
+            415, "unsupported_format", f"unknown format {fmt!r}; supported: {', '.join(FORMATS)}"
+        )
     try:
         if fmt in binary.LAYOUTS:
             frame = binary.decode(body, fmt, max_points)

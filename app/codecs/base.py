@@ -1,4 +1,5 @@
 """Shared types and helpers of the wire codecs (imported by every format module)."""
+
 from __future__ import annotations
 
 import re
@@ -24,9 +25,9 @@ class DecodeError(ValueError):
 
 @dataclass
 class Frame:
-    points: np.ndarray   # float32 [N, F], F >= 3: x, y, z, then intensity (and more) if present
-    sensor: str          # intensity convention: "kitti" (0-1), "nuscenes" / "ouster" (0-255)
-    format: str          # the wire format that was decoded
+    points: np.ndarray  # float32 [N, F], F >= 3: x, y, z, then intensity (and more) if present
+    sensor: str  # intensity convention: "kitti" (0-1), "nuscenes" / "ouster" (0-255)
+    format: str  # the wire format that was decoded
 
 
 def malformed(fmt: str, detail: str) -> DecodeError:
@@ -42,8 +43,9 @@ def unusable(fmt: str, detail: str) -> DecodeError:
 def check_count(n: int, max_points: int | None, fmt: str) -> None:
     """413 when a frame holds (or declares) more than max_points points."""
     if max_points is not None and n > max_points:
-        raise DecodeError(413, "too_many_points",
-                          f"{fmt}: {n} points exceeds the limit of {max_points}")
+        raise DecodeError(
+            413, "too_many_points", f"{fmt}: {n} points exceeds the limit of {max_points}"
+        )
 
 
 def sensor_for(points: np.ndarray) -> str:
@@ -98,15 +100,17 @@ def text_chunks(data: bytes, start: int = 0, end: int | None = None):
         pos = cut
 
 
-def text_columns(data: bytes, n: int, per: int, cols: list[int], fmt: str,
-                 start: int = 0, end: int | None = None) -> list[np.ndarray]:
+def text_columns(
+    data: bytes, n: int, per: int, cols: list[int], fmt: str, start: int = 0, end: int | None = None
+) -> list[np.ndarray]:
     """Columns `cols` of n rows x `per` whitespace-separated numbers in data[start:end], parsed a
     chunk at a time (memory: the kept columns plus one chunk, whatever the tokens' lengths or
     the declared counts). 400 unless there are exactly n * per numbers."""
     end = len(data) if end is None else end
     if n * per > (end - start + 1) // 2:  # every value takes a character and a separator
-        raise malformed(fmt, f"text data truncated: {end - start} bytes cannot hold {n} points "
-                             f"x {per} values")
+        raise malformed(
+            fmt, f"text data truncated: {end - start} bytes cannot hold {n} points x {per} values"
+        )
     out = np.empty((len(cols), n), dtype=np.float32)
     seen, total = 0, n * per
     for chunk in text_chunks(data, start, end):
@@ -124,7 +128,7 @@ def text_columns(data: bytes, n: int, per: int, cols: list[int], fmt: str,
             first = (c - seen) % per
             picked = values[first::per]
             row = (seen + first) // per
-            out[j, row:row + len(picked)] = picked
+            out[j, row : row + len(picked)] = picked
         seen += len(tokens)
     if seen != total:
         raise malformed(fmt, f"{seen} values, expected {n} points x {per}")

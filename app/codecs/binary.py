@@ -1,4 +1,5 @@
 """Raw little-endian float32 records: kitti (x y z intensity), nuscenes (+ ring), xyz."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -7,17 +8,23 @@ from app.codecs.base import DecodeError, Frame, check_count
 
 # format -> (float32 fields per point, sensor)
 LAYOUTS = {"kitti": (4, "kitti"), "nuscenes": (5, "nuscenes"), "xyz": (3, "kitti")}
-CONTENT_TYPES = {"kitti": "application/x-kitti", "nuscenes": "application/x-nuscenes",
-                 "xyz": "application/x-xyz"}
+CONTENT_TYPES = {
+    "kitti": "application/x-kitti",
+    "nuscenes": "application/x-nuscenes",
+    "xyz": "application/x-xyz",
+}
 
 
 def decode(body: bytes, fmt: str, max_points: int | None = None) -> Frame:
     fields, sensor = LAYOUTS[fmt]
     size = 4 * fields
     if len(body) % size:
-        raise DecodeError(400, "malformed_body",
-                          f"{fmt}: body of {len(body)} bytes is not a multiple of the point size "
-                          f"({fields} float32 = {size} bytes)")
+        raise DecodeError(
+            400,
+            "malformed_body",
+            f"{fmt}: body of {len(body)} bytes is not a multiple of the point size "
+            f"({fields} float32 = {size} bytes)",
+        )
     check_count(len(body) // size, max_points, fmt)
     return Frame(np.frombuffer(body, dtype="<f4").reshape(-1, fields).copy(), sensor, fmt)
 

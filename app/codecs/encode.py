@@ -14,14 +14,21 @@ intensity (column 3) and, for nuscenes, ring (column 4). Format variants are cho
   json         wrap=True ({"points": [...]}) or False (bare list)
   kitti / nuscenes / xyz: the first 4 / 5 / 3 columns as float32 (missing ones written as 0)
 """
+
 from __future__ import annotations
 
 import numpy as np
 
 from app.codecs import binary, json_points, las, npy, pcd, ply, pointcloud2
 
-_ENCODERS = {"pcd": pcd.encode, "ply": ply.encode, "npy": npy.encode, "las": las.encode,
-             "pointcloud2": pointcloud2.encode, "json": json_points.encode}
+_ENCODERS = {
+    "pcd": pcd.encode,
+    "ply": ply.encode,
+    "npy": npy.encode,
+    "las": las.encode,
+    "pointcloud2": pointcloud2.encode,
+    "json": json_points.encode,
+}
 
 # variant name -> (format, options)
 VARIANTS = {
@@ -49,6 +56,7 @@ def encode(points: np.ndarray, fmt: str, **options) -> tuple[bytes, str]:
             raise TypeError(f"{fmt} takes no options, got {sorted(options)}")
         return binary.encode(points, fmt)
     if fmt not in _ENCODERS:
-        raise ValueError(f"unknown format {fmt!r}; known: "
-                         f"{', '.join([*binary.LAYOUTS, *_ENCODERS, *VARIANTS])}")
+        raise ValueError(
+            f"unknown format {fmt!r}; known: {', '.join([*binary.LAYOUTS, *_ENCODERS, *VARIANTS])}"
+        )
     return _ENCODERS[fmt](points, **options)

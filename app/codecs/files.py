@@ -1,4 +1,5 @@
 """Reading frames from files for the command line (the service has its own wire codecs)."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -6,8 +7,12 @@ from pathlib import Path
 import numpy as np
 
 # format -> (float32 fields per point, sensor used for intensity normalisation)
-BIN_FORMATS = {"kitti": (4, "kitti"), "nuscenes": (5, "nuscenes"), "ouster": (4, "ouster"),
-               "xyz": (3, "kitti")}
+BIN_FORMATS = {
+    "kitti": (4, "kitti"),
+    "nuscenes": (5, "nuscenes"),
+    "ouster": (4, "ouster"),
+    "xyz": (3, "kitti"),
+}
 
 
 def infer_format(path: Path) -> str:
@@ -36,6 +41,8 @@ def read_frame(path: str | Path, fmt: str | None = None) -> tuple[np.ndarray, st
     fields, sensor = BIN_FORMATS[fmt]
     raw = np.fromfile(path, dtype=np.float32)
     if raw.size % fields:
-        raise ValueError(f"{path}: {raw.size * 4} bytes is not a whole number of {fmt} points "
-                         f"({fields} float32 each)")
+        raise ValueError(
+            f"{path}: {raw.size * 4} bytes is not a whole number of {fmt} points "
+            f"({fields} float32 each)"
+        )
     return raw.reshape(-1, fields), sensor

@@ -10,6 +10,7 @@ the bracket-and-comma skeleton is checked, then the numbers parsed a chunk at a 
 memory, the GIL released between chunks). Other JSON (extra keys, or a malformed body) goes to
 the json module, up to SLOW_PATH_BYTES; beyond that such a body is refused (400).
 """
+
 from __future__ import annotations
 
 import json
@@ -17,7 +18,15 @@ import re
 
 import numpy as np
 
-from app.codecs.base import DecodeError, Frame, check_count, malformed, sensor_for, text_columns, unusable
+from app.codecs.base import (
+    DecodeError,
+    Frame,
+    check_count,
+    malformed,
+    sensor_for,
+    text_columns,
+    unusable,
+)
 
 FMT = "json"
 CONTENT_TYPE = "application/json"
@@ -31,21 +40,21 @@ _NOT_SKELETON = bytes(sorted(set(range(256)) - set(b"[],")))
 _EMPTY_SLOT = (b"[,", b",,", b",]", b"[]")
 
 
-
-
 def decode(body: bytes, max_points: int | None = None) -> Frame:
     if isinstance(body, str):
         body = body.encode()
     if max_points is not None and body.count(b"[") - 1 > max_points:  # one '[' per row
-        raise DecodeError(413, "too_many_points", f"{FMT}: more than {max_points} rows (the "
-                                                  "limit)")
+        raise DecodeError(413, "too_many_points", f"{FMT}: more than {max_points} rows (the limit)")
     frame = _fast(body, max_points)
     if frame is not None:
         return frame
     if len(body) > SLOW_PATH_BYTES:
-        raise malformed(FMT, f"a body over {SLOW_PATH_BYTES} bytes must be exactly "
-                             "[[x, y, z, ...], ...] or {\"points\": [[x, y, z, ...], ...]} with "
-                             "rows of equal length")
+        raise malformed(
+            FMT,
+            f"a body over {SLOW_PATH_BYTES} bytes must be exactly "
+            '[[x, y, z, ...], ...] or {"points": [[x, y, z, ...], ...]} with '
+            "rows of equal length",
+        )
     return _slow(body, max_points)
 
 
@@ -54,15 +63,17 @@ def _array_span(body: bytes) -> tuple[int, int] | None:
     end = len(body.rstrip(_WHITESPACE))
     m = _OBJECT.match(body)
     if m:
-        return (m.end(), end - 1) if body[end - 1:end] == b"}" else None
+        return (m.end(), end - 1) if body[end - 1 : end] == b"}" else None
     start = _LEAD.match(body).end()
-    return (start, end) if body[start:start + 1] == b"[" else None
+    return (start, end) if body[start : start + 1] == b"[" else None
 
 
 def _compact(body: bytes, start: int, end: int) -> bytes:
     """body[start:end] without whitespace, a chunk at a time."""
-    return b"".join(body[k:min(k + _CHUNK, end)].translate(None, _WHITESPACE)
-                    for k in range(start, end, _CHUNK))
+    return b"".join(
+        body[k : min(k + _CHUNK, end)].translate(None, _WHITESPACE)
+        for k in range(start, end, _CHUNK)
+    )
 
 
 def _fast(body: bytes, max_points: int | None) -> Frame | None:
@@ -71,8 +82,9 @@ def _fast(body: bytes, max_points: int | None) -> Frame | None:
     if span is None:
         return None
     text = _compact(body, *span)
-    skeleton = b"".join(text[k:k + _CHUNK].translate(None, _NOT_SKELETON)
-                        for k in range(0, len(text), _CHUNK))
+    skeleton = b"".join(
+        text[k : k + _CHUNK].translate(None, _NOT_SKELETON) for k in range(0, len(text), _CHUNK)
+    )
     if skeleton == b"[]" and text == b"[]":
         return Frame(np.zeros((0, 3), np.float32), "kitti", FMT)
     width = skeleton.find(b"]") - 1  # "[[" + (width - 1) commas + "]"
@@ -84,12 +96,14 @@ def _fast(body: bytes, max_points: int | None) -> Frame | None:
         return None
     check_count(rows, max_points, FMT)
     for k in range(0, len(text), _CHUNK):  # overlapping by one byte: no slot is missed
-        part = text[k:k + _CHUNK + 1]
+        part = text[k : k + _CHUNK + 1]
         if any(e in part for e in _EMPTY_SLOT):
             return None
     if width < 3:
         raise unusable(FMT, f"points have {width} values; need at least x, y, z")
-    spaced = b"".join(text[k:k + _CHUNK].translate(_TO_SPACE) for k in range(0, len(text), _CHUNK))
+    spaced = b"".join(
+        text[k : k + _CHUNK].translate(_TO_SPACE) for k in range(0, len(text), _CHUNK)
+    )
     cols = text_columns(spaced, rows, width, list(range(width)), FMT)
     points = np.stack(cols, axis=1) if cols else np.zeros((rows, width), np.float32)
     return Frame(points, sensor_for(points), FMT)
@@ -105,8 +119,9 @@ def _slow(body: bytes, max_points: int | None) -> Frame:
             raise unusable(FMT, "object has no 'points' key")
         doc = doc["points"]
     if not isinstance(doc, list):
-        raise unusable(FMT, "points must be a list of [x, y, z, ...] rows, got "
-                            f"{type(doc).__name__}")
+        raise unusable(
+            FMT, f"points must be a list of [x, y, z, ...] rows, got {type(doc).__name__}"
+        )
     check_count(len(doc), max_points, FMT)
     if not doc:
         return Frame(np.zeros((0, 3), np.float32), "kitti", FMT)
@@ -117,8 +132,10 @@ def _slow(body: bytes, max_points: int | None) -> Frame:
         raise unusable(FMT, "points have different numbers of values")
     if width < 3:
         raise unusable(FMT, f"points have {width} values; need at least x, y, z")
-    bad = next((v for row in doc for v in row
-                if isinstance(v, bool) or not isinstance(v, (int, float))), ())
+    bad = next(
+        (v for row in doc for v in row if isinstance(v, bool) or not isinstance(v, (int, float))),
+        (),
+    )
     if bad != ():
         raise malformed(FMT, f"non-numeric value in points: {bad!r}")
     try:

@@ -4,11 +4,12 @@ json.dumps(labels.tolist()) makes one Python int per point and formats each one 
 125k points); here every label id 0..255 has its text "id," in a 4-byte table slot, a numpy gather
 lays the slots out in point order, and one boolean mask drops the padding bytes (about 2 ms).
 """
+
 from __future__ import annotations
 
 import numpy as np
 
-_SLOTS = np.array([f"{i}," .encode() for i in range(256)], dtype="S4")  # "7," -> b"7,\0\0"
+_SLOTS = np.array([f"{i},".encode() for i in range(256)], dtype="S4")  # "7," -> b"7,\0\0"
 
 
 def labels_json(labels: np.ndarray) -> bytes:

@@ -7,6 +7,7 @@ so that a decoded frame's intensity, normalised for its sensor, matches the orig
 LAZ (compressed LAS) needs a laspy backend (lazrs or laszip); without one it is refused (415).
 Without laspy installed at all, the format answers 415.
 """
+
 from __future__ import annotations
 
 import io
@@ -28,8 +29,11 @@ MAGIC = b"LASF"
 
 def _require_laspy() -> None:
     if laspy is None:
-        raise DecodeError(415, "unsupported_format",
-                          "las: the server cannot read LAS (the laspy package is not installed)")
+        raise DecodeError(
+            415,
+            "unsupported_format",
+            "las: the server cannot read LAS (the laspy package is not installed)",
+        )
 
 
 def decode(body: bytes, max_points: int | None = None) -> Frame:
@@ -46,9 +50,11 @@ def decode(body: bytes, max_points: int | None = None) -> Frame:
         raise
     except Exception as e:  # laspy raises assorted errors on corrupt input
         if len(body) > 104 and body[104] & 0x80:  # point format id bit 7: LAZ-compressed
-            raise DecodeError(415, "unsupported_format",
-                              f"las: compressed LAZ cannot be read here ({e}); send plain LAS"
-                              ) from None
+            raise DecodeError(
+                415,
+                "unsupported_format",
+                f"las: compressed LAZ cannot be read here ({e}); send plain LAS",
+            ) from None
         raise malformed(FMT, f"cannot read LAS: {type(e).__name__}: {e}") from None
     n = len(las.points)
     if n != int(header.point_count):
@@ -75,8 +81,11 @@ def _check_header(body: bytes) -> None:
     if header_size + n_vlr * 54 > data_offset:
         raise malformed(FMT, f"{n_vlr} VLRs cannot fit before the point data at {data_offset}")
     if n_points * record_length > len(body) - data_offset:
-        raise malformed(FMT, f"truncated: {n_points} points of {record_length} bytes need "
-                             f"{n_points * record_length}, body has {len(body) - data_offset}")
+        raise malformed(
+            FMT,
+            f"truncated: {n_points} points of {record_length} bytes need "
+            f"{n_points * record_length}, body has {len(body) - data_offset}",
+        )
     if minor >= 4 and len(body) >= 247:
         evlr_start, n_evlr = struct.unpack_from("<QI", body, 235)
         if n_evlr and evlr_start + n_evlr * 60 > len(body):

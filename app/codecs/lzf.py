@@ -6,6 +6,7 @@ A compressed stream is a series of chunks, each opened by a control byte `c`:
               byte; it copies L + 2 bytes from `((c & 31) << 8 | that byte) + 1` bytes back in
               the output (the source may overlap what it writes, which repeats a pattern).
 """
+
 from __future__ import annotations
 
 MAX_LITERAL = 32
@@ -35,7 +36,7 @@ def decompress(data: bytes, size: int) -> bytearray:
                 raise LZFError("literal run past the end of the compressed data")
             if op + n > size:
                 raise LZFError("output longer than the declared size")
-            out[op:op + n] = src[ip:ip + n]
+            out[op : op + n] = src[ip : ip + n]
             ip += n
             op += n
             continue
@@ -55,11 +56,11 @@ def decompress(data: bytes, size: int) -> bytearray:
         if op + n > size:
             raise LZFError("output longer than the declared size")
         if op - ref >= n:  # no overlap: one slice copy
-            out[op:op + n] = out[ref:ref + n]
+            out[op : op + n] = out[ref : ref + n]
         else:  # overlapping: the pattern of period (op - ref) repeats
             period = out[ref:op]
             reps = -(-n // len(period))
-            out[op:op + n] = (period * reps)[:n]
+            out[op : op + n] = (period * reps)[:n]
         op += n
     if op != size:
         raise LZFError(f"decompressed to {op} bytes, expected {size}")
@@ -74,7 +75,7 @@ def compress(data: bytes, matches: bool = False) -> bytes:
         view = memoryview(data)
         parts = []
         for i in range(0, len(data), MAX_LITERAL):
-            chunk = view[i:i + MAX_LITERAL]
+            chunk = view[i : i + MAX_LITERAL]
             parts.append(bytes((len(chunk) - 1,)))
             parts.append(chunk.tobytes())
         return b"".join(parts)
@@ -84,13 +85,13 @@ def compress(data: bytes, matches: bool = False) -> bytes:
 
     def flush():
         for k in range(0, len(lit), MAX_LITERAL):
-            chunk = lit[k:k + MAX_LITERAL]
+            chunk = lit[k : k + MAX_LITERAL]
             out.append(len(chunk) - 1)
             out.extend(chunk)
         lit.clear()
 
     while i < n:
-        key = data[i:i + 3]
+        key = data[i : i + 3]
         ref = table.get(key) if len(key) == 3 else None
         if len(key) == 3:
             table[key] = i

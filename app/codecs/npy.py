@@ -3,6 +3,7 @@
 The header is read first, so a wrong dtype or shape is refused before any data is read; pickled
 (object) arrays are never loaded.
 """
+
 from __future__ import annotations
 
 import io
@@ -22,13 +23,21 @@ def decode(body: bytes, max_points: int | None = None) -> Frame:
     fp = io.BytesIO(body)
     try:
         version = np.lib.format.read_magic(fp)
-        read = np.lib.format.read_array_header_1_0 if version == (1, 0) \
-            else np.lib.format.read_array_header_2_0  # versions 2.0 and 3.0: 4-byte length
+        read = (
+            np.lib.format.read_array_header_1_0
+            if version == (1, 0)
+            else np.lib.format.read_array_header_2_0
+        )  # versions 2.0 and 3.0: 4-byte length
         shape, fortran, dtype = read(fp)
     except Exception as e:  # numpy's header parser raises many types (tokenize.TokenError...)
         raise malformed(FMT, f"bad NPY header: {e}") from None
-    if dtype.hasobject or dtype.names is not None or dtype.subdtype is not None \
-            or dtype.kind != "f" or dtype.itemsize not in (4, 8):
+    if (
+        dtype.hasobject
+        or dtype.names is not None
+        or dtype.subdtype is not None
+        or dtype.kind != "f"
+        or dtype.itemsize not in (4, 8)
+    ):
         raise unusable(FMT, f"dtype {dtype} is not supported; send float32 or float64")
     if len(shape) != 2 or shape[1] < 3:
         raise unusable(FMT, f"shape {shape} is not [N, 3+] (points x (x, y, z, ...))")

@@ -6,6 +6,7 @@ per point; binary_compressed is uint32 compressed size, uint32 uncompressed size
 that expands to the fields stored one after another (all x, then all y, ...). Organised clouds
 (HEIGHT > 1) are read row after row, every point kept (invalid points stay NaN).
 """
+
 from __future__ import annotations
 
 import struct
@@ -13,16 +14,44 @@ import struct
 import numpy as np
 
 from app.codecs import lzf
-from app.codecs.base import DecodeError, Frame, check_count, columns_frame, find_intensity, malformed, require_xyz
+from app.codecs.base import (
+    DecodeError,
+    Frame,
+    check_count,
+    columns_frame,
+    find_intensity,
+    malformed,
+    require_xyz,
+)
 from app.codecs.base import text_columns
 
 FMT = "pcd"
 CONTENT_TYPE = "application/x-pcd"
-TYPES = {("F", 2): "f2", ("F", 4): "f4", ("F", 8): "f8",
-         ("U", 1): "u1", ("U", 2): "u2", ("U", 4): "u4", ("U", 8): "u8",
-         ("I", 1): "i1", ("I", 2): "i2", ("I", 4): "i4", ("I", 8): "i8"}
-KEYS = ("VERSION", "FIELDS", "SIZE", "TYPE", "COUNT", "WIDTH", "HEIGHT", "VIEWPOINT", "POINTS",
-        "DATA")
+TYPES = {
+    ("F", 2): "f2",
+    ("F", 4): "f4",
+    ("F", 8): "f8",
+    ("U", 1): "u1",
+    ("U", 2): "u2",
+    ("U", 4): "u4",
+    ("U", 8): "u8",
+    ("I", 1): "i1",
+    ("I", 2): "i2",
+    ("I", 4): "i4",
+    ("I", 8): "i8",
+}
+KEYS = (
+    "VERSION",
+    "FIELDS",
+    "SIZE",
+    "TYPE",
+    "COUNT",
+    "WIDTH",
+    "HEIGHT",
+    "VIEWPOINT",
+    "POINTS",
+    "DATA",
+)
 MAX_HEADER = 64 * 1024
 # binary_compressed: at most this many uncompressed bytes per allowed point (16 float32 fields)
 MAX_POINT_BYTES = 64
@@ -81,8 +110,9 @@ def _layout(head: dict) -> tuple[list[str], list[np.dtype], list[int]]:
         try:
             size_i, count_i = int(size), int(count)
         except ValueError:
-            raise malformed(FMT, f"field {name}: SIZE/COUNT not integers ({size}, {count})"
-                            ) from None
+            raise malformed(
+                FMT, f"field {name}: SIZE/COUNT not integers ({size}, {count})"
+            ) from None
         code = TYPES.get((typ.upper(), size_i))
         if code is None or count_i < 1:
             raise malformed(FMT, f"field {name}: unsupported TYPE {typ} SIZE {size} COUNT {count}")
@@ -119,27 +149,35 @@ def decode(body: bytes, max_points: int | None = None) -> Frame:
 def _ascii(body: bytes, start: int, n: int, counts: list[int], idx: dict) -> dict:
     starts = np.cumsum([0] + counts)
     names = list(idx)
-    cols = text_columns(body, n, int(starts[-1]), [int(starts[idx[k]]) for k in names], FMT,
-                        start)
+    cols = text_columns(body, n, int(starts[-1]), [int(starts[idx[k]]) for k in names], FMT, start)
     return dict(zip(names, cols))
 
 
-def _binary(data: memoryview, n: int, names: list[str], dtypes: list, counts: list[int],
-            idx: dict) -> dict:
-    record = np.dtype({"names": [f"f{j}" for j in range(len(names))],
-                       "formats": [(dt, (c,)) if c > 1 else dt for dt, c in zip(dtypes, counts)]})
+def _binary(
+    data: memoryview, n: int, names: list[str], dtypes: list, counts: list[int], idx: dict
+) -> dict:
+    record = np.dtype(
+        {
+            "names": [f"f{j}" for j in range(len(names))],
+            "formats": [(dt, (c,)) if c > 1 else dt for dt, c in zip(dtypes, counts)],
+        }
+    )
     need = n * record.itemsize
     if len(data) != need:
         what = "truncated" if len(data) < need else "has trailing bytes"
-        raise malformed(FMT, f"binary data {what}: {len(data)} bytes for {n} points of "
-                             f"{record.itemsize} bytes ({need})")
+        raise malformed(
+            FMT,
+            f"binary data {what}: {len(data)} bytes for {n} points of "
+            f"{record.itemsize} bytes ({need})",
+        )
     recs = np.frombuffer(data, dtype=record, count=n)
     cols = {name: recs[f"f{j}"] for name, j in idx.items()}
     return {name: col[:, 0] if col.ndim == 2 else col for name, col in cols.items()}
 
 
-def _compressed(data: memoryview, n: int, dtypes: list, counts: list[int], idx: dict,
-                max_points: int | None) -> dict:
+def _compressed(
+    data: memoryview, n: int, dtypes: list, counts: list[int], idx: dict, max_points: int | None
+) -> dict:
     if len(data) < 8:
         raise malformed(FMT, "binary_compressed data has no size words")
     csize, usize = struct.unpack_from("<II", data)
@@ -151,14 +189,20 @@ def _compressed(data: memoryview, n: int, dtypes: list, counts: list[int], idx: 
     if usize and not csize:
         raise malformed(FMT, "compressed size is 0")
     if usize > lzf.MAX_RATIO * csize:
-        raise malformed(FMT, f"uncompressed size {usize} is more than LZF can expand {csize} "
-                             f"bytes to ({lzf.MAX_RATIO}:1)")
+        raise malformed(
+            FMT,
+            f"uncompressed size {usize} is more than LZF can expand {csize} "
+            f"bytes to ({lzf.MAX_RATIO}:1)",
+        )
     if max_points is not None and usize > max_points * MAX_POINT_BYTES:
-        raise DecodeError(413, "too_many_points",
-                          f"{FMT}: {usize} uncompressed bytes exceed the limit of "
-                          f"{max_points} points x {MAX_POINT_BYTES} bytes")
+        raise DecodeError(
+            413,
+            "too_many_points",
+            f"{FMT}: {usize} uncompressed bytes exceed the limit of "
+            f"{max_points} points x {MAX_POINT_BYTES} bytes",
+        )
     try:
-        raw = lzf.decompress(data[8:8 + csize], usize)
+        raw = lzf.decompress(data[8 : 8 + csize], usize)
     except lzf.LZFError as e:
         raise malformed(FMT, f"corrupt LZF data: {e}") from None
     out, offset = {}, 0
@@ -171,9 +215,15 @@ def _compressed(data: memoryview, n: int, dtypes: list, counts: list[int], idx: 
     return out
 
 
-def encode(points: np.ndarray, data: str = "binary", width: int | None = None,
-           height: int = 1, dtypes: dict | None = None, intensity_name: str = "intensity",
-           lzf_matches: bool = False) -> tuple[bytes, str]:
+def encode(
+    points: np.ndarray,
+    data: str = "binary",
+    width: int | None = None,
+    height: int = 1,
+    dtypes: dict | None = None,
+    intensity_name: str = "intensity",
+    lzf_matches: bool = False,
+) -> tuple[bytes, str]:
     """PCD v0.7 of x, y, z[, intensity] (column 3). `dtypes` maps a field name to a numpy dtype
     (default float32); width x height organises the cloud (default width = N, height = 1)."""
     points = np.asarray(points)
@@ -184,10 +234,12 @@ def encode(points: np.ndarray, data: str = "binary", width: int | None = None,
     names = ["x", "y", "z"] + ([intensity_name] if points.shape[1] > 3 else [])
     dts = [np.dtype((dtypes or {}).get(name, "f4")).newbyteorder("<") for name in names]
     typ = {"f": "F", "u": "U", "i": "I"}
-    head = ("# .PCD v0.7 - Point Cloud Data file format\nVERSION 0.7\n"
-            f"FIELDS {' '.join(names)}\nSIZE {' '.join(str(d.itemsize) for d in dts)}\n"
-            f"TYPE {' '.join(typ[d.kind] for d in dts)}\nCOUNT {' '.join('1' for _ in dts)}\n"
-            f"WIDTH {width}\nHEIGHT {height}\nVIEWPOINT 0 0 0 1 0 0 0\nPOINTS {n}\nDATA {data}\n")
+    head = (
+        "# .PCD v0.7 - Point Cloud Data file format\nVERSION 0.7\n"
+        f"FIELDS {' '.join(names)}\nSIZE {' '.join(str(d.itemsize) for d in dts)}\n"
+        f"TYPE {' '.join(typ[d.kind] for d in dts)}\nCOUNT {' '.join('1' for _ in dts)}\n"
+        f"WIDTH {width}\nHEIGHT {height}\nVIEWPOINT 0 0 0 1 0 0 0\nPOINTS {n}\nDATA {data}\n"
+    )
     cols = [points[:, j].astype(dt) for j, dt in enumerate(dts)]
     if data == "ascii":
         fmts = [("%.17g" if d.itemsize == 8 else "%.9g") if d.kind == "f" else "%d" for d in dts]

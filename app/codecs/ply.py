@@ -7,21 +7,43 @@ vertex are skipped (lists included: at most MAX_LIST_ITEMS items in binary, whos
 only known item by item); whatever follows the vertices is not read. ASCII data has one element
 item per line.
 """
+
 from __future__ import annotations
 
 import re
 
 import numpy as np
 
-from app.codecs.base import Frame, check_count, columns_frame, find_intensity, malformed, require_xyz
+from app.codecs.base import (
+    Frame,
+    check_count,
+    columns_frame,
+    find_intensity,
+    malformed,
+    require_xyz,
+)
 from app.codecs.base import TEXT_CHUNK, text_columns, unusable
 
 FMT = "ply"
 CONTENT_TYPE = "application/x-ply"
-SCALARS = {"char": "i1", "int8": "i1", "uchar": "u1", "uint8": "u1", "short": "i2",
-           "int16": "i2", "ushort": "u2", "uint16": "u2", "int": "i4", "int32": "i4",
-           "uint": "u4", "uint32": "u4", "float": "f4", "float32": "f4", "double": "f8",
-           "float64": "f8"}
+SCALARS = {
+    "char": "i1",
+    "int8": "i1",
+    "uchar": "u1",
+    "uint8": "u1",
+    "short": "i2",
+    "int16": "i2",
+    "ushort": "u2",
+    "uint16": "u2",
+    "int": "i4",
+    "int32": "i4",
+    "uint": "u4",
+    "uint32": "u4",
+    "float": "f4",
+    "float32": "f4",
+    "double": "f8",
+    "float64": "f8",
+}
 ENCODINGS = {"ascii": None, "binary_little_endian": "<", "binary_big_endian": ">"}
 MAX_HEADER = 64 * 1024
 MAX_LIST_ITEMS = 4096  # binary items with list properties skipped before the vertex element
@@ -86,7 +108,7 @@ def decode(body: bytes, max_points: int | None = None) -> Frame:
     if any(p[2] for p in vertex.props):
         raise unusable(FMT, "list properties in the vertex element are not supported")
     check_count(vertex.count, max_points, FMT)
-    before = elements[:elements.index(vertex)]
+    before = elements[: elements.index(vertex)]
     if encoding == "ascii":
         return _ascii(body, start, before, vertex, wanted)
     return _binary(memoryview(body)[start:], ENCODINGS[encoding], before, vertex, wanted)
@@ -99,8 +121,11 @@ def _binary(data: memoryview, order: str, before: list, vertex: _Element, wanted
     record = np.dtype([(name, order + t) for name, t, _ in vertex.props])
     need = vertex.count * record.itemsize
     if len(data) - pos < need:
-        raise malformed(FMT, f"vertex data truncated: {len(data) - pos} bytes for "
-                             f"{vertex.count} vertices of {record.itemsize} bytes ({need})")
+        raise malformed(
+            FMT,
+            f"vertex data truncated: {len(data) - pos} bytes for "
+            f"{vertex.count} vertices of {record.itemsize} bytes ({need})",
+        )
     recs = np.frombuffer(data, dtype=record, count=vertex.count, offset=pos)
     return columns_frame([recs[name] for name in wanted], FMT)
 
@@ -112,9 +137,12 @@ def _skip_binary(data: memoryview, pos: int, order: str, el: _Element) -> int:
             raise malformed(FMT, f"element {el.name} truncated")
         return pos + size
     if el.count > MAX_LIST_ITEMS:  # each item's size is in its data: one step per item
-        raise unusable(FMT, f"element {el.name} before the vertices has {el.count} items with "
-                            f"list properties (at most {MAX_LIST_ITEMS}; put the vertex "
-                            "element first)")
+        raise unusable(
+            FMT,
+            f"element {el.name} before the vertices has {el.count} items with "
+            f"list properties (at most {MAX_LIST_ITEMS}; put the vertex "
+            "element first)",
+        )
     for _ in range(el.count):
         for _, t, count_t in el.props:
             size = np.dtype(t).itemsize
@@ -159,19 +187,32 @@ def _ascii(data: bytes, start: int, before: list, vertex: _Element, wanted: list
         nl = data.find(b"\n", end)
         end = len(data) if nl < 0 else nl
     names = [p[0] for p in vertex.props]
-    cols = text_columns(data, vertex.count, len(names), [names.index(w) for w in wanted], FMT,
-                        pos, end)
+    cols = text_columns(
+        data, vertex.count, len(names), [names.index(w) for w in wanted], FMT, pos, end
+    )
     return columns_frame(cols, FMT)
 
 
-def encode(points: np.ndarray, encoding: str = "binary_little_endian",
-           dtypes: dict | None = None, intensity_name: str = "intensity") -> tuple[bytes, str]:
+def encode(
+    points: np.ndarray,
+    encoding: str = "binary_little_endian",
+    dtypes: dict | None = None,
+    intensity_name: str = "intensity",
+) -> tuple[bytes, str]:
     """PLY of a vertex element x, y, z[, intensity] (column 3); `dtypes` maps a property name to
     a numpy dtype (default float32)."""
     points = np.asarray(points)
     names = ["x", "y", "z"] + ([intensity_name] if points.shape[1] > 3 else [])
-    ply_type = {"i1": "char", "u1": "uchar", "i2": "short", "u2": "ushort", "i4": "int",
-                "u4": "uint", "f4": "float", "f8": "double"}
+    ply_type = {
+        "i1": "char",
+        "u1": "uchar",
+        "i2": "short",
+        "u2": "ushort",
+        "i4": "int",
+        "u4": "uint",
+        "f4": "float",
+        "f8": "double",
+    }
     order = ENCODINGS[encoding] or "<"
     dts = [np.dtype((dtypes or {}).get(name, "f4")).newbyteorder(order) for name in names]
     head = f"ply\nformat {encoding} 1.0\ncomment lidarseg\nelement vertex {len(points)}\n"

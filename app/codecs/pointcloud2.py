@@ -9,6 +9,7 @@ Every primitive is aligned to its size, counted from the start of the message af
 header. Point fields are read by name and offset in each point_step record of each row_step row
 (rows may be padded), in the byte order is_bigendian gives.
 """
+
 from __future__ import annotations
 
 import struct
@@ -16,7 +17,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from app.codecs.base import Frame, check_count, columns_frame, find_intensity, malformed, require_xyz
+from app.codecs.base import (
+    Frame,
+    check_count,
+    columns_frame,
+    find_intensity,
+    malformed,
+    require_xyz,
+)
 
 FMT = "pointcloud2"
 CONTENT_TYPE = "application/x-ros2-pointcloud2"
@@ -29,11 +37,11 @@ HEADERS = {b"\x00\x00": ">", b"\x00\x01": "<"}
 class Message:
     height: int
     width: int
-    fields: list[tuple[str, int, int, int]]   # (name, offset, datatype, count)
+    fields: list[tuple[str, int, int, int]]  # (name, offset, datatype, count)
     is_bigendian: bool
     point_step: int
     row_step: int
-    data_offset: int                          # where data starts in the body
+    data_offset: int  # where data starts in the body
     data_size: int
     frame_id: str
 
@@ -61,7 +69,7 @@ class _Reader:
         n = self.u32()
         if n < 1 or self.pos + n > len(self.body) or self.body[self.pos + n - 1] != 0:
             raise malformed(FMT, f"bad string at byte {self.pos - 4} (length {n})")
-        raw = self.body[self.pos:self.pos + n - 1]
+        raw = self.body[self.pos : self.pos + n - 1]
         self.pos += n
         try:
             return raw.decode("utf-8")
@@ -74,8 +82,8 @@ def parse(body: bytes) -> Message:
     if len(body) < 4 or body[:2] not in HEADERS:
         raise malformed(FMT, "no CDR encapsulation header (00 00 or 00 01)")
     r = _Reader(body, HEADERS[body[:2]])
-    r._get("i")          # stamp.sec
-    r.u32()              # stamp.nanosec
+    r._get("i")  # stamp.sec
+    r.u32()  # stamp.nanosec
     frame_id = r.string()
     height, width = r.u32(), r.u32()
     nfields = r.u32()
@@ -89,9 +97,10 @@ def parse(body: bytes) -> Message:
     if data_offset + data_size > len(body):
         raise malformed(FMT, f"data truncated: {len(body) - data_offset} of {data_size} bytes")
     r.pos += data_size
-    r.u8()               # is_dense
-    msg = Message(height, width, fields, is_bigendian, point_step, row_step, data_offset,
-                  data_size, frame_id)
+    r.u8()  # is_dense
+    msg = Message(
+        height, width, fields, is_bigendian, point_step, row_step, data_offset, data_size, frame_id
+    )
     _check(msg)
     return msg
 
@@ -101,11 +110,15 @@ def _check(m: Message) -> None:
         if m.point_step == 0:
             raise malformed(FMT, "point_step is 0")
         if m.row_step < m.width * m.point_step:
-            raise malformed(FMT, f"row_step {m.row_step} < width {m.width} x point_step "
-                                 f"{m.point_step}")
+            raise malformed(
+                FMT, f"row_step {m.row_step} < width {m.width} x point_step {m.point_step}"
+            )
     if m.data_size != m.height * m.row_step:
-        raise malformed(FMT, f"data has {m.data_size} bytes, expected height {m.height} x "
-                             f"row_step {m.row_step} = {m.height * m.row_step}")
+        raise malformed(
+            FMT,
+            f"data has {m.data_size} bytes, expected height {m.height} x "
+            f"row_step {m.row_step} = {m.height * m.row_step}",
+        )
     for name, offset, datatype, count in m.fields:
         if datatype not in DATATYPES:
             raise malformed(FMT, f"field {name!r}: unknown datatype {datatype}")
@@ -113,8 +126,11 @@ def _check(m: Message) -> None:
             continue  # an empty cloud's layout is never used
         end = offset + np.dtype(DATATYPES[datatype]).itemsize * max(count, 1)
         if end > m.point_step:
-            raise malformed(FMT, f"field {name!r} (offset {offset}, ends at {end}) does not fit "
-                                 f"in point_step {m.point_step}")
+            raise malformed(
+                FMT,
+                f"field {name!r} (offset {offset}, ends at {end}) does not fit "
+                f"in point_step {m.point_step}",
+            )
 
 
 def decode(body: bytes, max_points: int | None = None) -> Frame:
@@ -133,8 +149,13 @@ def decode(body: bytes, max_points: int | None = None) -> Frame:
         if n == 0:
             cols.append(np.empty(0, dt))
             continue
-        view = np.ndarray((m.height, m.width), dtype=dt, buffer=body,
-                          offset=m.data_offset + offset, strides=(m.row_step, m.point_step))
+        view = np.ndarray(
+            (m.height, m.width),
+            dtype=dt,
+            buffer=body,
+            offset=m.data_offset + offset,
+            strides=(m.row_step, m.point_step),
+        )
         cols.append(view.reshape(-1))
     return columns_frame(cols, FMT)
 
@@ -154,10 +175,17 @@ class _Writer:
         self.buf.extend(raw)
 
 
-def encode(points: np.ndarray, big_endian: bool = False, data_big_endian: bool | None = None,
-           height: int = 1, row_padding: int = 0, point_padding: int = 0,
-           dtypes: dict | None = None, intensity_name: str = "intensity",
-           frame_id: str = "lidar") -> tuple[bytes, str]:
+def encode(
+    points: np.ndarray,
+    big_endian: bool = False,
+    data_big_endian: bool | None = None,
+    height: int = 1,
+    row_padding: int = 0,
+    point_padding: int = 0,
+    dtypes: dict | None = None,
+    intensity_name: str = "intensity",
+    frame_id: str = "lidar",
+) -> tuple[bytes, str]:
     """CDR PointCloud2 of x, y, z[, intensity] (column 3). big_endian: the CDR byte order;
     data_big_endian: is_bigendian of the point data (default: same as the CDR); height splits
     the points into rows, each padded by row_padding bytes; point_padding pads each point;
@@ -178,8 +206,13 @@ def encode(points: np.ndarray, big_endian: bool = False, data_big_endian: bool |
     data = np.zeros((height, row_step), dtype=np.uint8)
     for j, dt in enumerate(dts if n else []):
         col = points[:, j].astype(dt).reshape(height, width)
-        view = np.ndarray((height, width), dtype=dt, buffer=data, offset=int(offsets[j]),
-                          strides=(row_step, point_step))
+        view = np.ndarray(
+            (height, width),
+            dtype=dt,
+            buffer=data,
+            offset=int(offsets[j]),
+            strides=(row_step, point_step),
+        )
         view[...] = col
     w = _Writer(">" if big_endian else "<")
     w.put("i", 0)
@@ -199,5 +232,6 @@ def encode(points: np.ndarray, big_endian: bool = False, data_big_endian: bool |
     w.put("I", data.size)
     w.buf.extend(data.tobytes())
     w.put("B", 1)
-    return (b"\x00\x01\x00\x00" if not big_endian else b"\x00\x00\x00\x00") + bytes(w.buf), \
-        CONTENT_TYPE
+    return (b"\x00\x01\x00\x00" if not big_endian else b"\x00\x00\x00\x00") + bytes(
+        w.buf
+    ), CONTENT_TYPE

@@ -10,19 +10,31 @@ Rules, first match wins:
     header (00 00 or 00 01) whose PointCloud2 structure parses -> pointcloud2;
  4. otherwise kitti (raw float32 x, y, z, intensity).
 """
+
 from __future__ import annotations
 
 import re
 
 CONTENT_TYPES = {
-    "application/json": "json", "text/json": "json",
-    "application/x-npy": "npy", "application/npy": "npy", "application/vnd.numpy": "npy",
-    "application/x-pcd": "pcd", "application/pcd": "pcd", "text/x-pcd": "pcd",
-    "application/x-ply": "ply", "application/ply": "ply", "model/x-ply": "ply",
+    "application/json": "json",
+    "text/json": "json",
+    "application/x-npy": "npy",
+    "application/npy": "npy",
+    "application/vnd.numpy": "npy",
+    "application/x-pcd": "pcd",
+    "application/pcd": "pcd",
+    "text/x-pcd": "pcd",
+    "application/x-ply": "ply",
+    "application/ply": "ply",
+    "model/x-ply": "ply",
     "text/x-ply": "ply",
-    "application/vnd.las": "las", "application/x-las": "las", "application/las": "las",
-    "application/x-ros2-pointcloud2": "pointcloud2", "application/x-pointcloud2": "pointcloud2",
-    "application/x-kitti": "kitti", "application/x-nuscenes": "nuscenes",
+    "application/vnd.las": "las",
+    "application/x-las": "las",
+    "application/las": "las",
+    "application/x-ros2-pointcloud2": "pointcloud2",
+    "application/x-pointcloud2": "pointcloud2",
+    "application/x-kitti": "kitti",
+    "application/x-nuscenes": "nuscenes",
     "application/x-xyz": "xyz",
 }
 _PCD = re.compile(rb"\s*(#\s*\.PCD|VERSION\s|FIELDS\s)", re.IGNORECASE)
@@ -62,6 +74,7 @@ def weak_format(body: bytes) -> str | None:
     if body[:2] in (b"\x00\x00", b"\x00\x01") and len(body) >= 4:
         from app.codecs import pointcloud2
         from app.codecs.base import DecodeError
+
         try:
             pointcloud2.parse(body)
         except DecodeError:
@@ -72,5 +85,4 @@ def weak_format(body: bytes) -> str | None:
 
 def infer_format(body: bytes, content_type: str | None) -> str:
     """The format by rules 1-4 above (never fails: the fallback is kitti)."""
-    return magic_format(body) or content_type_format(content_type) or weak_format(body) \
-        or "kitti"
+    return magic_format(body) or content_type_format(content_type) or weak_format(body) or "kitti"

@@ -8,14 +8,21 @@ intensity normalisation go into the VoxelizeConfig, class names and colours, nam
 stay on `pipeline.meta`. The service, every CLI command, training evaluation and every benchmark
 build their pipelines here, so a checkpoint is served and scored the same way everywhere.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
 
 import torch
 
-from models.checkpoints import (INPUT_FEATURES, CheckpointError, check_meta, intensity_scales,
-                                load_checkpoint, make_meta)
+from models.checkpoints import (
+    INPUT_FEATURES,
+    CheckpointError,
+    check_meta,
+    intensity_scales,
+    load_checkpoint,
+    make_meta,
+)
 from models.importers import load_reference
 from models.minkunet import MinkUNet
 from models.weights import parse_weights
@@ -32,18 +39,26 @@ def load_model(weights: str | Path | None = "default", cr: float = 1.0) -> tuple
     if source.kind == "random":
         torch.manual_seed(0)
         model = MinkUNet(cr=cr)
-        meta = {**make_meta(version="seed0", training_data="none"),
-                "name": f"minkunet-random-cr{cr:g}",
-                "licence": "no trained weights (random initialisation)"}
+        meta = {
+            **make_meta(version="seed0", training_data="none"),
+            "name": f"minkunet-random-cr{cr:g}",
+            "licence": "no trained weights (random initialisation)",
+        }
         return model.eval(), meta
     assert source.path is not None
     if source.kind == "reference":
         assert source.layout is not None
         model = load_reference(source.path, source.layout)
-        features = INPUT_FEATURES[:model.config.in_channels]
-        meta = check_meta(make_meta(input_features=features, version=f"imported-{source.layout}",
-                                    training_data=f"imported from {source.path.name}"),
-                          model.config.num_classes, model.config.in_channels)
+        features = INPUT_FEATURES[: model.config.in_channels]
+        meta = check_meta(
+            make_meta(
+                input_features=features,
+                version=f"imported-{source.layout}",
+                training_data=f"imported from {source.path.name}",
+            ),
+            model.config.num_classes,
+            model.config.in_channels,
+        )
     else:
         model, meta = load_checkpoint(source.path)
     meta = dict(meta, name=source.path.stem)
@@ -56,16 +71,22 @@ def voxel_config(meta: dict) -> VoxelizeConfig:
     per sensor."""
     try:
         scales = intensity_scales(meta["intensity_normalisation"])
-        return VoxelizeConfig(voxel_size=float(meta["voxel_size"]),
-                              features=tuple(meta["input_features"]),
-                              intensity_scale=tuple(sorted(scales.items())))
+        return VoxelizeConfig(
+            voxel_size=float(meta["voxel_size"]),
+            features=tuple(meta["input_features"]),
+            intensity_scale=tuple(sorted(scales.items())),
+        )
     except ValueError as e:
         raise CheckpointError(f"model {meta.get('name')!r}: {e}") from e
 
 
-def build_pipeline(weights: str | Path | None = "default", device: str | torch.device = "cpu",
-                   cr: float = 1.0, dtype: torch.dtype | None = None,
-                   **pipeline_options) -> SegmentationPipeline:
+def build_pipeline(
+    weights: str | Path | None = "default",
+    device: str | torch.device = "cpu",
+    cr: float = 1.0,
+    dtype: torch.dtype | None = None,
+    **pipeline_options,
+) -> SegmentationPipeline:
     """A SegmentationPipeline for `weights` on `device` (the model cast to `dtype` if given),
     its meta on `pipeline.meta`. pipeline_options go to SegmentationPipeline (precision, engine)."""
     model, meta = load_model(weights, cr)
@@ -74,8 +95,9 @@ def build_pipeline(weights: str | Path | None = "default", device: str | torch.d
     return pipeline_for(model, meta, device, **pipeline_options)
 
 
-def pipeline_for(model: MinkUNet, meta: dict, device: str | torch.device = "cpu",
-                 **pipeline_options) -> SegmentationPipeline:
+def pipeline_for(
+    model: MinkUNet, meta: dict, device: str | torch.device = "cpu", **pipeline_options
+) -> SegmentationPipeline:
     """A SegmentationPipeline for a model in hand (e.g. one being trained) and the meta its
     checkpoint would carry (models.checkpoints.make_meta)."""
     meta = check_meta(meta, model.config.num_classes, model.config.in_channels)

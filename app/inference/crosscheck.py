@@ -1,4 +1,5 @@
 """Our network and its spconv twin on the same frame and the same voxels."""
+
 from __future__ import annotations
 
 import time
@@ -45,8 +46,10 @@ def crosscheck(pipeline: SegmentationPipeline, points: np.ndarray, sensor: str =
         logits = run_spconv(twin, batch.feats, batch.coords)
         sync()
         t3 = time.perf_counter()
-    labels = devoxelize(logits.argmax(dim=1) if len(logits) else torch.zeros(0, dtype=torch.long),
-                        batch.point_to_voxel[0])
+    labels = devoxelize(
+        logits.argmax(dim=1) if len(logits) else torch.zeros(0, dtype=torch.long),
+        batch.point_to_voxel[0],
+    )
     t4 = time.perf_counter()
     diff = (ours.voxel_logits - logits).abs()
     scale = logits.abs().max().clamp_min(1e-12)
@@ -58,9 +61,11 @@ def crosscheck(pipeline: SegmentationPipeline, points: np.ndarray, sensor: str =
         "num_voxels": int(ours.num_voxels),
         "timing_ms": {
             "ours": {k: round(v, 3) for k, v in ours.timing_ms.items()},
-            "spconv": {"voxelize": round((t1 - t0) * 1e3, 3),
-                       "maps+network": round((t3 - t2) * 1e3, 3),
-                       "devoxelize": round((t4 - t3) * 1e3, 3)},
+            "spconv": {
+                "voxelize": round((t1 - t0) * 1e3, 3),
+                "maps+network": round((t3 - t2) * 1e3, 3),
+                "devoxelize": round((t4 - t3) * 1e3, 3),
+            },
         },
         "spconv_threads": 1 if pipeline.device.type == "cpu" else None,
         "precision": pipeline.precision,

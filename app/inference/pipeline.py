@@ -3,6 +3,7 @@
 Each stage is timed (voxelize, maps, network, devoxelize), with CUDA synchronisation so GPU times
 are true; `layer_timing=True` adds a per-layer breakdown of the network time.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -31,7 +32,7 @@ PIPELINE_STAGES = STAGES[2:6]
 
 @dataclass
 class FrameResult:
-    labels: np.ndarray                     # uint8 [N]: class id per input point, 255 = ignored
+    labels: np.ndarray  # uint8 [N]: class id per input point, 255 = ignored
     num_points: int
     num_voxels: int
     ignored: dict[str, int]
@@ -76,6 +77,7 @@ def layer_clock(model: nn.Module, device: torch.device):
     handles = []
     for name, module in model.named_modules():
         if type(module).__name__ in LEAF_TYPES:
+
             def pre(_m, _inp, name=name):
                 sync()
                 starts[name] = time.perf_counter()
@@ -96,9 +98,15 @@ class SegmentationPipeline:
     """The timed stages for one model on one device. Build it with app.inference.builder
     (build_pipeline), which sets voxel_config and meta from the checkpoint."""
 
-    def __init__(self, model: MinkUNet, voxel_config: VoxelizeConfig | None = None,
-                 device: str | torch.device = "cpu", engine: EngineConfig | None = None,
-                 precision: str | None = None, meta: dict | None = None):
+    def __init__(
+        self,
+        model: MinkUNet,
+        voxel_config: VoxelizeConfig | None = None,
+        device: str | torch.device = "cpu",
+        engine: EngineConfig | None = None,
+        precision: str | None = None,
+        meta: dict | None = None,
+    ):
         """precision: auto (None), fp32 or bf16 on the CPU (kernels/precision.py); an `engine`
         given keeps its own."""
         self.device = torch.device(device)
@@ -110,7 +118,8 @@ class SegmentationPipeline:
         self.voxel_config = voxel_config or VoxelizeConfig()
         self.requested_precision = precision_mod.validate(precision)
         self.engine = engine or EngineConfig(
-            precision=precision_mod.resolve(precision, self.device))
+            precision=precision_mod.resolve(precision, self.device)
+        )
 
     @property
     def precision(self) -> str:
@@ -127,9 +136,14 @@ class SegmentationPipeline:
         return requests() if requests is not None else ()
 
     @torch.no_grad()
-    def run(self, frames: list[np.ndarray], sensor: str | list[str] = "kitti",
-            layer_timing: bool = False, keep_logits: bool = False,
-            valid: list | None = None) -> list[FrameResult]:
+    def run(
+        self,
+        frames: list[np.ndarray],
+        sensor: str | list[str] = "kitti",
+        layer_timing: bool = False,
+        keep_logits: bool = False,
+        valid: list | None = None,
+    ) -> list[FrameResult]:
         """Segments several frames as one batch (`sensor`: one name, or one per frame); one
         result per frame, N labels each. `valid`: per frame, valid_mask's result if the caller
         has it already (the service checks it before queueing), else None."""
@@ -154,14 +168,26 @@ class SegmentationPipeline:
                 logits = batch.feats.new_zeros(0, self.model.config.num_classes)
         results = []
         with clock.stage("devoxelize"):
-            voxel_labels = (logits.argmax(dim=1).cpu() if len(logits)  # one copy per batch
-                            else torch.zeros(0, dtype=torch.long))
+            voxel_labels = (
+                logits.argmax(dim=1).cpu()
+                if len(logits)  # one copy per batch
+                else torch.zeros(0, dtype=torch.long)
+            )
             rows = torch.bincount(batch.coords[:, 0].long(), minlength=len(frames)).tolist()
             for b, (points, mapping) in enumerate(zip(frames, batch.point_to_voxel)):
                 labels = devoxelize(voxel_labels, mapping, IGNORE_LABEL)
-                results.append(FrameResult(
-                    labels, len(points), rows[b], batch.ignored[b], {}, layer_ms,
-                    logits if keep_logits else None, mapping if keep_logits else None))
+                results.append(
+                    FrameResult(
+                        labels,
+                        len(points),
+                        rows[b],
+                        batch.ignored[b],
+                        {},
+                        layer_ms,
+                        logits if keep_logits else None,
+                        mapping if keep_logits else None,
+                    )
+                )
         for result in results:  # stage times are shared by the frames of one batch
             result.timing_ms = dict(clock.ms)
         return results

@@ -7,6 +7,7 @@ Raw ids go through the standard SemanticKITTI learning map (semantic-kitti.yaml:
 ignore = 255. Only points with a valid ground-truth class are scored; a point the pipeline
 ignores (255: out of range, non-finite) counts as a miss for its ground-truth class.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -28,8 +29,9 @@ def confusion(gt: np.ndarray, pred: np.ndarray, num_classes: int) -> np.ndarray:
     valid = (gt >= 0) & (gt < num_classes)
     gt, pred = gt[valid], pred[valid]
     pred = np.where((pred >= 0) & (pred < num_classes), pred, num_classes)
-    return np.bincount(gt * (num_classes + 1) + pred,
-                       minlength=num_classes * (num_classes + 1)).reshape(num_classes, -1)
+    return np.bincount(
+        gt * (num_classes + 1) + pred, minlength=num_classes * (num_classes + 1)
+    ).reshape(num_classes, -1)
 
 
 def metrics_from_confusion(conf: np.ndarray, names: list[str]) -> dict:
@@ -43,12 +45,17 @@ def metrics_from_confusion(conf: np.ndarray, names: list[str]) -> dict:
     present = np.flatnonzero(gt_count > 0)
     ious = {names[i]: float(tp[i] / (gt_count[i] + pred_count[i] - tp[i])) for i in present}
     total = int(gt_count.sum())
-    return {"miou": float(np.mean(list(ious.values()))) if ious else 0.0,
-            "per_class_iou": ious, "num_scored": total,
-            "accuracy": float(tp.sum() / total) if total else 0.0}
+    return {
+        "miou": float(np.mean(list(ious.values()))) if ious else 0.0,
+        "per_class_iou": ious,
+        "num_scored": total,
+        "accuracy": float(tp.sum() / total) if total else 0.0,
+    }
 
 
 def iou_metrics(gt: np.ndarray, pred: np.ndarray, names: list[str]) -> dict:
     """metrics_from_confusion of one frame plus "num_points" (scored or not)."""
-    return {**metrics_from_confusion(confusion(gt, pred, len(names)), names),
-            "num_points": int(len(gt))}
+    return {
+        **metrics_from_confusion(confusion(gt, pred, len(names)), names),
+        "num_points": int(len(gt)),
+    }

@@ -6,6 +6,7 @@ order, so the same frame always gives the same voxels in the same order, whateve
 parallel insert visits them in; it is also the order in which kernel maps build fastest (merge
 joins instead of hash probes, kernels/csrc/sorted_kmap_cpu.cpp), and downsampling keeps it.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -30,7 +31,7 @@ FEATURE_COLUMNS = {"x": 0, "y": 1, "z": 2, "intensity": 3}
 class VoxelizeConfig:
     voxel_size: float = 0.05
     features: tuple[str, ...] = ("x", "y", "z", "intensity")
-    max_xy: float = 120.0                    # metres from the sensor, per axis
+    max_xy: float = 120.0  # metres from the sensor, per axis
     z_range: tuple[float, float] = (-20.0, 20.0)
     # (sensor, factor) pairs: intensity * factor is the feature (a checkpoint's
     # intensity_normalisation, app/inference/builder.py); sensors not listed use 1.0
@@ -41,15 +42,17 @@ class VoxelizeConfig:
             raise ValueError(f"voxel_size must be positive, got {self.voxel_size}")
         unknown = set(self.features) - set(FEATURE_COLUMNS)
         if unknown:
-            raise ValueError(f"unknown input features {sorted(unknown)}; known: {list(FEATURE_COLUMNS)}")
+            raise ValueError(
+                f"unknown input features {sorted(unknown)}; known: {list(FEATURE_COLUMNS)}"
+            )
 
 
 @dataclass
 class VoxelBatch:
-    coords: torch.Tensor            # int32 [M, 4] (batch, x, y, z)
-    feats: torch.Tensor             # float32 [M, F]: mean of the voxel's point features
+    coords: torch.Tensor  # int32 [M, 4] (batch, x, y, z)
+    feats: torch.Tensor  # float32 [M, F]: mean of the voxel's point features
     point_to_voxel: list[torch.Tensor]  # per frame, int64 [N_i]: voxel row, -1 if ignored
-    ignored: list[dict[str, int]]   # per frame: {"non_finite": .., "out_of_range": ..}
+    ignored: list[dict[str, int]]  # per frame: {"non_finite": .., "out_of_range": ..}
 
 
 def point_features(points: np.ndarray, config: VoxelizeConfig, sensor: str) -> np.ndarray:
@@ -59,7 +62,9 @@ def point_features(points: np.ndarray, config: VoxelizeConfig, sensor: str) -> n
     wanted = [FEATURE_COLUMNS[name] for name in config.features]
     scale = np.float32(dict(config.intensity_scale).get(sensor, 1.0))
     if wanted == list(range(len(wanted))) and len(wanted) <= points.shape[1]:
-        out = np.array(points[:, :len(wanted)], dtype=np.float32)  # one copy of the leading columns
+        out = np.array(
+            points[:, : len(wanted)], dtype=np.float32
+        )  # one copy of the leading columns
         if "intensity" in config.features:
             out[:, FEATURE_COLUMNS["intensity"]] *= scale
         return out
@@ -81,8 +86,12 @@ def point_features(points: np.ndarray, config: VoxelizeConfig, sensor: str) -> n
 def valid_mask(points: np.ndarray, config: VoxelizeConfig) -> tuple[np.ndarray, dict[str, int]]:
     finite = np.isfinite(points[:, :3]).all(axis=1)
     with np.errstate(invalid="ignore"):
-        inside = ((np.abs(points[:, 0]) <= config.max_xy) & (np.abs(points[:, 1]) <= config.max_xy)
-                  & (points[:, 2] >= config.z_range[0]) & (points[:, 2] <= config.z_range[1]))
+        inside = (
+            (np.abs(points[:, 0]) <= config.max_xy)
+            & (np.abs(points[:, 1]) <= config.max_xy)
+            & (points[:, 2] >= config.z_range[0])
+            & (points[:, 2] <= config.z_range[1])
+        )
     keep = finite & inside
     return keep, {"non_finite": int((~finite).sum()), "out_of_range": int((finite & ~inside).sum())}
 
@@ -90,9 +99,13 @@ def valid_mask(points: np.ndarray, config: VoxelizeConfig) -> tuple[np.ndarray, 
 Valid = tuple[np.ndarray, dict[str, int]]  # valid_mask's (keep mask, ignored counts)
 
 
-def voxelize(frames: list[np.ndarray], config: VoxelizeConfig, sensor: str | list[str] = "kitti",
-             device: torch.device = torch.device("cpu"),
-             valid: list[Valid | None] | None = None) -> VoxelBatch:
+def voxelize(
+    frames: list[np.ndarray],
+    config: VoxelizeConfig,
+    sensor: str | list[str] = "kitti",
+    device: torch.device = torch.device("cpu"),
+    valid: list[Valid | None] | None = None,
+) -> VoxelBatch:
     """Voxelize several frames as one batch (batch index = position in `frames`); `sensor` is one
     name for all frames or one per frame (it sets the intensity scale). `valid`: per frame the
     valid_mask result the caller already has (None: computed here), so it runs once per frame."""
@@ -118,7 +131,7 @@ def voxelize(frames: list[np.ndarray], config: VoxelizeConfig, sensor: str | lis
     vfeats = _voxel_means(voxel_of_point.numpy(), all_feats, len(coords))
     point_to_voxel, start = [], 0
     for grid, keep in zip(grids, masks):
-        ids = voxel_of_point[start:start + len(grid)]
+        ids = voxel_of_point[start : start + len(grid)]
         start += len(grid)
         if keep is None:  # every point in a voxel: the ids are the mapping
             point_to_voxel.append(ids)
@@ -155,16 +168,18 @@ def _unique_rows(grids: list[np.ndarray]) -> tuple[torch.Tensor, torch.Tensor]:
     span = cells.max(axis=0).astype(np.int64) - lo[1:]
     if o3c is None or len(grids) > 2**12 or span.max() >= 2**17:
         # no Open3D, or beyond 12 + 3 x 17 bits: torch.unique sorts its rows, the inverse follows
-        rows = np.concatenate([np.column_stack([np.full(len(g), b, np.int32), g])
-                               for b, g in enumerate(grids)])
+        rows = np.concatenate(
+            [np.column_stack([np.full(len(g), b, np.int32), g]) for b, g in enumerate(grids)]
+        )
         coords, inverse = torch.unique(torch.from_numpy(rows), dim=0, return_inverse=True)
         return inverse, coords
     shifted = cells - cells.min(axis=0)
-    packed = (shifted[:, 0].astype(np.int64) << 34 | shifted[:, 1].astype(np.int64) << 17
-              | shifted[:, 2])
+    packed = (
+        shifted[:, 0].astype(np.int64) << 34 | shifted[:, 1].astype(np.int64) << 17 | shifted[:, 2]
+    )
     start = 0
     for b, grid in enumerate(grids):
-        packed[start:start + len(grid)] |= b << 51
+        packed[start : start + len(grid)] |= b << 51
         start += len(grid)
     head = np.empty(len(packed), dtype=bool)  # first point of each run of equal keys
     head[0] = True
@@ -190,8 +205,9 @@ def _unique_rows(grids: list[np.ndarray]) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.from_numpy(voxel_of_point), torch.from_numpy(coords)
 
 
-def devoxelize(voxel_labels: torch.Tensor, point_to_voxel: torch.Tensor,
-               ignore_label: int = IGNORE_LABEL) -> np.ndarray:
+def devoxelize(
+    voxel_labels: torch.Tensor, point_to_voxel: torch.Tensor, ignore_label: int = IGNORE_LABEL
+) -> np.ndarray:
     """Per-point labels (uint8) from per-voxel labels; ignored points get ignore_label."""
     labels = torch.full((len(point_to_voxel),), ignore_label, dtype=torch.uint8)
     inside = point_to_voxel >= 0

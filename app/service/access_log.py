@@ -8,14 +8,24 @@ size and every stage in ms. Never point data, never a header (so never an API ke
 Probes, /metrics, the dashboard and its JSON are logged only when they fail (status >= 400), so
 a scraper or an open dashboard does not drown the requests that matter.
 """
+
 from __future__ import annotations
 
 import json
 import sys
 import time
 
-QUIET_PREFIXES = ("/healthz", "/readyz", "/metrics", "/dashboard", "/static/", "/v1/requests",
-                  "/docs", "/openapi.json", "/favicon.ico")
+QUIET_PREFIXES = (
+    "/healthz",
+    "/readyz",
+    "/metrics",
+    "/dashboard",
+    "/static/",
+    "/v1/requests",
+    "/docs",
+    "/openapi.json",
+    "/favicon.ico",
+)
 FIELDS = ("format", "points", "voxels", "ignored_points", "batch_size")
 
 
@@ -30,8 +40,17 @@ class AccessLog:
     def enabled(self) -> bool:
         return self.mode != "off"
 
-    def write(self, method: str, path: str, status: int, client: str | None, request_id: str | None,
-              trace_id: str, stages_ms: dict[str, float], info: dict) -> None:
+    def write(
+        self,
+        method: str,
+        path: str,
+        status: int,
+        client: str | None,
+        request_id: str | None,
+        trace_id: str,
+        stages_ms: dict[str, float],
+        info: dict,
+    ) -> None:
         if self.mode == "off" or (status < 400 and path.startswith(QUIET_PREFIXES)):
             return
         line = self.format(method, path, status, client, request_id, trace_id, stages_ms, info)
@@ -43,13 +62,22 @@ class AccessLog:
 
     def format(self, method, path, status, client, request_id, trace_id, stages_ms, info) -> str:
         if self.mode == "json":
-            entry = {"time": round(time.time(), 3), "request_id": request_id,
-                     "trace_id": trace_id, "client": client, "method": method, "path": path,
-                     "status": status, **{k: info.get(k) for k in FIELDS},
-                     "stages_ms": {k: round(v, 3) for k, v in stages_ms.items()}}
+            entry = {
+                "time": round(time.time(), 3),
+                "request_id": request_id,
+                "trace_id": trace_id,
+                "client": client,
+                "method": method,
+                "path": path,
+                "status": status,
+                **{k: info.get(k) for k in FIELDS},
+                "stages_ms": {k: round(v, 3) for k, v in stages_ms.items()},
+            }
             return json.dumps(entry, separators=(",", ":"))
         stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime())
         extra = " ".join(f"{k}={info[k]}" for k in FIELDS if info.get(k) is not None)
         stages = " ".join(f"{k}={v:.1f}" for k, v in stages_ms.items())
-        return (f"{stamp}Z {client or '-'} \"{method} {path}\" {status} "
-                f"rid={request_id or '-'} trace={trace_id} {extra} {stages} ms").replace("  ", " ")
+        return (
+            f'{stamp}Z {client or "-"} "{method} {path}" {status} '
+            f"rid={request_id or '-'} trace={trace_id} {extra} {stages} ms"
+        ).replace("  ", " ")

@@ -2,6 +2,7 @@
 
 Bad values fail at start-up (pydantic validation), never on the first request.
 """
+
 from __future__ import annotations
 
 from typing import Annotated, Literal
@@ -16,35 +17,37 @@ class Settings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=0, le=65535)
     device: Literal["auto", "cpu", "cuda"] = "auto"
-    weights: str = "default"             # see models/weights: default, synthetic, random, a path
-    cr: float = Field(1.0, gt=0, le=4)   # channel ratio of the random model (tests use 0.25)
-    precision: Literal["auto", "fp32", "bf16", "int8"] = "auto"  # CPU arithmetic (kernels/precision.py)
+    weights: str = "default"  # see models/weights: default, synthetic, random, a path
+    cr: float = Field(1.0, gt=0, le=4)  # channel ratio of the random model (tests use 0.25)
+    precision: Literal["auto", "fp32", "bf16", "int8"] = (
+        "auto"  # CPU arithmetic (kernels/precision.py)
+    )
 
-    threads: int = Field(0, ge=0)                # compute threads; 0: cgroup quota, else CPUs
-    queue_size: int = Field(16, ge=1)            # requests waiting for the worker, beyond: 503
-    deadline_s: float = Field(30.0, gt=0)        # per request, queue + inference: beyond, 504
-    max_batch: int = Field(4, ge=1, le=64)       # frames per pipeline.run
+    threads: int = Field(0, ge=0)  # compute threads; 0: cgroup quota, else CPUs
+    queue_size: int = Field(16, ge=1)  # requests waiting for the worker, beyond: 503
+    deadline_s: float = Field(30.0, gt=0)  # per request, queue + inference: beyond, 504
+    max_batch: int = Field(4, ge=1, le=64)  # frames per pipeline.run
     max_wait_ms: float = Field(0.0, ge=0, le=1000)  # wait this long for more frames to batch
-    retry_after_s: int = Field(1, ge=1)          # Retry-After on 503
+    retry_after_s: int = Field(1, ge=1)  # Retry-After on 503
 
     max_body_bytes: int = Field(64 * 1024 * 1024, ge=1024)
     max_points: int = Field(2_000_000, ge=1)
     range_policy: Literal["ignore", "reject"] = "ignore"
-    api_keys: Annotated[tuple[str, ...], NoDecode] = ()   # comma-separated in the environment
-    open_docs: bool = False                      # /docs, /openapi.json open even with API keys
+    api_keys: Annotated[tuple[str, ...], NoDecode] = ()  # comma-separated in the environment
+    open_docs: bool = False  # /docs, /openapi.json open even with API keys
 
     # limits and timeouts (README "Limits and hardening")
-    decode_concurrency: int = Field(0, ge=0)     # decodes at once, beyond: 503; 0: thread count
-    body_timeout_s: float = Field(30.0, gt=0)    # the whole body must arrive within: else 408
+    decode_concurrency: int = Field(0, ge=0)  # decodes at once, beyond: 503; 0: thread count
+    body_timeout_s: float = Field(30.0, gt=0)  # the whole body must arrive within: else 408
     header_timeout_s: float = Field(10.0, gt=0)  # request line + headers within: else closed
-    idle_timeout_s: float = Field(5.0, gt=0)     # keep-alive connection idle: closed
-    max_connections: int = Field(256, ge=1)      # connections + requests at once, beyond: 503
+    idle_timeout_s: float = Field(5.0, gt=0)  # keep-alive connection idle: closed
+    max_connections: int = Field(256, ge=1)  # connections + requests at once, beyond: 503
     shutdown_budget_s: float = Field(25.0, ge=1, le=300)  # SIGTERM to exit: drain + close
     trim_after_points: int = Field(100_000, ge=0)  # malloc_trim after a batch this large; 0: off
     log_level: Literal["critical", "error", "warning", "info", "debug"] = "info"
     # observability (app/service/observe.py); traces are switched on by the OTEL_* variables
     access_log: Literal["auto", "json", "text", "off"] = "auto"  # auto: text on a terminal
-    exemplars: bool = True                       # trace ids on histogram observations
+    exemplars: bool = True  # trace ids on histogram observations
     dashboard_requests: int = Field(200, ge=0, le=100_000)  # recent requests kept; 0: none
     dashboard_points_mb: float = Field(64.0, ge=0)  # their points for the 3D view; 0: none
 

@@ -1,6 +1,7 @@
 """The FastAPI app: create_app(settings) only builds it; the lifespan loads and warms the model
 (in a background thread, so /healthz answers and /readyz says 503 meanwhile), starts the worker
 and the decode pool, and on shutdown drains them within the shutdown budget."""
+
 from __future__ import annotations
 
 import asyncio
@@ -65,8 +66,9 @@ def load_service(service: ServiceState) -> None:
     t0 = time.perf_counter()
     apply_threads(settings.compute_threads)
     service.device = settings.torch_device
-    pipeline = build_pipeline(settings.weights, service.device, settings.cr,
-                              precision=settings.precision)
+    pipeline = build_pipeline(
+        settings.weights, service.device, settings.cr, precision=settings.precision
+    )
     meta = pipeline.meta
     service.class_names = list(meta["class_names"])
     service.class_colors = [list(c) for c in meta["class_colors"]]
@@ -80,19 +82,37 @@ def load_service(service: ServiceState) -> None:
     service.pipeline = pipeline
     metrics = service.metrics
     service.worker = InferenceWorker(
-        pipeline, settings.queue_size, settings.max_batch, settings.max_wait_ms / 1e3,
-        WorkerStats(on_batch=metrics.batch_size.observe, on_depth=metrics.queue_depth.set,
-                    on_drop=metrics.dropped.inc, on_restart=metrics.worker_restarts.inc,
-                    on_run=service.observe.on_run if service.observe else None),
-        after_batch=_trimmer(settings.trim_after_points))
-    metrics.model.info({"name": service.model_name, "version": service.model_version,
-                        "device": service.device, "precision": pipeline.precision,
-                        "voxel_size": str(service.voxel_size),
-                        "classes": str(len(service.class_names))})
+        pipeline,
+        settings.queue_size,
+        settings.max_batch,
+        settings.max_wait_ms / 1e3,
+        WorkerStats(
+            on_batch=metrics.batch_size.observe,
+            on_depth=metrics.queue_depth.set,
+            on_drop=metrics.dropped.inc,
+            on_restart=metrics.worker_restarts.inc,
+            on_run=service.observe.on_run if service.observe else None,
+        ),
+        after_batch=_trimmer(settings.trim_after_points),
+    )
+    metrics.model.info(
+        {
+            "name": service.model_name,
+            "version": service.model_version,
+            "device": service.device,
+            "precision": pipeline.precision,
+            "voxel_size": str(service.voxel_size),
+            "classes": str(len(service.class_names)),
+        }
+    )
     service.ready = True
     metrics.ready.set(1)
-    log.info("model %s on %s loaded and warmed in %.1f s", service.model_tag, service.device,
-             time.perf_counter() - t0)
+    log.info(
+        "model %s on %s loaded and warmed in %.1f s",
+        service.model_tag,
+        service.device,
+        time.perf_counter() - t0,
+    )
 
 
 def _lower_priority(niceness: int = 5) -> None:
@@ -111,6 +131,7 @@ def _trimmer(points: int):
     def trim(batch_points: int) -> None:
         if batch_points >= points:
             MALLOC_TRIM(0)
+
     return trim
 
 
@@ -127,10 +148,13 @@ async def lifespan(app: FastAPI):
     service: ServiceState = app.state.service
     service.loop = asyncio.get_running_loop()
     service.decoder = concurrent.futures.ThreadPoolExecutor(
-        service.settings.decode_slots, thread_name_prefix="lidarseg-decode",
-        initializer=_lower_priority)
-    loader = threading.Thread(target=_load_in_background, args=(service,), name="lidarseg-load",
-                              daemon=True)
+        service.settings.decode_slots,
+        thread_name_prefix="lidarseg-decode",
+        initializer=_lower_priority,
+    )
+    loader = threading.Thread(
+        target=_load_in_background, args=(service,), name="lidarseg-load", daemon=True
+    )
     loader.start()
     try:
         yield
@@ -166,8 +190,7 @@ class RequestAccounting:
         service = self.service
         if scope["path"] in DOC_PATHS and not self._docs_allowed(scope):
             exc = unauthorized()
-            return await _error(exc.status, exc.code, exc.detail, exc.headers)(
-                scope, receive, send)
+            return await _error(exc.status, exc.code, exc.detail, exc.headers)(scope, receive, send)
         if counted:
             self._count(+1)
         state = {"status": 500, "started": False, "body_done": not _has_body(scope)}
@@ -192,8 +215,12 @@ class RequestAccounting:
         except Exception:  # noqa: BLE001 - answered with a fixed message, logged with the id
             log.exception("request %s: unhandled error", rid)
             if not state["started"]:
-                await _error(500, "internal_error", f"internal error (request id {rid})",
-                             {"X-Request-Id": rid})(scope, receive, send_wrapper)
+                await _error(
+                    500,
+                    "internal_error",
+                    f"internal error (request id {rid})",
+                    {"X-Request-Id": rid},
+                )(scope, receive, send_wrapper)
         finally:
             if counted:
                 service.metrics.requests.labels(status=str(state["status"])).inc()
@@ -203,8 +230,7 @@ class RequestAccounting:
         settings = self.service.settings
         if settings.open_docs or not settings.api_keys:
             return True
-        auth = next((v.decode("latin-1") for k, v in scope["headers"] if k == b"authorization"),
-                    "")
+        auth = next((v.decode("latin-1") for k, v in scope["headers"] if k == b"authorization"), "")
         return key_valid(auth, settings.api_keys)
 
     def _count(self, step: int) -> None:
@@ -240,12 +266,17 @@ def _error(status: int, code: str, detail: str, headers: dict | None = None) -> 
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or Settings()
     app = FastAPI(
-        title="lidarseg", version=API_VERSION, lifespan=lifespan,
-        docs_url=None, redoc_url=None, openapi_url=None,
+        title="lidarseg",
+        version=API_VERSION,
+        lifespan=lifespan,
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,
         description="LiDAR semantic segmentation: POST a point-cloud frame, get a label per "
-                    "point. Errors are JSON {\"error\": code, \"detail\": text}. With "
-                    "LIDARSEG_API_KEYS set, /v1/* (and /docs, /openapi.json unless "
-                    "LIDARSEG_OPEN_DOCS) need `Authorization: Bearer <key>`.")
+        'point. Errors are JSON {"error": code, "detail": text}. With '
+        "LIDARSEG_API_KEYS set, /v1/* (and /docs, /openapi.json unless "
+        "LIDARSEG_OPEN_DOCS) need `Authorization: Bearer <key>`.",
+    )
     service = ServiceState(settings)
     app.state.service = service
     for router in ROUTERS:
@@ -260,8 +291,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @app.exception_handler(RequestValidationError)
     async def validation_error(_request: Request, exc: RequestValidationError):
-        detail = "; ".join(f"{'.'.join(map(str, e.get('loc', ())))}: {e.get('msg')}"
-                           for e in exc.errors())
+        detail = "; ".join(
+            f"{'.'.join(map(str, e.get('loc', ())))}: {e.get('msg')}" for e in exc.errors()
+        )
         return _error(400, "invalid_request", detail)
 
     @app.exception_handler(StarletteHTTPException)
@@ -288,12 +320,20 @@ def _add_openapi(app: FastAPI) -> None:
                     responses = op.get("responses", {})
                     if responses.get("422", {}).get("description") == "Validation Error":
                         del responses["422"]
-                        responses.setdefault("400", {
-                            "description": "Malformed body or parameters",
-                            "content": {"application/json": {
-                                "schema": {"$ref": "#/components/schemas/ErrorBody"}}}})
+                        responses.setdefault(
+                            "400",
+                            {
+                                "description": "Malformed body or parameters",
+                                "content": {
+                                    "application/json": {
+                                        "schema": {"$ref": "#/components/schemas/ErrorBody"}
+                                    }
+                                },
+                            },
+                        )
             doc.get("components", {}).setdefault("schemas", {}).setdefault(
-                "ErrorBody", ErrorBody.model_json_schema())
+                "ErrorBody", ErrorBody.model_json_schema()
+            )
             app.openapi_schema = doc
         return app.openapi_schema
 

@@ -6,6 +6,7 @@ response is sent hands what the route recorded (`record()`, one call at the end 
 route) to the tracer, the access log and the ring. Nothing here reads or keeps a header other
 than `traceparent`; the ring keeps points only within its memory budget.
 """
+
 from __future__ import annotations
 
 import time
@@ -30,8 +31,9 @@ class Observability:
         self.service = service
         self.tracing = tracing if tracing is not None else Tracing(provider_from_env())
         self.access_log = AccessLog(settings.access_log)
-        self.ring = RequestRing(settings.dashboard_requests,
-                                int(settings.dashboard_points_mb * 1024 * 1024))
+        self.ring = RequestRing(
+            settings.dashboard_requests, int(settings.dashboard_points_mb * 1024 * 1024)
+        )
         self.exemplars = settings.exemplars
 
     # ---- worker side -------------------------------------------------------------------------
@@ -44,8 +46,12 @@ class Observability:
         service = self.service
         return self.tracing.pipeline_run(
             [getattr(j, "trace", None) for j in jobs],
-            {"lidarseg.batch_size": len(jobs), "lidarseg.model": service.model_tag,
-             "lidarseg.device": service.device})
+            {
+                "lidarseg.batch_size": len(jobs),
+                "lidarseg.model": service.model_tag,
+                "lidarseg.device": service.device,
+            },
+        )
 
     # ---- request side ------------------------------------------------------------------------
     def done(self, scope, rt: RequestTrace, status: int, end: float) -> None:
@@ -62,26 +68,45 @@ class Observability:
             if route is not None and hasattr(rt.span, "update_name"):
                 rt.span.update_name(f"{method} {getattr(route, 'path', path)}")
             attrs = {f"lidarseg.{k}": v for k, v in info.items()}
-            attrs.update({"lidarseg.request_id": request_id,
-                          "lidarseg.model": self.service.model_tag or None,
-                          "lidarseg.device": self.service.device})
+            attrs.update(
+                {
+                    "lidarseg.request_id": request_id,
+                    "lidarseg.model": self.service.model_tag or None,
+                    "lidarseg.device": self.service.device,
+                }
+            )
             self.tracing.finish(rt, rec["stages"] if rec else [], attrs, status, end)
         client = scope.get("client")
         client = f"{client[0]}:{client[1]}" if client else None
-        self.access_log.write(method, path, status, client, request_id, rt.trace_id, timing,
-                              info)
+        self.access_log.write(method, path, status, client, request_id, rt.trace_id, timing, info)
         if path == SEGMENT_PATH and method == "POST" and self.ring.enabled:
             if not self.ring.class_names:
                 self.ring.class_names = self.service.class_names
-            summary = {"id": request_id or rt.span_id, "trace_id": rt.trace_id,
-                       "time": rt.start_ns / 1e9, "status": status, "client": client,
-                       **info, "timing_ms": timing}
+            summary = {
+                "id": request_id or rt.span_id,
+                "trace_id": rt.trace_id,
+                "time": rt.start_ns / 1e9,
+                "status": status,
+                "client": client,
+                **info,
+                "timing_ms": timing,
+            }
             self.ring.add(summary, rec and rec["points"], rec and rec["labels"])
 
 
-def record(request, *, timing: dict[str, float], result, batch_size: int, fmt: str | None,
-           body: bytes, content_type: str | None, points, t_body: float,
-           t_enc: float) -> dict | None:
+def record(
+    request,
+    *,
+    timing: dict[str, float],
+    result,
+    batch_size: int,
+    fmt: str | None,
+    body: bytes,
+    content_type: str | None,
+    points,
+    t_body: float,
+    t_enc: float,
+) -> dict | None:
     """What the segment route measured, for the middleware; returns the exemplar (the trace id)
     for the route's histogram observations, or None."""
     state = request.scope.setdefault("state", {})
@@ -92,7 +117,7 @@ def record(request, *, timing: dict[str, float], result, batch_size: int, fmt: s
     # the stage spans, laid end to end from where the route measured them
     stages, start = [], t_body
     for name in STAGES:
-        if name == "encode":        # after the wait for the worker's result
+        if name == "encode":  # after the wait for the worker's result
             start = t_enc
         ms = timing.get(name, 0.0)
         stages.append((name, start, ms))
@@ -101,10 +126,20 @@ def record(request, *, timing: dict[str, float], result, batch_size: int, fmt: s
         fmt = fmt or infer_format(body, content_type)
     except Exception:  # noqa: BLE001 - only a label for the log
         fmt = None
-    info = {"format": fmt, "points": result.num_points, "voxels": result.num_voxels,
-            "ignored_points": result.ignored_points, "batch_size": batch_size}
-    state[RECORD_KEY] = {"timing": timing, "info": info, "stages": stages,
-                         "points": points, "labels": result.labels}
+    info = {
+        "format": fmt,
+        "points": result.num_points,
+        "voxels": result.num_voxels,
+        "ignored_points": result.ignored_points,
+        "batch_size": batch_size,
+    }
+    state[RECORD_KEY] = {
+        "timing": timing,
+        "info": info,
+        "stages": stages,
+        "points": points,
+        "labels": result.labels,
+    }
     return {"trace_id": rt.trace_id} if obs.exemplars else None
 
 
@@ -127,8 +162,9 @@ class Observe:
                 traceparent = value.decode("latin-1")
                 break
         method, path = scope["method"], scope["path"]
-        rt = self.obs.tracing.start(f"{method} {path}", traceparent,
-                                    {"http.request.method": method, "url.path": path})
+        rt = self.obs.tracing.start(
+            f"{method} {path}", traceparent, {"http.request.method": method, "url.path": path}
+        )
         scope.setdefault("state", {})[TRACE_KEY] = rt
         header = (b"traceparent", rt.traceparent().encode())
         status = 500

@@ -6,6 +6,7 @@ memory budget; past it the oldest entries' points and labels are let go (with th
 counts, which are counted only when asked for: nothing is counted on the request path). Budget 0
 keeps no points; size 0 keeps nothing. Only the event-loop thread touches a ring.
 """
+
 from __future__ import annotations
 
 import collections
@@ -31,8 +32,8 @@ def held_bytes(a: np.ndarray) -> int:
 @dataclass
 class Entry:
     summary: dict
-    points: np.ndarray | None = None     # float32 [N, >=3]
-    labels: np.ndarray | None = None     # [N] ints, 255 = ignored
+    points: np.ndarray | None = None  # float32 [N, >=3]
+    labels: np.ndarray | None = None  # [N] ints, 255 = ignored
     nbytes: int = 0
 
 
@@ -54,7 +55,7 @@ class RequestRing:
             return
         entry = Entry(summary)
         rid = summary["id"]
-        if rid in self._entries:               # a client reused its X-Request-Id
+        if rid in self._entries:  # a client reused its X-Request-Id
             self._release(self._entries.pop(rid))
         self._entries[rid] = entry
         while len(self._entries) > self.size:
@@ -98,8 +99,7 @@ class RequestRing:
 
     def detail(self, entry: Entry) -> dict:
         counts = self.counts(entry.labels) if entry.labels is not None else None
-        return {**entry.summary, "has_points": entry.labels is not None,
-                "class_counts": counts}
+        return {**entry.summary, "has_points": entry.labels is not None, "class_counts": counts}
 
     def listing(self, limit: int | None = None) -> list[dict]:
         """Newest first."""
@@ -113,15 +113,27 @@ class RequestRing:
     def stats(self, window_s: float = 60.0) -> dict:
         """Latency percentiles of the successful requests held, and throughput over the window."""
         now = time.time()
-        totals = [e.summary["timing_ms"].get("total", 0.0) for e in self._entries.values()
-                  if e.summary["status"] == 200]
+        totals = [
+            e.summary["timing_ms"].get("total", 0.0)
+            for e in self._entries.values()
+            if e.summary["status"] == 200
+        ]
         recent = sum(1 for e in self._entries.values() if now - e.summary["time"] <= window_s)
         if self._entries and len(self._entries) >= self.size:  # full: the ring may span less
             oldest = next(iter(self._entries.values())).summary["time"]
             window_s = max(min(window_s, now - oldest), 1e-3)
-        pct = ({f"p{q}": round(float(np.percentile(totals, q)), 3) for q in (50, 95, 99)}
-               if totals else {"p50": None, "p95": None, "p99": None})
-        return {"requests": len(self._entries), "ok": len(totals), **pct,
-                "throughput_rps": round(recent / window_s, 3), "window_s": window_s,
-                "kept_points_bytes": self.kept_bytes, "budget_bytes": self.budget_bytes,
-                "size": self.size}
+        pct = (
+            {f"p{q}": round(float(np.percentile(totals, q)), 3) for q in (50, 95, 99)}
+            if totals
+            else {"p50": None, "p95": None, "p99": None}
+        )
+        return {
+            "requests": len(self._entries),
+            "ok": len(totals),
+            **pct,
+            "throughput_rps": round(recent / window_s, 3),
+            "window_s": window_s,
+            "kept_points_bytes": self.kept_bytes,
+            "budget_bytes": self.budget_bytes,
+            "size": self.size,
+        }

@@ -16,6 +16,7 @@ status, not a 500). Requests already decoded run on until the budget's drain par
 (budget - CLOSE_RESERVE_S); then uvicorn closes connections (at most GRACEFUL_S) and the lifespan
 stops the worker with what is left. A second signal exits at once.
 """
+
 from __future__ import annotations
 
 import json
@@ -30,14 +31,16 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from app.service.config import Settings
 
-CLOSE_RESERVE_S = 5.0   # of the shutdown budget, kept for closing connections and the lifespan
-GRACEFUL_S = 3.0        # uvicorn's own graceful close, inside the reserve
+CLOSE_RESERVE_S = 5.0  # of the shutdown budget, kept for closing connections and the lifespan
+GRACEFUL_S = 3.0  # uvicorn's own graceful close, inside the reserve
 
 
 def _raw_response(status: str, body: dict, extra: str = "") -> bytes:
     payload = json.dumps(body).encode()
-    return (f"HTTP/1.1 {status}\r\ncontent-type: application/json\r\nconnection: close\r\n"
-            f"content-length: {len(payload)}\r\n{extra}\r\n").encode() + payload
+    return (
+        f"HTTP/1.1 {status}\r\ncontent-type: application/json\r\nconnection: close\r\n"
+        f"content-length: {len(payload)}\r\n{extra}\r\n"
+    ).encode() + payload
 
 
 class GuardedH11(H11Protocol):
@@ -47,11 +50,16 @@ class GuardedH11(H11Protocol):
         super().connection_made(transport)
         guard = self.config.lidarseg_guard
         if len(self.connections) > guard["max_connections"]:
-            transport.write(_raw_response(
-                "503 Service Unavailable",
-                {"error": "too_many_connections",
-                 "detail": f"more than {guard['max_connections']} open connections"},
-                f"retry-after: {guard['retry_after_s']}\r\n"))
+            transport.write(
+                _raw_response(
+                    "503 Service Unavailable",
+                    {
+                        "error": "too_many_connections",
+                        "detail": f"more than {guard['max_connections']} open connections",
+                    },
+                    f"retry-after: {guard['retry_after_s']}\r\n",
+                )
+            )
             transport.close()
             self.connections.discard(self)
             return
@@ -60,7 +68,8 @@ class GuardedH11(H11Protocol):
     def _arm_header_timer(self) -> None:
         self._waiting_cycle = self.cycle
         self._header_timer = self.loop.call_later(
-            self.config.lidarseg_guard["header_timeout_s"], self._header_timeout)
+            self.config.lidarseg_guard["header_timeout_s"], self._header_timeout
+        )
 
     def _disarm_header_timer(self) -> None:
         timer = getattr(self, "_header_timer", None)
@@ -71,9 +80,12 @@ class GuardedH11(H11Protocol):
     def _header_timeout(self) -> None:
         self._header_timer = None
         if self.cycle is self._waiting_cycle and not self.transport.is_closing():
-            self.transport.write(_raw_response(
-                "408 Request Timeout",
-                {"error": "header_timeout", "detail": "request headers did not arrive in time"}))
+            self.transport.write(
+                _raw_response(
+                    "408 Request Timeout",
+                    {"error": "header_timeout", "detail": "request headers did not arrive in time"},
+                )
+            )
             self.transport.close()
 
     def handle_events(self) -> None:
@@ -83,8 +95,7 @@ class GuardedH11(H11Protocol):
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
-        if not self.transport.is_closing() and (self.cycle is None
-                                                or self.cycle.response_complete):
+        if not self.transport.is_closing() and (self.cycle is None or self.cycle.response_complete):
             self._disarm_header_timer()
             self._arm_header_timer()
 
@@ -95,13 +106,22 @@ class GuardedH11(H11Protocol):
 
 def uvicorn_config(app, settings: Settings) -> uvicorn.Config:
     config = uvicorn.Config(
-        app, host=settings.host, port=settings.port, lifespan="on", http=GuardedH11,
-        log_level=settings.log_level, timeout_keep_alive=max(1, round(settings.idle_timeout_s)),
-        timeout_graceful_shutdown=GRACEFUL_S, h11_max_incomplete_event_size=64 * 1024,
-        access_log=settings.access_log == "off")  # else ours (access_log.py)
-    config.lidarseg_guard = {"max_connections": settings.max_connections,
-                             "header_timeout_s": settings.header_timeout_s,
-                             "retry_after_s": settings.retry_after_s}
+        app,
+        host=settings.host,
+        port=settings.port,
+        lifespan="on",
+        http=GuardedH11,
+        log_level=settings.log_level,
+        timeout_keep_alive=max(1, round(settings.idle_timeout_s)),
+        timeout_graceful_shutdown=GRACEFUL_S,
+        h11_max_incomplete_event_size=64 * 1024,
+        access_log=settings.access_log == "off",
+    )  # else ours (access_log.py)
+    config.lidarseg_guard = {
+        "max_connections": settings.max_connections,
+        "header_timeout_s": settings.header_timeout_s,
+        "retry_after_s": settings.retry_after_s,
+    }
     return config
 
 
@@ -143,7 +163,8 @@ def serve(overrides: dict) -> int:
     except ValidationError as e:
         print(f"lidarseg: bad settings:\n{e}", file=sys.stderr)
         return 2
-    logging.basicConfig(level=settings.log_level.upper(),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     run(create_app(settings))
     return 0

@@ -13,6 +13,7 @@ and the response still returns a `traceparent`.
 Stage spans are written when the request ends, with the start and end times the route measured,
 so their durations are the response's `timing_ms` values.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -31,13 +32,14 @@ _ZERO_TRACE = "0" * 32
 @dataclass
 class RequestTrace:
     """The trace of one request; `span` is the SDK span when tracing is on."""
-    trace_id: str                 # 32 hex digits
-    span_id: str                  # 16 hex digits: this request's span
+
+    trace_id: str  # 32 hex digits
+    span_id: str  # 16 hex digits: this request's span
     sampled: bool
-    start_ns: int                 # wall clock (epoch ns) at the start ...
-    start_perf: float             # ... and time.perf_counter() at the same moment
+    start_ns: int  # wall clock (epoch ns) at the start ...
+    start_perf: float  # ... and time.perf_counter() at the same moment
     span: object = None
-    links: list = field(default_factory=list)   # span contexts of shared inference spans
+    links: list = field(default_factory=list)  # span contexts of shared inference spans
 
     def traceparent(self) -> str:
         return f"00-{self.trace_id}-{self.span_id}-{'01' if self.sampled else '00'}"
@@ -58,11 +60,13 @@ def export_requested(environ=os.environ) -> str | None:
             return None
         unknown = set(names) - {"otlp", "console"}
         if unknown:
-            raise ValueError(f"OTEL_TRACES_EXPORTER: {sorted(unknown)} not supported "
-                             "(otlp, console, none)")
+            raise ValueError(
+                f"OTEL_TRACES_EXPORTER: {sorted(unknown)} not supported (otlp, console, none)"
+            )
         return names[0]
     if environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or environ.get(
-            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):
+        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"
+    ):
         return "otlp"
     return None
 
@@ -77,8 +81,10 @@ def provider_from_env(environ=os.environ):
     from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter
 
     if kind == "otlp":
-        protocol = environ.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
-                               environ.get("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf"))
+        protocol = environ.get(
+            "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
+            environ.get("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf"),
+        )
         if protocol != "http/protobuf":
             raise ValueError(f"OTLP protocol {protocol!r} not supported: use http/protobuf")
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
@@ -108,22 +114,37 @@ class Tracing:
         if self.tracer is None:
             m = TRACEPARENT.match(traceparent or "")
             if m and m[1] != _ZERO_TRACE:
-                return RequestTrace(m[1], os.urandom(8).hex(), bool(int(m[3], 16) & 1),
-                                    now_ns, now)
+                return RequestTrace(m[1], os.urandom(8).hex(), bool(int(m[3], 16) & 1), now_ns, now)
             return RequestTrace(os.urandom(16).hex(), os.urandom(8).hex(), False, now_ns, now)
         from opentelemetry.trace import SpanKind
         from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-        parent = (TraceContextTextMapPropagator().extract({"traceparent": traceparent})
-                  if traceparent else None)
-        span = self.tracer.start_span(name, parent, kind=SpanKind.SERVER, attributes=attributes,
-                                      start_time=now_ns)
+        parent = (
+            TraceContextTextMapPropagator().extract({"traceparent": traceparent})
+            if traceparent
+            else None
+        )
+        span = self.tracer.start_span(
+            name, parent, kind=SpanKind.SERVER, attributes=attributes, start_time=now_ns
+        )
         ctx = span.get_span_context()
-        return RequestTrace(f"{ctx.trace_id:032x}", f"{ctx.span_id:016x}",
-                            ctx.trace_flags.sampled, now_ns, now, span)
+        return RequestTrace(
+            f"{ctx.trace_id:032x}",
+            f"{ctx.span_id:016x}",
+            ctx.trace_flags.sampled,
+            now_ns,
+            now,
+            span,
+        )
 
-    def finish(self, rt: RequestTrace, stages: list[tuple[str, float, float]], attributes: dict,
-               status: int, end_perf: float) -> None:
+    def finish(
+        self,
+        rt: RequestTrace,
+        stages: list[tuple[str, float, float]],
+        attributes: dict,
+        status: int,
+        end_perf: float,
+    ) -> None:
         """Writes a child span per (stage, start perf_counter, ms) and ends the request span."""
         if rt.span is None:
             return
@@ -136,7 +157,8 @@ class Tracing:
             t0 = rt.ns(start)
             shared = links if name in PIPELINE_STAGES else ()
             self.tracer.start_span(name, parent, start_time=t0, links=shared).end(
-                t0 + round(ms * 1e6))
+                t0 + round(ms * 1e6)
+            )
         rt.span.set_attributes({k: v for k, v in attributes.items() if v is not None})
         rt.span.set_attribute("http.response.status_code", status)
         if status >= 500:
@@ -156,8 +178,9 @@ class Tracing:
         live = [t for t in traces if t is not None and t.span is not None]
         parent = trace.set_span_in_context(live[0].span) if live else None
         links = [Link(t.span.get_span_context()) for t in live[1:]]
-        with self.tracer.start_as_current_span("inference", parent, links=links,
-                                               attributes=attributes) as span:
+        with self.tracer.start_as_current_span(
+            "inference", parent, links=links, attributes=attributes
+        ) as span:
             for t in live:
                 t.links.append(span.get_span_context())
             yield span

@@ -6,12 +6,13 @@ what a point costs (an average over the batches it ran) and estimates each batch
 it. Under contention (other work queued or running), a job that cannot finish by its deadline is
 refused (DeadlineExceeded) without running: at submit when the work ahead already rules it out,
 else when the worker takes it; a batch only grows while every frame in it can still finish. A
-job alone always runs, so a stale estimate cannot refuse work forever. A route whose client gave up cancels its job,
-which frees the slot and the job never runs (if it has not started).
+job alone always runs, so a stale estimate cannot refuse work forever. A route whose client gave
+up cancels its job, which frees the slot and the job never runs (if it has not started).
 
 The loop is supervised: an exception outside a batch's pipeline run is logged, the jobs it held
 fail, and the loop starts again; `alive` says whether the thread runs (/readyz checks it).
 """
+
 from __future__ import annotations
 
 import collections
@@ -71,13 +72,13 @@ class Job:
     points: np.ndarray
     sensor: str
     layer_timing: bool
-    deadline: float                       # time.monotonic()
+    deadline: float  # time.monotonic()
     enqueued: float = field(default_factory=time.monotonic)
     future: concurrent.futures.Future = field(default_factory=concurrent.futures.Future)
     queue_ms: float = 0.0
     batch_size: int = 0
-    trace: object = None                  # the request's trace (the pipeline run links to it)
-    valid: object = None                  # valid_mask's result from the route (computed once)
+    trace: object = None  # the request's trace (the pipeline run links to it)
+    valid: object = None  # valid_mask's result from the route (computed once)
 
     @property
     def size(self) -> int:
@@ -86,34 +87,47 @@ class Job:
 
 @dataclass
 class WorkerStats:
-    on_batch: object = None               # callback(batch_size) for metrics
-    on_depth: object = None               # callback(queue depth)
-    on_drop: object = None                # callback() per job dropped unrun (deadline)
-    on_run: object = None                 # callback(jobs) -> context manager around a run
-    on_restart: object = None             # callback() per restart of the supervised loop
+    on_batch: object = None  # callback(batch_size) for metrics
+    on_depth: object = None  # callback(queue depth)
+    on_drop: object = None  # callback() per job dropped unrun (deadline)
+    on_run: object = None  # callback(jobs) -> context manager around a run
+    on_restart: object = None  # callback() per restart of the supervised loop
 
 
 class InferenceWorker:
-    def __init__(self, pipeline: SegmentationPipeline, queue_size: int, max_batch: int = 1,
-                 max_wait_s: float = 0.0, stats: WorkerStats | None = None,
-                 after_batch=None):
+    def __init__(
+        self,
+        pipeline: SegmentationPipeline,
+        queue_size: int,
+        max_batch: int = 1,
+        max_wait_s: float = 0.0,
+        stats: WorkerStats | None = None,
+        after_batch=None,
+    ):
         self.pipeline, self.queue_size = pipeline, queue_size
         self.max_batch, self.max_wait_s = max_batch, max_wait_s
         self.stats = stats or WorkerStats()
         self.cost = CostModel()
-        self.after_batch = after_batch    # callback(points in the batch), e.g. a heap trim
+        self.after_batch = after_batch  # callback(points in the batch), e.g. a heap trim
         self.restarts = 0
         self._jobs: collections.deque[Job] = collections.deque()
         self._cond = threading.Condition()
         self._stopping = False
-        self._busy: list[Job] = []        # jobs taken off the queue and not finished yet
-        self._busy_until = 0.0            # estimated end of the running batch (monotonic)
+        self._busy: list[Job] = []  # jobs taken off the queue and not finished yet
+        self._busy_until = 0.0  # estimated end of the running batch (monotonic)
         self._thread = threading.Thread(target=self._loop, name="lidarseg-worker", daemon=True)
         self._thread.start()
 
     # ---- route side ----------------------------------------------------------------------
-    def submit(self, points: np.ndarray, sensor: str, deadline: float,
-               layer_timing: bool = False, trace: object = None, valid: object = None) -> Job:
+    def submit(
+        self,
+        points: np.ndarray,
+        sensor: str,
+        deadline: float,
+        layer_timing: bool = False,
+        trace: object = None,
+        valid: object = None,
+    ) -> Job:
         job = Job(points, sensor, layer_timing, deadline, trace=trace, valid=valid)
         with self._cond:
             if self._stopping:
@@ -126,8 +140,10 @@ class InferenceWorker:
             need = start + self.cost.seconds(ahead) - time.monotonic()
             if busy and need > deadline - time.monotonic():
                 self._dropped()
-                raise DeadlineExceeded(f"cannot finish before the deadline: the work queued "
-                                       f"ahead and this frame are estimated at {need:.1f} s")
+                raise DeadlineExceeded(
+                    f"cannot finish before the deadline: the work queued "
+                    f"ahead and this frame are estimated at {need:.1f} s"
+                )
             self._jobs.append(job)
             self._depth()
             self._cond.notify()
@@ -180,8 +196,9 @@ class InferenceWorker:
         if job.future.cancelled():
             self._dropped()
             return True
-        if now < job.deadline and (not contended
-                                   or now + self.cost.seconds(job.size) <= job.deadline):
+        if now < job.deadline and (
+            not contended or now + self.cost.seconds(job.size) <= job.deadline
+        ):
             return False
         what = "passed while queued" if now >= job.deadline else "cannot be met"
         job.future.set_exception(DeadlineExceeded(f"deadline {what}"))
@@ -278,8 +295,11 @@ class InferenceWorker:
         try:
             with around:
                 results: list[FrameResult] = self.pipeline.run(
-                    [j.points for j in live], [j.sensor for j in live],
-                    layer_timing=live[0].layer_timing, valid=[j.valid for j in live])
+                    [j.points for j in live],
+                    [j.sensor for j in live],
+                    layer_timing=live[0].layer_timing,
+                    valid=[j.valid for j in live],
+                )
         except Exception as e:  # noqa: BLE001 - delivered to every waiting request
             log.exception("pipeline failed on a batch of %d", len(live))
             for job in live:

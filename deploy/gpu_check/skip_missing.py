@@ -5,6 +5,7 @@ Open3D, ...). A test folder or file whose import needs a package this machine la
 and named in the summary with the missing package, instead of failing the run as a collection
 error. A missing module of our own (app, models, kernels, ...) is not excused: it still fails.
 """
+
 from __future__ import annotations
 
 import importlib

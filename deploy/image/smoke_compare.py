@@ -3,6 +3,7 @@ pipeline's on this machine (same shipped weights). Used by deploy/image/smoke.sh
 
     python deploy/image/smoke_compare.py URL FRAME
 """
+
 from __future__ import annotations
 
 import sys
@@ -19,9 +20,12 @@ def main() -> int:
     url, frame = sys.argv[1:3]
     body = Path(frame).read_bytes()
     t0 = time.monotonic()
-    r = httpx.post(f"{url}/v1/segment?format=kitti", content=body, timeout=600,
-                   headers={"Content-Type": "application/octet-stream",
-                            "Accept": "application/octet-stream"})
+    r = httpx.post(
+        f"{url}/v1/segment?format=kitti",
+        content=body,
+        timeout=600,
+        headers={"Content-Type": "application/octet-stream", "Accept": "application/octet-stream"},
+    )
     if r.status_code != 200:
         print(f"POST /v1/segment: {r.status_code} {r.text[:500]}")
         return 1

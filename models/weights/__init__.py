@@ -10,6 +10,7 @@ A weights argument anywhere in lidarseg (CLI --weights, LIDARSEG_WEIGHTS, benchm
 Each checkpoint's meta carries its `licence` and `training_data` (shown by /v1/model).
 app/inference/builder.py turns a weights argument into a ready pipeline.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -30,6 +31,7 @@ RANDOM = "random"
 class WeightsSource:
     """What a weights argument names: kind "random", "checkpoint" (our format) or "reference"
     (imported with `layout`); `path` for the last two."""
+
     kind: str
     path: Path | None = None
     layout: str | None = None
@@ -50,8 +52,11 @@ def parse_weights(weights: str | Path | None) -> WeightsSource:
             layout, name = head, tail
         path = Path(name)
     if not path.is_file():
-        hint = (f" (the shipped {name!r} model is missing from this checkout)"
-                if name in WEIGHTS else "")
+        hint = (
+            f" (the shipped {name!r} model is missing from this checkout)"
+            if name in WEIGHTS
+            else ""
+        )
         raise FileNotFoundError(f"weights file not found: {path}{hint}")
     return WeightsSource("reference" if layout else "checkpoint", path, layout)
 

@@ -1,5 +1,6 @@
 """In-process apps for the HTTP contract tests: the real app (create_app, its lifespan, model
 load, worker) behind Starlette's TestClient, with the small random model (cr 0.25)."""
+
 from __future__ import annotations
 
 import contextlib
@@ -21,8 +22,18 @@ WANT_BIN = {**BIN, "Accept": "application/octet-stream"}
 @contextlib.contextmanager
 def serving(**settings):
     """A TestClient of a ready app (the lifespan runs: model loaded and warmed, worker up)."""
-    app = create_app(Settings(**{"weights": "random", "cr": 0.25, "device": "cpu",
-                                 "log_level": "warning", "access_log": "off", **settings}))
+    app = create_app(
+        Settings(
+            **{
+                "weights": "random",
+                "cr": 0.25,
+                "device": "cpu",
+                "log_level": "warning",
+                "access_log": "off",
+                **settings,
+            }
+        )
+    )
     with TestClient(app, raise_server_exceptions=False) as client:
         end = time.monotonic() + 120
         while client.get("/readyz").status_code != 200:

@@ -1,4 +1,5 @@
 """An in-process app (the real lifespan, model load and worker) for the observability tests."""
+
 from __future__ import annotations
 
 import contextlib

@@ -1,4 +1,5 @@
 """A real server for the service tests: `python -m app serve` in a subprocess on a loopback port."""
+
 from __future__ import annotations
 
 import os
@@ -26,13 +27,21 @@ class Server:
     def __init__(self, **env: str):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.env = {**os.environ, "LIDARSEG_CR": "0.25", "LIDARSEG_WEIGHTS": "random",
-                    "LIDARSEG_LOG_LEVEL": "warning",
-                    **{f"LIDARSEG_{k.upper()}": str(v) for k, v in env.items()}}
+        self.env = {
+            **os.environ,
+            "LIDARSEG_CR": "0.25",
+            "LIDARSEG_WEIGHTS": "random",
+            "LIDARSEG_LOG_LEVEL": "warning",
+            **{f"LIDARSEG_{k.upper()}": str(v) for k, v in env.items()},
+        }
         self.log = tempfile.TemporaryFile()
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "app", "serve", "--port", str(self.port), "--device", "cpu"],
-            cwd=REPO_ROOT, env=self.env, stdout=self.log, stderr=subprocess.STDOUT)
+            cwd=REPO_ROOT,
+            env=self.env,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+        )
         self.wait_ready()
 
     def output(self) -> str:

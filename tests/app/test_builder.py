@@ -1,6 +1,7 @@
 """One builder for every entry point: a checkpoint with 3 input features (x, y, z) and 8 cm
 voxels is served and scored the same way by the service, `segment`, `crosscheck`, `evaluate`,
 train.evaluate and the benchmarks; check_meta refuses features that do not fit the network."""
+
 from __future__ import annotations
 
 import json
@@ -45,8 +46,9 @@ def xyz_checkpoint(tmp_path_factory):
     torch.manual_seed(3)
     model = randomize_batchnorm(MinkUNet(in_channels=3, cr=0.25), 5).eval()
     path = tmp_path_factory.mktemp("ckpt") / "xyz_minkunet.pt"
-    save_checkpoint(path, model, make_meta(voxel_size=VOXEL, input_features=FEATURES,
-                                           version="xyz-test"))
+    save_checkpoint(
+        path, model, make_meta(voxel_size=VOXEL, input_features=FEATURES, version="xyz-test")
+    )
     return path, model
 
 
@@ -63,8 +65,11 @@ def test_check_meta_refuses_features_that_do_not_fit_the_first_conv(tmp_path):
     with pytest.raises(CheckpointError, match=r"has 4 features .* in_channels is 3"):
         save_checkpoint(tmp_path / "bad.pt", model, make_meta())
     with pytest.raises(CheckpointError, match="intensity_normalisation"):
-        save_checkpoint(tmp_path / "bad.pt", model, make_meta(
-            input_features=FEATURES, intensity_normalisation={"kitti": "log scale"}))
+        save_checkpoint(
+            tmp_path / "bad.pt",
+            model,
+            make_meta(input_features=FEATURES, intensity_normalisation={"kitti": "log scale"}),
+        )
 
 
 def test_builder_honours_the_meta(xyz_checkpoint, frame, expected):
@@ -105,8 +110,11 @@ def test_service_serves_the_same_labels(xyz_checkpoint, frame, expected):
             time.sleep(0.05)
         info = http.get("/v1/model").json()
         assert info["voxel_size"] == VOXEL and info["input_features"] == list(FEATURES)
-        r = http.post("/v1/segment?format=kitti", content=frame[2].tobytes(),
-                      headers={"Accept": "application/octet-stream"})
+        r = http.post(
+            "/v1/segment?format=kitti",
+            content=frame[2].tobytes(),
+            headers={"Accept": "application/octet-stream"},
+        )
         assert r.status_code == 200, r.text
     np.testing.assert_array_equal(np.frombuffer(r.content, np.uint8), expected.labels)
 
@@ -116,11 +124,16 @@ def test_segment_and_evaluate_commands(xyz_checkpoint, frame, expected, capsys):
     assert cli.main(["segment", str(bin_path), "--weights", str(path), "--device", "cpu"]) == 0
     out = capsys.readouterr().out
     assert f"{expected.num_voxels} voxels" in out
-    printed = {line.split()[0]: int(line.split()[1]) for line in out.splitlines()
-               if line.startswith("  ")}
+    printed = {
+        line.split()[0]: int(line.split()[1]) for line in out.splitlines() if line.startswith("  ")
+    }
     assert printed == class_counts(expected.labels, SEMANTIC_KITTI_CLASSES)
-    assert cli.main(["evaluate", str(bin_path), str(label_path), "--weights", str(path),
-                     "--device", "cpu"]) == 0
+    assert (
+        cli.main(
+            ["evaluate", str(bin_path), str(label_path), "--weights", str(path), "--device", "cpu"]
+        )
+        == 0
+    )
     scored = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     want = iou_metrics(read_labels(label_path), expected.labels, list(SEMANTIC_KITTI_CLASSES))
     assert scored == want
@@ -128,8 +141,12 @@ def test_segment_and_evaluate_commands(xyz_checkpoint, frame, expected, capsys):
 
 def test_crosscheck_command(xyz_checkpoint, frame, expected, capsys):
     pytest.importorskip("spconv.pytorch")
-    assert cli.main(["crosscheck", str(frame[0]), "--weights", str(xyz_checkpoint[0]),
-                     "--device", "cpu"]) == 0
+    assert (
+        cli.main(
+            ["crosscheck", str(frame[0]), "--weights", str(xyz_checkpoint[0]), "--device", "cpu"]
+        )
+        == 0
+    )
     report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert report["num_voxels"] == expected.num_voxels
     assert report["label_agreement"] >= 0.9999
@@ -146,8 +163,21 @@ def test_train_evaluate_scores_the_same_labels(xyz_checkpoint, frame, expected, 
         (real / f"{name}.bin").symlink_to(frame[0])
         (real / f"{name}.label").symlink_to(frame[1])
     out = tmp_path / "eval.json"
-    assert train_evaluate.main(["--weights", str(xyz_checkpoint[0]), "--frames", "1",
-                                "--real-dir", str(real), "--json", str(out)]) == 0
+    assert (
+        train_evaluate.main(
+            [
+                "--weights",
+                str(xyz_checkpoint[0]),
+                "--frames",
+                "1",
+                "--real-dir",
+                str(real),
+                "--json",
+                str(out),
+            ]
+        )
+        == 0
+    )
     result = json.loads(out.read_text())
     assert result["voxel_size"] == VOXEL
     want = iou_metrics(read_labels(frame[1]), expected.labels, list(SEMANTIC_KITTI_CLASSES))
@@ -160,23 +190,40 @@ def test_benchmarks_build_through_the_builder(xyz_checkpoint, frame, expected, t
     from bench import minkunet as bench_minkunet
 
     out = tmp_path / "bench.json"
-    assert bench_minkunet.main(["--weights", str(xyz_checkpoint[0]), "--frames", str(frame[0]),
-                                "--cr", "1", "--threads", "1", "--runs", "1",
-                                "--json", str(out)]) == 0
+    assert (
+        bench_minkunet.main(
+            [
+                "--weights",
+                str(xyz_checkpoint[0]),
+                "--frames",
+                str(frame[0]),
+                "--cr",
+                "1",
+                "--threads",
+                "1",
+                "--runs",
+                "1",
+                "--json",
+                str(out),
+            ]
+        )
+        == 0
+    )
     rows = json.loads(out.read_text())["rows"]
     assert [r["ours_ms"]["num_voxels"] for r in rows] == [expected.num_voxels]
 
 
 def test_imported_reference_checkpoint(tmp_path, frame):
-    """"LAYOUT:PATH" imports a reference state dict (its config read from its shapes) and
+    """ "LAYOUT:PATH" imports a reference state dict (its config read from its shapes) and
     serves it like the model it came from."""
     from models.importers import export_state_dict
 
     torch.manual_seed(1)
     model = randomize_batchnorm(MinkUNet(in_channels=3, cr=0.25, blocks=(2, 1, 1, 1)), 2).eval()
     path = tmp_path / "spvnas.pt"
-    torch.save({"model": export_state_dict(model.state_dict(), "torchsparse-spvnas",
-                                           model.config)}, path)
+    torch.save(
+        {"model": export_state_dict(model.state_dict(), "torchsparse-spvnas", model.config)}, path
+    )
     imported, meta = load_model(f"torchsparse-spvnas:{path}")
     assert imported.config == model.config
     assert meta["input_features"] == list(FEATURES)

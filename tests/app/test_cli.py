@@ -1,4 +1,5 @@
 """The command line, run as users run it (a subprocess), on a real frame."""
+
 import json
 import subprocess
 import sys
@@ -11,8 +12,13 @@ NUSCENES = "nuscenes/n015-2018-07-24-11-22-45+0800__LIDAR_TOP__1532402927647951.
 
 
 def run_app(*args: str) -> str:
-    proc = subprocess.run([sys.executable, "-m", "app", *args], cwd=REPO_ROOT,
-                          capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-m", "app", *args],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr
     return proc.stdout
 
@@ -30,8 +36,11 @@ def test_segment_prints_counts_and_timing():
 def test_crosscheck_prints_one_json_line():
     pytest.importorskip("spconv.pytorch")
     frame = require_real_data() / NUSCENES
-    lines = run_app("crosscheck", str(frame), "--weights", "random",
-                    "--cr", "0.25").strip().splitlines()
+    lines = (
+        run_app("crosscheck", str(frame), "--weights", "random", "--cr", "0.25")
+        .strip()
+        .splitlines()
+    )
     report = json.loads(lines[-1])
     assert report["num_points"] == 34688 and report["num_voxels"] > 20000
     assert report["label_agreement"] >= 0.9999
@@ -42,6 +51,11 @@ def test_crosscheck_prints_one_json_line():
 def test_bad_frame_is_a_clear_error(tmp_path):
     bad = tmp_path / "broken.bin"
     bad.write_bytes(b"\x00" * 10)
-    proc = subprocess.run([sys.executable, "-m", "app", "segment", str(bad)], cwd=REPO_ROOT,
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "app", "segment", str(bad)],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode != 0 and "not a whole number of kitti points" in proc.stderr

@@ -1,5 +1,6 @@
 """Wire codecs (app/codecs): round trips of the real frames through every format and variant,
 format inference, and every error case answering the right 4xx status."""
+
 from __future__ import annotations
 
 import io
@@ -16,12 +17,28 @@ NAMES = [name for name, _ in FRAMES]
 SMALL = "semantickitti/seq00_000000_subset50.bin"
 NUSC = next(n for n in NAMES if n.startswith("nuscenes/"))
 # intensity convention of each frame: the self-describing formats report "ouster" for 0..255
-RULE_SENSOR = {"seq00_000000": "kitti", "spvnas_000000": "kitti",
-               "seq00_000000_subset50": "kitti", "nuscenes": "ouster",
-               "os1-128_lb_n3_scan0_xyzr": "ouster"}
+RULE_SENSOR = {
+    "seq00_000000": "kitti",
+    "spvnas_000000": "kitti",
+    "seq00_000000_subset50": "kitti",
+    "nuscenes": "ouster",
+    "os1-128_lb_n3_scan0_xyzr": "ouster",
+}
 ASCII = {"pcd_ascii", "ply_ascii", "json", "json_bare"}
-CASES = ["kitti", "nuscenes", "xyz", "pcd", "ply", "npy", "las", "pointcloud2", "json",
-         "json_bare", "pointcloud2_padded", *VARIANTS]
+CASES = [
+    "kitti",
+    "nuscenes",
+    "xyz",
+    "pcd",
+    "ply",
+    "npy",
+    "las",
+    "pointcloud2",
+    "json",
+    "json_bare",
+    "pointcloud2_padded",
+    *VARIANTS,
+]
 
 
 def _frame(name: str) -> np.ndarray:
@@ -34,7 +51,7 @@ def _expected(points: np.ndarray, case: str) -> np.ndarray:
     if fmt in ("kitti", "nuscenes", "xyz"):
         width = {"kitti": 4, "nuscenes": 5, "xyz": 3}[fmt]
         out = np.zeros((len(points), width), np.float32)
-        out[:, :min(width, points.shape[1])] = points[:, :width]
+        out[:, : min(width, points.shape[1])] = points[:, :width]
         return out
     return points if fmt in ("npy", "json") else points[:, :4]
 
@@ -43,19 +60,27 @@ def _encode(points: np.ndarray, case: str) -> tuple[bytes, str]:
     if case == "json_bare":
         return encode(points, "json", wrap=False)
     if case == "pointcloud2_padded":  # rows of 2 points... padded by 7 bytes, data big-endian
-        return encode(points, "pointcloud2", height=len(points) // 2 if len(points) % 2 == 0
-                      else 1, row_padding=7, point_padding=3, data_big_endian=True)
+        return encode(
+            points,
+            "pointcloud2",
+            height=len(points) // 2 if len(points) % 2 == 0 else 1,
+            row_padding=7,
+            point_padding=3,
+            data_big_endian=True,
+        )
     return encode(points, case)
 
 
-def _error(body: bytes, fmt: str | None = None, content_type: str | None = None,
-           **kw) -> DecodeError:
+def _error(
+    body: bytes, fmt: str | None = None, content_type: str | None = None, **kw
+) -> DecodeError:
     with pytest.raises(DecodeError) as info:
         decode(body, fmt, content_type, **kw)
     return info.value
 
 
 # ---- round trips ------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("case", CASES)
 @pytest.mark.parametrize("name", NAMES, ids=frame_id)
@@ -73,8 +98,9 @@ def test_round_trip(name, case):
         assert frame.points.shape == expected.shape
         np.testing.assert_allclose(frame.points[:, :3], expected[:, :3], rtol=0, atol=2e-5)
         scale = 255.0 if RULE_SENSOR[frame_id(name)] == "ouster" else 1.0
-        np.testing.assert_allclose(frame.points[:, 3] / 255.0, expected[:, 3] / scale,
-                                   rtol=0, atol=1e-4)
+        np.testing.assert_allclose(
+            frame.points[:, 3] / 255.0, expected[:, 3] / scale, rtol=0, atol=1e-4
+        )
         assert frame.sensor == "ouster"
         return
     np.testing.assert_array_equal(frame.points, expected)
@@ -114,7 +140,7 @@ def test_scalar_types(fmt):
     for t in ("i2", "u2", "i4", "u4", "f8", "i1"):
         ints = np.round(np.clip(points, -100, 100)).astype(np.float32)
         ints[:, :3] = np.abs(ints[:, :3]) if t[0] == "u" else ints[:, :3]
-        body, _ = encode(ints, fmt, dtypes={k: t for k in "xyz"})
+        body, _ = encode(ints, fmt, dtypes=dict.fromkeys("xyz", t))
         np.testing.assert_array_equal(decode(body).points, ints)
 
 
@@ -128,23 +154,37 @@ def test_intensity_aliases(fmt, field):
 
 def test_pcd_count_and_padding_fields():
     n = 50
-    rec = np.zeros(n, dtype=[("x", "<f4"), ("pad", "u1", (3,)), ("y", "<f8"), ("z", "<f4"),
-                             ("normal", "<f4", (3,)), ("intensity", "<u2"), ("_", "u1", (2,))])
+    rec = np.zeros(
+        n,
+        dtype=[
+            ("x", "<f4"),
+            ("pad", "u1", (3,)),
+            ("y", "<f8"),
+            ("z", "<f4"),
+            ("normal", "<f4", (3,)),
+            ("intensity", "<u2"),
+            ("_", "u1", (2,)),
+        ],
+    )
     points = _frame(SMALL)
     rec["x"], rec["y"], rec["z"] = points[:, 0], points[:, 1], points[:, 2]
     rec["intensity"] = np.arange(n)
     rec["normal"] = 7
-    head = ("# .PCD v0.7\nVERSION 0.7\nFIELDS x _ y z normal intensity _\nSIZE 4 1 8 4 4 2 1\n"
-            "TYPE F U F F F U U\nCOUNT 1 3 1 1 3 1 2\nWIDTH 10\nHEIGHT 5\n"
-            f"VIEWPOINT 0 0 0 1 0 0 0\nPOINTS {n}\nDATA binary\n").encode()
+    head = (
+        "# .PCD v0.7\nVERSION 0.7\nFIELDS x _ y z normal intensity _\nSIZE 4 1 8 4 4 2 1\n"
+        "TYPE F U F F F U U\nCOUNT 1 3 1 1 3 1 2\nWIDTH 10\nHEIGHT 5\n"
+        f"VIEWPOINT 0 0 0 1 0 0 0\nPOINTS {n}\nDATA binary\n"
+    ).encode()
     frame = decode(head + rec.tobytes())
     np.testing.assert_array_equal(frame.points[:, :3], points[:, :3])
     np.testing.assert_array_equal(frame.points[:, 3], np.arange(n))
     assert frame.sensor == "ouster"  # intensities up to 49 > 1
     # the same cloud as ascii and as binary_compressed (fields stored one after another)
     cols = [rec[k].reshape(n, -1) for k in ("x", "pad", "y", "z", "normal", "intensity", "_")]
-    text = "\n".join(" ".join(repr(float(v)) if c.dtype.kind == "f" else str(v)
-                              for c in cols for v in c[i]) for i in range(n))
+    text = "\n".join(
+        " ".join(repr(float(v)) if c.dtype.kind == "f" else str(v) for c in cols for v in c[i])
+        for i in range(n)
+    )
     frame = decode(head.replace(b"DATA binary", b"DATA ascii") + text.encode())
     np.testing.assert_array_equal(frame.points[:, :3], points[:, :3])
     raw = b"".join(np.ascontiguousarray(c).tobytes() for c in cols)
@@ -187,14 +227,24 @@ def test_ply_skips_other_elements():
     points = _frame(SMALL)
     n = len(points)
     for encoding, order in (("binary_little_endian", "<"), ("binary_big_endian", ">")):
-        head = (f"ply\nformat {encoding} 1.0\ncomment end_header in a comment\n"
-                "element camera 2\nproperty float a\nproperty list uchar int ids\n"
-                f"element vertex {n}\nproperty double z\nproperty float x\nproperty uchar flag\n"
-                "property float y\nproperty float intensity\n"
-                "element face 1\nproperty list uchar int vertex_indices\nend_header\n").encode()
+        head = (
+            f"ply\nformat {encoding} 1.0\ncomment end_header in a comment\n"
+            "element camera 2\nproperty float a\nproperty list uchar int ids\n"
+            f"element vertex {n}\nproperty double z\nproperty float x\nproperty uchar flag\n"
+            "property float y\nproperty float intensity\n"
+            "element face 1\nproperty list uchar int vertex_indices\nend_header\n"
+        ).encode()
         cams = struct.pack(order + "fB2i", 1.0, 2, 5, 6) + struct.pack(order + "fB", 2.0, 0)
-        rec = np.zeros(n, dtype=[("z", order + "f8"), ("x", order + "f4"), ("flag", "u1"),
-                                 ("y", order + "f4"), ("intensity", order + "f4")])
+        rec = np.zeros(
+            n,
+            dtype=[
+                ("z", order + "f8"),
+                ("x", order + "f4"),
+                ("flag", "u1"),
+                ("y", order + "f4"),
+                ("intensity", order + "f4"),
+            ],
+        )
         for j, k in enumerate("xyz"):
             rec[k] = points[:, j]
         rec["intensity"] = points[:, 3]
@@ -212,14 +262,19 @@ def test_ply_skips_other_elements():
 
 # ---- PointCloud2 against an independent CDR implementation ------------------------------------
 
+
 def test_pointcloud2_matches_rosbags():
     typesys = pytest.importorskip("rosbags.typesys")
     store = typesys.get_typestore(typesys.Stores.ROS2_HUMBLE)
     msgtype = "sensor_msgs/msg/PointCloud2"
     points = _frame(SMALL)
-    for kw in ({}, {"big_endian": True, "height": 5, "row_padding": 3, "point_padding": 2},
-               {"dtypes": {"x": "f8", "intensity": "u2"}, "frame_id": "abc"},
-               {"frame_id": "", "data_big_endian": True}, {"frame_id": "os_lidar_0"}):
+    for kw in (
+        {},
+        {"big_endian": True, "height": 5, "row_padding": 3, "point_padding": 2},
+        {"dtypes": {"x": "f8", "intensity": "u2"}, "frame_id": "abc"},
+        {"frame_id": "", "data_big_endian": True},
+        {"frame_id": "os_lidar_0"},
+    ):
         ours, _ = encode(points, "pointcloud2", **kw)
         msg = store.deserialize_cdr(ours, msgtype)
         assert (msg.height, msg.width) == (kw.get("height", 1), 50 // kw.get("height", 1))
@@ -232,13 +287,22 @@ def test_pointcloud2_matches_rosbags():
     view[...] = np.arange(6).reshape(2, 3)
     msg = store.types[msgtype](
         header=store.types["std_msgs/msg/Header"](
-            stamp=store.types["builtin_interfaces/msg/Time"](sec=1, nanosec=2), frame_id="ab"),
-        height=2, width=3, is_bigendian=True, point_step=20, row_step=65, is_dense=False,
-        fields=[Field(name="reflectivity", offset=16, datatype=4, count=1),
-                Field(name="z", offset=0, datatype=7, count=1),
-                Field(name="x", offset=8, datatype=7, count=1),
-                Field(name="y", offset=12, datatype=3, count=1)],
-        data=data.reshape(-1))
+            stamp=store.types["builtin_interfaces/msg/Time"](sec=1, nanosec=2), frame_id="ab"
+        ),
+        height=2,
+        width=3,
+        is_bigendian=True,
+        point_step=20,
+        row_step=65,
+        is_dense=False,
+        fields=[
+            Field(name="reflectivity", offset=16, datatype=4, count=1),
+            Field(name="z", offset=0, datatype=7, count=1),
+            Field(name="x", offset=8, datatype=7, count=1),
+            Field(name="y", offset=12, datatype=3, count=1),
+        ],
+        data=data.reshape(-1),
+    )
     for little in (True, False):
         frame = decode(store.serialize_cdr(msg, msgtype, little_endian=little))
         assert frame.format == "pointcloud2" and frame.points.shape == (6, 4)
@@ -247,9 +311,24 @@ def test_pointcloud2_matches_rosbags():
 
 # ---- format inference --------------------------------------------------------------------------
 
-@pytest.mark.parametrize("case", ["pcd_ascii", "pcd_binary", "pcd_binary_compressed", "ply_ascii",
-                                  "ply_binary_big_endian", "npy", "npy_float64", "las",
-                                  "pointcloud2", "pointcloud2_big_endian", "json", "json_bare"])
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        "pcd_ascii",
+        "pcd_binary",
+        "pcd_binary_compressed",
+        "ply_ascii",
+        "ply_binary_big_endian",
+        "npy",
+        "npy_float64",
+        "las",
+        "pointcloud2",
+        "pointcloud2_big_endian",
+        "json",
+        "json_bare",
+    ],
+)
 def test_infer_from_magic(case):
     body, _ = _encode(_frame(SMALL), case)
     fmt = VARIANTS.get(case, (case.split("_")[0],))[0]
@@ -278,6 +357,7 @@ def test_infer_from_content_type_and_fallback():
 
 # ---- errors ------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("fmt,size", [("kitti", 16), ("nuscenes", 20), ("xyz", 12)])
 def test_not_a_multiple_of_the_point_size(fmt, size):
     for n in (1, size - 1, 3 * size + 2):
@@ -290,18 +370,34 @@ def test_unknown_format():
     assert (err.status, err.code) == (415, "unsupported_format") and "pcd" in err.detail
 
 
-PCD_OK = ("VERSION 0.7\nFIELDS x y z\nSIZE 4 4 4\nTYPE F F F\nCOUNT 1 1 1\nWIDTH 2\nHEIGHT 1\n"
-          "POINTS 2\nDATA ascii\n1 2 3\n4 5 6\n")
+PCD_OK = (
+    "VERSION 0.7\nFIELDS x y z\nSIZE 4 4 4\nTYPE F F F\nCOUNT 1 1 1\nWIDTH 2\nHEIGHT 1\n"
+    "POINTS 2\nDATA ascii\n1 2 3\n4 5 6\n"
+)
 
 
-@pytest.mark.parametrize("old,new", [
-    ("DATA ascii\n", ""), ("SIZE 4 4 4", "SIZE 4 4"), ("WIDTH 2", "WIDTH two"),
-    ("POINTS 2", "POINTS 3"), ("TYPE F F F", "TYPE F F Q"), ("SIZE 4 4 4", "SIZE 4 4 3"),
-    ("DATA ascii", "DATA zip"), ("FIELDS x y z\n", ""), ("COUNT 1 1 1", "COUNT 1 0 1"),
-    ("WIDTH 2", "WIDTH -2"), ("VERSION 0.7", "VERSION 0.7\nCOLOR red"), ("TYPE F F F\n", ""),
-    ("4 5 6", "4 5"), ("4 5 6", "4 5 six"), ("4 5 6", "4 5 6 7"), ("WIDTH 2\n", ""),
-    ("VERSION 0.7", "VERSION \xe9"),
-])
+@pytest.mark.parametrize(
+    "old,new",
+    [
+        ("DATA ascii\n", ""),
+        ("SIZE 4 4 4", "SIZE 4 4"),
+        ("WIDTH 2", "WIDTH two"),
+        ("POINTS 2", "POINTS 3"),
+        ("TYPE F F F", "TYPE F F Q"),
+        ("SIZE 4 4 4", "SIZE 4 4 3"),
+        ("DATA ascii", "DATA zip"),
+        ("FIELDS x y z\n", ""),
+        ("COUNT 1 1 1", "COUNT 1 0 1"),
+        ("WIDTH 2", "WIDTH -2"),
+        ("VERSION 0.7", "VERSION 0.7\nCOLOR red"),
+        ("TYPE F F F\n", ""),
+        ("4 5 6", "4 5"),
+        ("4 5 6", "4 5 six"),
+        ("4 5 6", "4 5 6 7"),
+        ("WIDTH 2\n", ""),
+        ("VERSION 0.7", "VERSION \xe9"),
+    ],
+)
 def test_broken_pcd(old, new):
     body = PCD_OK.replace(old, new).encode("latin-1")
     assert decode(PCD_OK.encode(), "pcd").points.shape == (2, 3)
@@ -316,8 +412,13 @@ def test_pcd_without_xyz_is_unusable():
 
 def test_truncated_binary_pcd_and_ply():
     points = _frame(SMALL)
-    for case in ("pcd_binary", "pcd_binary_compressed", "ply_binary_little_endian",
-                 "ply_binary_big_endian", "ply_ascii"):
+    for case in (
+        "pcd_binary",
+        "pcd_binary_compressed",
+        "ply_binary_little_endian",
+        "ply_binary_big_endian",
+        "ply_ascii",
+    ):
         body, _ = encode(points, case)
         for cut in (1, 17, len(body) // 3) if "ascii" not in case else (len(body) // 3,):
             assert _error(body[:-cut]).status == 400, (case, cut)
@@ -329,35 +430,47 @@ def test_truncated_binary_pcd_and_ply():
     csize, usize = struct.unpack_from("<II", data)
     corrupt = bytearray(data)
     corrupt[8] = 0xFF  # a back reference before the start of the output
-    for bad in (head + bytes(corrupt), head + data[:5], head + struct.pack("<II", csize, usize + 4)
-                + data[8:], head + struct.pack("<II", csize + 9, usize) + data[8:]):
+    for bad in (
+        head + bytes(corrupt),
+        head + data[:5],
+        head + struct.pack("<II", csize, usize + 4) + data[8:],
+        head + struct.pack("<II", csize + 9, usize) + data[8:],
+    ):
         assert _error(bad).status == 400
 
 
-@pytest.mark.parametrize("body", [
-    b"ply\nformat ascii 1.0\nelement vertex 1\nproperty float x\n",        # no end_header
-    b"ply\nformat zip 1.0\nelement vertex 0\nproperty float x\nend_header\n",
-    b"ply\nelement vertex 0\nproperty float x\nend_header\n",               # no format
-    b"ply\nformat ascii 1.0\nelement vertex 1\nproperty quad x\nend_header\n1\n",
-    b"ply\nformat ascii 1.0\nelement vertex x\nproperty float x\nend_header\n",
-    b"ply\nformat ascii 1.0\nelement vertex 1\nproperty float x\nproperty float y\n"
-    b"property float z\nend_header\n1 2 zz\n",
-])
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"ply\nformat ascii 1.0\nelement vertex 1\nproperty float x\n",  # no end_header
+        b"ply\nformat zip 1.0\nelement vertex 0\nproperty float x\nend_header\n",
+        b"ply\nelement vertex 0\nproperty float x\nend_header\n",  # no format
+        b"ply\nformat ascii 1.0\nelement vertex 1\nproperty quad x\nend_header\n1\n",
+        b"ply\nformat ascii 1.0\nelement vertex x\nproperty float x\nend_header\n",
+        b"ply\nformat ascii 1.0\nelement vertex 1\nproperty float x\nproperty float y\n"
+        b"property float z\nend_header\n1 2 zz\n",
+    ],
+)
 def test_broken_ply(body):
     assert _error(body, "ply").status == 400
 
 
 def test_ply_without_vertices_or_xyz_is_unusable():
     assert _error(b"ply\nformat ascii 1.0\nelement face 0\nend_header\n").status == 422
-    assert _error(b"ply\nformat ascii 1.0\nelement vertex 0\nproperty float x\n"
-                  b"end_header\n").status == 422
+    assert (
+        _error(b"ply\nformat ascii 1.0\nelement vertex 0\nproperty float x\nend_header\n").status
+        == 422
+    )
 
 
 def _pc2_patch(body: bytes, **values) -> bytes:
     """A PointCloud2 body with some uint32 fields overwritten (little-endian CDR)."""
     msg = pointcloud2.parse(body)
-    pos = {"point_step": msg.data_offset - 12, "row_step": msg.data_offset - 8,
-           "data_size": msg.data_offset - 4}
+    pos = {
+        "point_step": msg.data_offset - 12,
+        "row_step": msg.data_offset - 8,
+        "data_size": msg.data_offset - 4,
+    }
     hpos = 4 + 12 + len(msg.frame_id) + 1
     pos["height"] = hpos + (-(hpos - 4)) % 4
     pos["width"] = pos["height"] + 4
@@ -367,14 +480,24 @@ def _pc2_patch(body: bytes, **values) -> bytes:
     return bytes(out)
 
 
-@pytest.mark.parametrize("patch", [
-    {"row_step": 15 * 10}, {"point_step": 0}, {"point_step": 8, "row_step": 80},
-    {"height": 6}, {"width": 11}, {"data_size": 10_000}, {"data_size": 3},
-    {"row_step": 17 * 10}, {"height": 0}, {"height": 1 << 31},
-])
+@pytest.mark.parametrize(
+    "patch",
+    [
+        {"row_step": 15 * 10},
+        {"point_step": 0},
+        {"point_step": 8, "row_step": 80},
+        {"height": 6},
+        {"width": 11},
+        {"data_size": 10_000},
+        {"data_size": 3},
+        {"row_step": 17 * 10},
+        {"height": 0},
+        {"height": 1 << 31},
+    ],
+)
 def test_inconsistent_pointcloud2(patch):
     points = _frame(SMALL)
-    body, _ = encode(points, "pointcloud2", height=5)   # width 10, point_step 16, row_step 160
+    body, _ = encode(points, "pointcloud2", height=5)  # width 10, point_step 16, row_step 160
     assert decode(_pc2_patch(body)).points.shape == (50, 4)
     err = _error(_pc2_patch(body, **patch), "pointcloud2")
     assert err.status == 400, err.detail
@@ -386,7 +509,7 @@ def test_broken_pointcloud2():
     assert _error(body[:40], "pointcloud2").status == 400
     assert _error(b"\x01\x00" + body[2:], "pointcloud2").status == 400  # not plain CDR
     at = body.index(b"\x0c\x00\x00\x00\x07", body.index(b"intensity\x00")) + 4
-    bad_type = body[:at] + b"\x09" + body[at + 1:]  # intensity: datatype 9 (no such type)
+    bad_type = body[:at] + b"\x09" + body[at + 1 :]  # intensity: datatype 9 (no such type)
     assert _error(bad_type, "pointcloud2").status == 400
     no_x = body.replace(b"\x02\x00\x00\x00x\x00", b"\x02\x00\x00\x00q\x00")
     assert _error(no_x, "pointcloud2").status == 422
@@ -398,9 +521,13 @@ def test_npy_errors():
         np.save(buf, arr, allow_pickle=True)
         return buf.getvalue()
 
-    for arr in (np.ones((5, 4), np.int32), np.ones((5, 4), np.float16),
-                np.ones((5, 4), np.complex64), np.zeros(5, dtype=[("x", "f4"), ("y", "f4")]),
-                np.array([[1.0, 2.0, {"a": 1}]], dtype=object)):
+    for arr in (
+        np.ones((5, 4), np.int32),
+        np.ones((5, 4), np.float16),
+        np.ones((5, 4), np.complex64),
+        np.zeros(5, dtype=[("x", "f4"), ("y", "f4")]),
+        np.array([[1.0, 2.0, {"a": 1}]], dtype=object),
+    ):
         err = _error(npy(arr), "npy")
         assert err.status == 422 and "dtype" in err.detail
     for arr in (np.ones(12, np.float32), np.ones((5, 2), np.float32), np.ones((2, 3, 4))):
@@ -414,12 +541,26 @@ def test_npy_errors():
 
 
 def test_json_errors():
-    for body in (b'{"points": [[1, 2, "3"]]}', b"[[1, 2, null]]", b"[[1, 2, [3]]]",
-                 b"[[1, 2, true]]", b'{"points": [[1, 2, {}]]}', b"[[1, 2", b"\xff\xfe[",
-                 b"[[1, 2, 3]] trailing"):
+    for body in (
+        b'{"points": [[1, 2, "3"]]}',
+        b"[[1, 2, null]]",
+        b"[[1, 2, [3]]]",
+        b"[[1, 2, true]]",
+        b'{"points": [[1, 2, {}]]}',
+        b"[[1, 2",
+        b"\xff\xfe[",
+        b"[[1, 2, 3]] trailing",
+    ):
         assert _error(body, "json").status == 400, body
-    for body in (b"[[1, 2], [3, 4]]", b"[[1, 2, 3], [1, 2]]", b"[1, 2, 3]", b'{"pts": []}',
-                 b'"points"', b'{"points": {"x": 1}}', b"[[1, 2, 3], 4]"):
+    for body in (
+        b"[[1, 2], [3, 4]]",
+        b"[[1, 2, 3], [1, 2]]",
+        b"[1, 2, 3]",
+        b'{"pts": []}',
+        b'"points"',
+        b'{"points": {"x": 1}}',
+        b"[[1, 2, 3], 4]",
+    ):
         assert _error(body, "json").status == 422, body
     assert decode(b'{"points": []}').points.shape == (0, 3)
     frame = decode(b'{"points": [[1, 2, 3, 200, 7]]}')
@@ -444,17 +585,37 @@ def test_las_errors():
 
 def test_max_points():
     points = _frame(SMALL)
-    for case in ("kitti", "pcd_binary", "pcd_binary_compressed", "ply", "npy", "las",
-                 "pointcloud2", "json"):
+    for case in (
+        "kitti",
+        "pcd_binary",
+        "pcd_binary_compressed",
+        "ply",
+        "npy",
+        "las",
+        "pointcloud2",
+        "json",
+    ):
         body, content_type = encode(points, case)
         assert len(decode(body, None, content_type, max_points=50).points) == 50
         err = _error(body, None, content_type, max_points=49)
         assert (err.status, err.code) == (413, "too_many_points"), case
 
 
-@pytest.mark.parametrize("case", ["kitti", "pcd_ascii", "pcd_binary", "pcd_binary_compressed",
-                                  "ply_ascii", "ply_binary_big_endian", "npy", "las",
-                                  "pointcloud2_big_endian", "json"])
+@pytest.mark.parametrize(
+    "case",
+    [
+        "kitti",
+        "pcd_ascii",
+        "pcd_binary",
+        "pcd_binary_compressed",
+        "ply_ascii",
+        "ply_binary_big_endian",
+        "npy",
+        "las",
+        "pointcloud2_big_endian",
+        "json",
+    ],
+)
 def test_damaged_bodies_never_crash(case):
     """Truncated or byte-flipped bodies either decode or raise a 4xx DecodeError."""
     rng = np.random.default_rng(0)

@@ -2,6 +2,7 @@
 variant and the API keys, through the real ASGI app (create_app with its lifespan: model load,
 worker, decode pool) and the small random model (cr 0.25). What needs a real process (SIGTERM
 drain, queueing under concurrency, `python -m app serve` and `client`) is in test_service.py."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -11,8 +12,15 @@ from app.inference import pipeline as pipeline_module
 from app.inference.builder import build_pipeline
 from app.inference.pipeline import STAGES
 from app.service.routes.segment import wants_binary
-from tests.app.contract_helpers import (BIN, KITTI, NUSCENES, WANT_BIN, assert_error, frame_bytes,
-                                        serving)
+from tests.app.contract_helpers import (
+    BIN,
+    KITTI,
+    NUSCENES,
+    WANT_BIN,
+    assert_error,
+    frame_bytes,
+    serving,
+)
 from tests.app.service_helpers import metric_value, parse_server_timing
 from tests.conftest import load_frame, require_real_data
 
@@ -46,9 +54,12 @@ def test_stage_names():
 
 # ---- round trips ---------------------------------------------------------------------------
 
-@pytest.mark.parametrize("name,fmt,sensor", [(KITTI, "kitti", "kitti"),
-                                              (NUSCENES, "nuscenes", "nuscenes")],
-                         ids=["kitti", "nuscenes"])
+
+@pytest.mark.parametrize(
+    "name,fmt,sensor",
+    [(KITTI, "kitti", "kitti"), (NUSCENES, "nuscenes", "nuscenes")],
+    ids=["kitti", "nuscenes"],
+)
 def test_round_trip_matches_in_process_pipeline(http, pipeline, name, fmt, sensor):
     points = load_frame(name)
     expected = pipeline.segment(np.array(points), sensor).labels
@@ -63,8 +74,7 @@ def test_round_trip_matches_in_process_pipeline(http, pipeline, name, fmt, senso
     assert len(data["classes"]) == 19 and data["classes"][0] == "car"
     assert sum(data["class_counts"].values()) == len(points)
     assert set(data["timing_ms"]) == TIMED
-    assert data["model"] == {"name": "minkunet-random-cr0.25", "version": "seed0",
-                             "device": "cpu"}
+    assert data["model"] == {"name": "minkunet-random-cr0.25", "version": "seed0", "device": "cpu"}
     # Server-Timing carries the same stages and values as timing_ms
     st = parse_server_timing(r.headers["server-timing"])
     assert st == pytest.approx(data["timing_ms"], abs=1e-3)
@@ -82,21 +92,27 @@ def test_round_trip_matches_in_process_pipeline(http, pipeline, name, fmt, senso
     assert set(parse_server_timing(rb.headers["server-timing"])) == TIMED
 
 
-@pytest.mark.parametrize("accept,binary", [
-    ("application/octet-stream", True),
-    ("application/json", False),
-    ("", False),
-    ("*/*", False),
-    ("application/json;q=0.5, application/octet-stream", True),
-    ("application/json, application/octet-stream;q=0.9", False),
-    ("text/html, application/octet-stream;q=0.1", True),
-    ("application/octet-stream;q=bogus, application/json;q=0.1", False),
-])
+@pytest.mark.parametrize(
+    "accept,binary",
+    [
+        ("application/octet-stream", True),
+        ("application/json", False),
+        ("", False),
+        ("*/*", False),
+        ("application/json;q=0.5, application/octet-stream", True),
+        ("application/json, application/octet-stream;q=0.9", False),
+        ("text/html, application/octet-stream;q=0.1", True),
+        ("application/octet-stream;q=bogus, application/json;q=0.1", False),
+    ],
+)
 def test_accept_variants(http, accept, binary):
     assert wants_binary(accept) is binary
     small = np.array(load_frame(NUSCENES))[:500].tobytes()
-    r = http.post("/v1/segment?format=nuscenes", content=small,
-                  headers={**BIN, "Accept": accept} if accept else BIN)
+    r = http.post(
+        "/v1/segment?format=nuscenes",
+        content=small,
+        headers={**BIN, "Accept": accept} if accept else BIN,
+    )
     assert r.status_code == 200, r.text
     if binary:
         assert r.headers["content-type"] == "application/octet-stream" and len(r.content) == 500
@@ -107,19 +123,27 @@ def test_accept_variants(http, accept, binary):
 
 def test_request_id_is_echoed_or_made(http):
     small = np.array(load_frame(NUSCENES))[:200].tobytes()
-    r = http.post("/v1/segment?format=nuscenes", content=small,
-                  headers={**WANT_BIN, "X-Request-Id": "client-id.42"})
+    r = http.post(
+        "/v1/segment?format=nuscenes",
+        content=small,
+        headers={**WANT_BIN, "X-Request-Id": "client-id.42"},
+    )
     assert r.headers["x-request-id"] == "client-id.42"
-    r = http.post("/v1/segment?format=nuscenes", content=small,
-                  headers={**WANT_BIN, "X-Request-Id": "bad id with spaces"})
+    r = http.post(
+        "/v1/segment?format=nuscenes",
+        content=small,
+        headers={**WANT_BIN, "X-Request-Id": "bad id with spaces"},
+    )
     assert r.status_code == 200 and r.headers["x-request-id"] != "bad id with spaces"
     assert len(r.headers["x-request-id"]) >= 16
 
 
 def test_multipart_and_layers_detail(http):
     body = frame_bytes(NUSCENES)
-    r = http.post("/v1/segment?format=nuscenes&detail=layers",
-                  files={"file": ("frame.pcd.bin", body, "application/octet-stream")})
+    r = http.post(
+        "/v1/segment?format=nuscenes&detail=layers",
+        files={"file": ("frame.pcd.bin", body, "application/octet-stream")},
+    )
     assert r.status_code == 200, r.text
     data = r.json()
     assert data["num_points"] == 34688 and len(data["labels"]) == 34688
@@ -164,12 +188,14 @@ def test_validity_mask_computed_once_per_request(http, monkeypatch):
     monkeypatch.setattr(voxelize_module, "valid_mask", counting)
     monkeypatch.setattr(segment_route, "valid_mask", counting)
     small = np.array(load_frame(NUSCENES))[:1000].tobytes()
-    assert http.post("/v1/segment?format=nuscenes", content=small,
-                     headers=WANT_BIN).status_code == 200
+    assert (
+        http.post("/v1/segment?format=nuscenes", content=small, headers=WANT_BIN).status_code == 200
+    )
     assert len(calls) == 1
 
 
 # ---- errors --------------------------------------------------------------------------------
+
 
 def test_errors_are_json_and_the_app_keeps_serving(http):
     assert_error(http.post("/v1/segment?format=kitti", content=b"\0" * 10, headers=BIN), 400)
@@ -178,22 +204,30 @@ def test_errors_are_json_and_the_app_keeps_serving(http):
     assert_error(http.post("/v1/segment?format=bogus", content=b"\0" * 16, headers=BIN), 415)
     assert_good(http)
     nan = np.full((100, 4), np.nan, np.float32)
-    assert_error(http.post("/v1/segment?format=kitti", content=nan.tobytes(), headers=BIN), 422,
-                 "no_finite_points")
+    assert_error(
+        http.post("/v1/segment?format=kitti", content=nan.tobytes(), headers=BIN),
+        422,
+        "no_finite_points",
+    )
     assert_good(http)
     many = np.zeros((150_001, 3), np.float32)  # 1.8 MB: under the body limit, over max_points
-    assert_error(http.post("/v1/segment?format=xyz", content=many.tobytes(), headers=BIN), 413,
-                 "too_many_points")
+    assert_error(
+        http.post("/v1/segment?format=xyz", content=many.tobytes(), headers=BIN),
+        413,
+        "too_many_points",
+    )
     big = b"\0" * (4 * 1024 * 1024 + 16)
-    assert_error(http.post("/v1/segment?format=kitti", content=big, headers=BIN), 413,
-                 "body_too_large")
+    assert_error(
+        http.post("/v1/segment?format=kitti", content=big, headers=BIN), 413, "body_too_large"
+    )
 
     def chunks():  # no Content-Length: chunked transfer, refused while streaming
         for _ in range(80):
             yield b"\0" * 65536
 
-    assert_error(http.post("/v1/segment?format=kitti", content=chunks(), headers=BIN), 413,
-                 "body_too_large")
+    assert_error(
+        http.post("/v1/segment?format=kitti", content=chunks(), headers=BIN), 413, "body_too_large"
+    )
     assert_error(http.post("/v1/segment?detail=nope", content=b"\0" * 16, headers=BIN), 400)
     assert_error(http.get("/v1/nothing"), 404, "not_found")
     assert_error(http.get("/v1/segment"), 405, "method_not_allowed")
@@ -219,15 +253,20 @@ def test_not_ready_is_503_with_retry_after():
 
 # ---- model, probes, metrics, docs ----------------------------------------------------------
 
+
 def test_model_probes_and_docs(http):
     m = http.get("/v1/model").json()
     assert m["voxel_size"] == 0.05 and m["input_features"] == ["x", "y", "z", "intensity"]
     assert m["licence"] and isinstance(m["training_data"], str)
     assert m["ignore_label"] == 255
-    assert len(m["classes"]) == 19 and m["classes"][8] == {"id": 8, "name": "road",
-                                                            "color": [255, 0, 255]}
+    assert len(m["classes"]) == 19 and m["classes"][8] == {
+        "id": 8,
+        "name": "road",
+        "color": [255, 0, 255],
+    }
     assert m["engine"]["device"] == "cpu" and "grouping_plan_file" in m["engine"]
     from kernels.precision import cpu_features, resolve
+
     assert m["engine"]["precision"] == resolve("auto")  # LIDARSEG_PRECISION unset: auto
     assert m["engine"]["precision_requested"] == "auto"
     assert m["engine"]["cpu_features"] == list(cpu_features())
@@ -245,25 +284,39 @@ def test_model_probes_and_docs(http):
 
 def test_metrics_move(http):
     before = http.get("/metrics").text
-    for name in ("lidarseg_stage_duration_seconds_bucket", "lidarseg_requests_total",
-                 "lidarseg_points_per_request", "lidarseg_voxels_per_request",
-                 "lidarseg_queue_depth", "lidarseg_batch_size", "lidarseg_model_info"):
+    for name in (
+        "lidarseg_stage_duration_seconds_bucket",
+        "lidarseg_requests_total",
+        "lidarseg_points_per_request",
+        "lidarseg_voxels_per_request",
+        "lidarseg_queue_depth",
+        "lidarseg_batch_size",
+        "lidarseg_model_info",
+    ):
         assert name in before, name
     from kernels.precision import resolve
+
     assert f'precision="{resolve("auto")}"' in before.split("lidarseg_model_info{", 1)[1]
     assert_good(http)
     after = http.get("/metrics").text
-    assert (metric_value(after, "lidarseg_requests_total", 'status="200"')
-            == metric_value(before, "lidarseg_requests_total", 'status="200"') + 1)
+    assert (
+        metric_value(after, "lidarseg_requests_total", 'status="200"')
+        == metric_value(before, "lidarseg_requests_total", 'status="200"') + 1
+    )
     for stage in TIMED:
         key = f'stage="{stage}"'
-        assert (metric_value(after, "lidarseg_stage_duration_seconds_count", key)
-                == metric_value(before, "lidarseg_stage_duration_seconds_count", key) + 1)
-    assert (metric_value(after, "lidarseg_points_per_request_sum")
-            == metric_value(before, "lidarseg_points_per_request_sum") + 34688)
+        assert (
+            metric_value(after, "lidarseg_stage_duration_seconds_count", key)
+            == metric_value(before, "lidarseg_stage_duration_seconds_count", key) + 1
+        )
+    assert (
+        metric_value(after, "lidarseg_points_per_request_sum")
+        == metric_value(before, "lidarseg_points_per_request_sum") + 34688
+    )
 
 
 # ---- API keys, range policy -----------------------------------------------------------------
+
 
 def test_api_keys_and_range_policy():
     require_real_data()
@@ -279,13 +332,21 @@ def test_api_keys_and_range_policy():
         assert client.get("/readyz").status_code == 200
         assert client.get("/metrics").status_code == 200
         assert client.get("/v1/model", headers=auth).status_code == 200
-        assert client.get("/v1/model", headers={
-            "Authorization": "Bearer other-key-abcdefgh"}).status_code == 200
+        assert (
+            client.get(
+                "/v1/model", headers={"Authorization": "Bearer other-key-abcdefgh"}
+            ).status_code
+            == 200
+        )
         # range policy 'reject': 422, then a good request still succeeds
         pts = np.array(load_frame(NUSCENES))[:3000, :3].copy()
         pts[0, 2] = 99.0
-        assert_error(client.post("/v1/segment?format=xyz", content=pts.tobytes(),
-                                 headers={**BIN, **auth}), 422, "out_of_range")
-        r = client.post("/v1/segment?format=xyz", content=pts[1:].tobytes(),
-                        headers={**WANT_BIN, **auth})
+        assert_error(
+            client.post("/v1/segment?format=xyz", content=pts.tobytes(), headers={**BIN, **auth}),
+            422,
+            "out_of_range",
+        )
+        r = client.post(
+            "/v1/segment?format=xyz", content=pts[1:].tobytes(), headers={**WANT_BIN, **auth}
+        )
         assert r.status_code == 200 and len(r.content) == 2999

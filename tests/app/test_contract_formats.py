@@ -1,6 +1,7 @@
 """Every wire format of every real frame through the in-process app: the body posted without
 ?format= (inferred from Content-Type and magic bytes) gets the labels the in-process pipeline
 gives the same decoded points."""
+
 from __future__ import annotations
 
 import hashlib
@@ -29,9 +30,17 @@ def pipeline():
 
 # ---- every wire format, every real frame ---------------------------------------------------
 
-BINARY_VARIANTS = ["pcd_binary", "pcd_binary_compressed", "ply_binary_little_endian",
-                   "ply_binary_big_endian", "npy", "npy_float64", "las", "pointcloud2",
-                   "pointcloud2_big_endian"]
+BINARY_VARIANTS = [
+    "pcd_binary",
+    "pcd_binary_compressed",
+    "ply_binary_little_endian",
+    "ply_binary_big_endian",
+    "npy",
+    "npy_float64",
+    "las",
+    "pointcloud2",
+    "pointcloud2_big_endian",
+]
 TEXT_VARIANTS = ["pcd_ascii", "ply_ascii", "json"]  # several times larger: the small frames
 
 
@@ -53,12 +62,16 @@ def test_every_format_round_trips_real_frames(http, pipeline, name, variant):
     # (memoised on the decoded points: most variants decode to the same floats).
     frame = decode(body, None, content_type)
     assert len(frame.points) == len(points)
-    key = hashlib.sha1(np.ascontiguousarray(frame.points).tobytes()
-                       + frame.sensor.encode()).digest()
+    key = hashlib.sha1(
+        np.ascontiguousarray(frame.points).tobytes() + frame.sensor.encode()
+    ).digest()
     if key not in _EXPECTED:
         _EXPECTED[key] = pipeline.segment(frame.points, frame.sensor).labels
     # Without ?format= the server infers it from the content type and magic bytes.
-    r = http.post("/v1/segment", content=body,
-                  headers={"Content-Type": content_type, "Accept": "application/octet-stream"})
+    r = http.post(
+        "/v1/segment",
+        content=body,
+        headers={"Content-Type": content_type, "Accept": "application/octet-stream"},
+    )
     assert r.status_code == 200, r.text
     np.testing.assert_array_equal(np.frombuffer(r.content, np.uint8), _EXPECTED[key])

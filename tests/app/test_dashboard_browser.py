@@ -3,6 +3,7 @@ Playwright's Python API; no browser download), against a real server process.
 
 Saves screenshots under artifacts/ (LIDARSEG_ARTIFACTS to change): dashboard.png, docs.png.
 """
+
 from __future__ import annotations
 
 import os
@@ -36,9 +37,11 @@ def server():
 def browser():
     sync_api = pytest.importorskip("playwright.sync_api")
     with sync_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, headless=True,
-                              args=["--no-sandbox", "--use-angle=swiftshader",
-                                    "--enable-unsafe-swiftshader"])
+        b = p.chromium.launch(
+            executable_path=CHROMIUM,
+            headless=True,
+            args=["--no-sandbox", "--use-angle=swiftshader", "--enable-unsafe-swiftshader"],
+        )
         yield b
         b.close()
 
@@ -56,7 +59,8 @@ def page(browser):
 
 def non_background_pixels(page) -> int:
     """Pixels of the 3D canvas that differ from its background colour."""
-    return page.evaluate("""([r, g, b]) => {
+    return page.evaluate(
+        """([r, g, b]) => {
         const src = document.getElementById('cloud');
         const c = document.createElement('canvas');
         c.width = src.width; c.height = src.height;
@@ -67,21 +71,29 @@ def non_background_pixels(page) -> int:
         for (let i = 0; i < d.length; i += 4)
             if (Math.abs(d[i] - r) + Math.abs(d[i + 1] - g) + Math.abs(d[i + 2] - b) > 30) n++;
         return n;
-    }""", list(BACKGROUND))
+    }""",
+        list(BACKGROUND),
+    )
 
 
 def test_dashboard_shows_a_posted_frame(server, page, tmp_path):
     points = np.ascontiguousarray(load_frame("semantickitti/seq00_000000.bin")[::20])
     page.goto(f"{server.url}/dashboard")
     page.wait_for_selector("#held:not(:text('-'))")
-    assert non_background_pixels(page) == 0                 # nothing drawn yet
-    r = httpx.post(f"{server.url}/v1/segment?format=kitti", content=points.tobytes(),
-                   headers={"Content-Type": "application/octet-stream",
-                            "Accept": "application/octet-stream", "X-Request-Id": "browser-1"},
-                   timeout=300)
+    assert non_background_pixels(page) == 0  # nothing drawn yet
+    r = httpx.post(
+        f"{server.url}/v1/segment?format=kitti",
+        content=points.tobytes(),
+        headers={
+            "Content-Type": "application/octet-stream",
+            "Accept": "application/octet-stream",
+            "X-Request-Id": "browser-1",
+        },
+        timeout=300,
+    )
     assert r.status_code == 200, r.text
     timing = parse_server_timing(r.headers["server-timing"])
-    row = page.locator("tr[data-id='browser-1']")           # the table is redrawn each poll
+    row = page.locator("tr[data-id='browser-1']")  # the table is redrawn each poll
     row.wait_for(timeout=30_000)
     assert row.locator("td.points").inner_text() == str(len(points))
     assert row.locator("td.status").inner_text() == "200"
@@ -93,8 +105,8 @@ def test_dashboard_shows_a_posted_frame(server, page, tmp_path):
     assert page.inner_text("#view-note") == f"{len(points)} points"
     legend = page.query_selector_all("#legend li .n")
     assert sum(int(n.inner_text()) for n in legend) == len(points)
-    assert non_background_pixels(page) > 500                # the cloud is drawn
-    page.mouse.move(1000, 600)                              # orbit: the view changes
+    assert non_background_pixels(page) > 500  # the cloud is drawn
+    page.mouse.move(1000, 600)  # orbit: the view changes
     before = page.query_selector("#cloud").screenshot()
     page.mouse.down()
     page.mouse.move(1100, 650, steps=5)
@@ -105,9 +117,9 @@ def test_dashboard_shows_a_posted_frame(server, page, tmp_path):
     frame = tmp_path / "frame.bin"
     frame.write_bytes(points[:3000].tobytes())
     page.set_input_files("#file", str(frame))
-    page.wait_for_function(                                 # every outcome starts with the name
-        "document.getElementById('status').textContent.startsWith('frame.bin:')",
-        timeout=120_000)
+    page.wait_for_function(  # every outcome starts with the name
+        "document.getElementById('status').textContent.startsWith('frame.bin:')", timeout=120_000
+    )
     assert page.inner_text("#status") == "frame.bin: 3000 points segmented", page.errors
     assert page.inner_text("#view-note") == "3000 points"
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
@@ -116,12 +128,16 @@ def test_dashboard_shows_a_posted_frame(server, page, tmp_path):
 
 
 def test_docs_render_offline(server, page):
-    page.route("**/*", lambda route: route.abort() if not route.request.url.startswith(
-        server.url) else route.continue_())                 # nothing outside the app loads
+    page.route(
+        "**/*",
+        lambda route: (
+            route.abort() if not route.request.url.startswith(server.url) else route.continue_()
+        ),
+    )  # nothing outside the app loads
     page.goto(f"{server.url}/docs")
     page.wait_for_selector(".swagger-ui .info .title", timeout=30_000)
     assert "lidarseg" in page.inner_text(".swagger-ui .info .title")
-    assert page.query_selector_all(".opblock")              # the operations are listed
+    assert page.query_selector_all(".opblock")  # the operations are listed
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "docs.png"))
     assert page.errors == []
@@ -134,7 +150,7 @@ def test_dashboard_with_api_keys(browser, tmp_path):
     key = "browser-key-0123456789"
     srv = Server(api_keys=key)
     try:
-        r = httpx.get(f"{srv.url}/dashboard")          # what makes a browser ask for the key
+        r = httpx.get(f"{srv.url}/dashboard")  # what makes a browser ask for the key
         assert r.status_code == 401 and r.headers["www-authenticate"].startswith("Basic")
         context = browser.new_context(http_credentials={"username": "me", "password": key})
         page = context.new_page()
@@ -144,8 +160,9 @@ def test_dashboard_with_api_keys(browser, tmp_path):
         assert page.goto(f"{srv.url}/dashboard").status == 200
         page.wait_for_selector("#held:not(:text('-'))")
         frame = tmp_path / "frame.bin"
-        frame.write_bytes(np.ascontiguousarray(
-            load_frame("semantickitti/seq00_000000.bin")[::40]).tobytes())
+        frame.write_bytes(
+            np.ascontiguousarray(load_frame("semantickitti/seq00_000000.bin")[::40]).tobytes()
+        )
         page.set_input_files("#file", str(frame))
         page.wait_for_selector("#view-note:text('points')", timeout=120_000)
         assert page.locator("#requests tbody tr").count() == 1

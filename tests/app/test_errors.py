@@ -2,6 +2,7 @@
 in the log, with the request id), no server paths, /docs and /openapi.json behind the key; and
 values that must be accepted: intensity clamped to the sensor's range, huge JSON integers. The
 app runs in process (httpx's ASGI transport) with its state set by hand: no model is loaded."""
+
 from __future__ import annotations
 
 import asyncio
@@ -25,6 +26,7 @@ SECRET = f"{REPO_ROOT}/secret 0x7f00deadbeef"
 
 class Exploding:
     """A worker whose submit fails with a message that must not reach the client."""
+
     depth, alive, idle = 0, True, True
 
     def submit(self, *args, **kwargs):
@@ -50,6 +52,7 @@ def _call(app, method: str, path: str, **kwargs) -> httpx.Response:
         transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
         async with httpx.AsyncClient(transport=transport, base_url="http://t") as c:
             return await c.request(method, path, **kwargs)
+
     return asyncio.run(go())
 
 
@@ -57,8 +60,13 @@ def test_500_has_a_fixed_message_and_the_log_has_the_details(caplog):
     app = _app()
     body = np.zeros((100, 4), np.float32).tobytes()
     with caplog.at_level(logging.ERROR):
-        r = _call(app, "POST", "/v1/segment?format=kitti", content=body,
-                  headers={"X-Request-Id": "req-42"})
+        r = _call(
+            app,
+            "POST",
+            "/v1/segment?format=kitti",
+            content=body,
+            headers={"X-Request-Id": "req-42"},
+        )
     assert r.status_code == 500
     assert r.json() == {"error": "internal_error", "detail": "internal error (request id req-42)"}
     assert SECRET not in r.text and "0x7f" not in r.text
@@ -71,8 +79,13 @@ def test_unexpected_decode_failure_is_a_fixed_400(monkeypatch, caplog):
 
     monkeypatch.setattr(segment, "decode", broken)
     with caplog.at_level(logging.ERROR):
-        r = _call(_app(), "POST", "/v1/segment?format=kitti", content=b"\0" * 16,
-                  headers={"X-Request-Id": "req-7"})
+        r = _call(
+            _app(),
+            "POST",
+            "/v1/segment?format=kitti",
+            content=b"\0" * 16,
+            headers={"X-Request-Id": "req-7"},
+        )
     assert r.status_code == 400 and r.json()["error"] == "malformed_body"
     assert "req-7" in r.json()["detail"] and str(REPO_ROOT) not in r.text
     assert SECRET in caplog.text
@@ -83,8 +96,10 @@ def test_docs_behind_the_key_unless_opened():
     for path in ("/openapi.json", "/docs"):
         r = _call(closed, "GET", path)
         assert r.status_code == 401 and r.headers["connection"] == "close", path
-        assert _call(closed, "GET", path,
-                     headers={"Authorization": f"Bearer {KEY}"}).status_code == 200
+        assert (
+            _call(closed, "GET", path, headers={"Authorization": f"Bearer {KEY}"}).status_code
+            == 200
+        )
     opened = _app(api_keys=KEY, open_docs=True)
     assert _call(opened, "GET", "/openapi.json").status_code == 200
     assert _call(_app(), "GET", "/openapi.json").json()["paths"]["/v1/segment"]
@@ -109,7 +124,7 @@ def test_intensity_clamped_to_the_sensor_range(sensor, top):
     out = segment.clean_extra_columns(pts, np.float32(top))
     np.testing.assert_array_equal(out[:, 3], [0.0, min(0.5, top), top, 0.0, 0.0])  # inf: 0
     np.testing.assert_array_equal(out[:, 4], [1, 2, 3, 0, 5])
-    assert np.isinf(pts[4, 3])                       # the caller's array is not changed
+    assert np.isinf(pts[4, 3])  # the caller's array is not changed
     ok = np.ones((3, 4), np.float32)
     assert segment.clean_extra_columns(ok, np.float32(top)) is ok
 
@@ -117,7 +132,9 @@ def test_intensity_clamped_to_the_sensor_range(sensor, top):
 def test_large_json_integers_are_numbers():
     body = b'{"points": [[100000000000000000000000, 2, 3, 1], [1e30, -99999999999999999999, 0, 0]]}'
     frame = decode(body, "json")
-    assert frame.points.tolist() == np.array([[1e23, 2, 3, 1], [1e30, -1e20, 0, 0]],
-                                             np.float32).tolist()
+    assert (
+        frame.points.tolist()
+        == np.array([[1e23, 2, 3, 1], [1e30, -1e20, 0, 0]], np.float32).tolist()
+    )
     slow = body.replace(b'"points"', b'"meta": 1, "points"')  # the json-module path
     assert decode(slow, "json").points.tolist() == frame.points.tolist()

@@ -1,4 +1,5 @@
 """`python -m app evaluate`: IoU oracle on hand-computed values, the label map, a real frame."""
+
 from __future__ import annotations
 
 import json
@@ -37,9 +38,26 @@ def test_evaluate_real_frame():
     frame, labels = d / "seq00_000000_subset50.bin", d / "seq00_000000_subset50.label"
     if not (frame.is_file() and labels.is_file()):
         pytest.skip(f"missing {frame} / {labels}")
-    out = subprocess.run([sys.executable, "-m", "app", "evaluate", str(frame), str(labels),
-                          "--weights", "random", "--cr", "0.25", "--device", "cpu"],
-                         cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "app",
+            "evaluate",
+            str(frame),
+            str(labels),
+            "--weights",
+            "random",
+            "--cr",
+            "0.25",
+            "--device",
+            "cpu",
+        ],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert 0.0 <= result["miou"] <= 1.0 and 0.0 <= result["accuracy"] <= 1.0

@@ -4,6 +4,7 @@ to a valid frame within the point limit or raises a 4xx DecodeError, and the dec
 traced memory (tracemalloc, which numpy reports its buffers to) stays within a small multiple of
 the body plus the limit's frame. Bounded in time: a fixed number of examples per format.
 """
+
 from __future__ import annotations
 
 import re
@@ -18,10 +19,24 @@ from app.codecs import DecodeError, decode
 from app.codecs.encode import VARIANTS, encode
 
 MAX_POINTS = 5_000
-FRAME_BYTES = MAX_POINTS * 8 * 8          # generous: up to 8 float64 columns
-CASES = ["kitti", "nuscenes", "xyz", "pcd_ascii", "pcd_binary", "pcd_binary_compressed",
-         "ply_ascii", "ply_binary_little_endian", "ply_binary_big_endian", "npy", "npy_float64",
-         "las", "pointcloud2", "pointcloud2_big_endian", "json"]
+FRAME_BYTES = MAX_POINTS * 8 * 8  # generous: up to 8 float64 columns
+CASES = [
+    "kitti",
+    "nuscenes",
+    "xyz",
+    "pcd_ascii",
+    "pcd_binary",
+    "pcd_binary_compressed",
+    "ply_ascii",
+    "ply_binary_little_endian",
+    "ply_binary_big_endian",
+    "npy",
+    "npy_float64",
+    "las",
+    "pointcloud2",
+    "pointcloud2_big_endian",
+    "json",
+]
 _NUMBER = re.compile(rb"\d+")
 
 
@@ -48,16 +63,26 @@ def mutated(draw, body: bytes) -> bytes:
         elif kind == "truncate":
             del b[pos:]
         elif kind == "delete":
-            del b[pos:pos + draw(st.integers(1, 16))]
+            del b[pos : pos + draw(st.integers(1, 16))]
         elif kind == "insert":
             b[pos:pos] = draw(st.binary(min_size=1, max_size=24))
         else:  # a header number made huge, zero or negative
             numbers = list(_NUMBER.finditer(bytes(b[:400])))
             if numbers:
                 m = draw(st.sampled_from(numbers))
-                new = draw(st.sampled_from([b"0", b"-1", b"4294967295", b"99999999999999",
-                                            b"18446744073709551615", b"65536"]))
-                b[m.start():m.end()] = new
+                new = draw(
+                    st.sampled_from(
+                        [
+                            b"0",
+                            b"-1",
+                            b"4294967295",
+                            b"99999999999999",
+                            b"18446744073709551615",
+                            b"65536",
+                        ]
+                    )
+                )
+                b[m.start() : m.end()] = new
     return bytes(b)
 
 
@@ -85,8 +110,9 @@ def _decode_bounded(body: bytes, fmt: str | None) -> None:
 def test_fuzzed_bodies_decode_or_get_4xx_with_bounded_memory(case):
     body, fmt = _valid(case)
 
-    @settings(max_examples=120, deadline=None, derandomize=True,
-              suppress_health_check=list(HealthCheck))
+    @settings(
+        max_examples=120, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck)
+    )
     @given(data=mutated(body), infer=st.booleans())
     def check(data, infer):
         _decode_bounded(data, None if infer else fmt)
@@ -94,21 +120,30 @@ def test_fuzzed_bodies_decode_or_get_4xx_with_bounded_memory(case):
     check()
 
 
-@settings(max_examples=150, deadline=None, derandomize=True,
-          suppress_health_check=list(HealthCheck))
-@given(st.binary(max_size=600), st.sampled_from([None, "pcd", "ply", "npy", "las", "json",
-                                                 "pointcloud2", "kitti"]))
+@settings(
+    max_examples=150, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck)
+)
+@given(
+    st.binary(max_size=600),
+    st.sampled_from([None, "pcd", "ply", "npy", "las", "json", "pointcloud2", "kitti"]),
+)
 def test_random_bytes_in_any_format(body, fmt):
     _decode_bounded(body, fmt)
 
 
-@settings(max_examples=150, deadline=None, derandomize=True,
-          suppress_health_check=list(HealthCheck))
-@given(st.recursive(st.one_of(st.none(), st.booleans(), st.integers(), st.floats(),
-                              st.text(max_size=4)),
-                    lambda inner: st.lists(inner, max_size=5)
-                    | st.dictionaries(st.sampled_from(["points", "x", "meta"]), inner,
-                                      max_size=3), max_leaves=30))
+@settings(
+    max_examples=150, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck)
+)
+@given(
+    st.recursive(
+        st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), st.text(max_size=4)),
+        lambda inner: (
+            st.lists(inner, max_size=5)
+            | st.dictionaries(st.sampled_from(["points", "x", "meta"]), inner, max_size=3)
+        ),
+        max_leaves=30,
+    )
+)
 def test_json_documents(doc):
     import json
 

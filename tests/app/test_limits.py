@@ -1,6 +1,7 @@
 """Limits at the HTTP edge, over real sockets to `python -m app serve` (uvicorn): probes during a
 decode flood, body / header / idle timeouts, the connection cap, Connection: close on early
 errors, and the shutdown budget with an upload still arriving."""
+
 from __future__ import annotations
 
 import json
@@ -44,16 +45,26 @@ def _status_and_body(raw: bytes) -> tuple[int, dict, bytes]:
 
 @pytest.fixture(scope="module")
 def srv():
-    s = Server(body_timeout_s=2, header_timeout_s=2, idle_timeout_s=1, max_connections=6,
-               decode_concurrency=2, api_keys=KEY)
+    s = Server(
+        body_timeout_s=2,
+        header_timeout_s=2,
+        idle_timeout_s=1,
+        max_connections=6,
+        decode_concurrency=2,
+        api_keys=KEY,
+    )
     yield s
     assert s.stop() == 0, s.output()
 
 
 def test_body_deadline_408_closes(srv):
     with _connect(srv) as s:
-        s.sendall(b"POST /v1/segment?format=kitti HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer "
-                  + KEY.encode() + b"\r\nContent-Length: 1600\r\n\r\n" + b"\0" * 16)
+        s.sendall(
+            b"POST /v1/segment?format=kitti HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer "
+            + KEY.encode()
+            + b"\r\nContent-Length: 1600\r\n\r\n"
+            + b"\0" * 16
+        )
         status, headers, body = _status_and_body(_read_all(s))
     assert status == 408 and headers["connection"] == "close"
     assert json.loads(body)["error"] == "body_timeout"
@@ -123,14 +134,19 @@ sys.stdin.read()
 
 def test_probes_answer_during_a_decode_flood(srv, tmp_path):
     """Bodies that are slow to decode (large ascii PLY) keep every decoder busy (the rest get
-    503); /healthz keeps answering within the kubelet's 1 s probe timeout (issue 15: 5.3 s). The frames decode fully
-    but hold no finite point (422), so the flood measures the decoders, not inference. The flood
-    runs in its own process, so the probe's own client is not slowed by it."""
+    503); /healthz keeps answering within the kubelet's 1 s probe timeout (issue 15: 5.3 s).
+    The frames decode fully but hold no finite point (422), so the flood measures the decoders,
+    not inference. The flood runs in its own process, so the probe's own client is not slowed by
+    it."""
     heavy, _ = encode(np.full((200_000, 4), np.nan, np.float32), "ply_ascii")
     (tmp_path / "heavy.ply").write_bytes(heavy)
-    flood = subprocess.Popen([sys.executable, "-c", _FLOOD, srv.url, str(tmp_path / "heavy.ply"),
-                              KEY, "4"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                             preexec_fn=lambda: os.nice(10))  # the load, not the probe's rival
+    flood = subprocess.Popen(
+        [sys.executable, "-c", _FLOOD, srv.url, str(tmp_path / "heavy.ply"), KEY, "4"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: os.nice(10),
+    )  # the load, not the probe's rival
     worst = 0.0
     try:
         with httpx.Client(base_url=srv.url, timeout=30) as probe:
@@ -154,8 +170,10 @@ def test_sigterm_answers_an_arriving_upload_and_exits_within_budget():
     srv = Server(shutdown_budget_s=8, log_level="info")
     try:
         with _connect(srv) as s:
-            s.sendall(b"POST /v1/segment?format=kitti HTTP/1.1\r\nHost: t\r\n"
-                      b"Content-Length: 1600000\r\n\r\n" + b"\0" * 1600)
+            s.sendall(
+                b"POST /v1/segment?format=kitti HTTP/1.1\r\nHost: t\r\n"
+                b"Content-Length: 1600000\r\n\r\n" + b"\0" * 1600
+            )
             time.sleep(0.5)
             srv.proc.send_signal(signal.SIGTERM)
             status, headers, body = _status_and_body(_read_all(s))

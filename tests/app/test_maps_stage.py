@@ -1,6 +1,7 @@
 """The maps stage builds every map the network uses and nothing it does not: after it, the
 network stage builds no kernel map, no transposed map and no hash table (CPU; CUDA when present).
 """
+
 from __future__ import annotations
 
 import collections
@@ -16,8 +17,12 @@ from kernels.hashtable import CoordHashTable
 from models import SparseTensor
 from tests.conftest import load_frame
 
-DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
-    not torch.cuda.is_available(), reason="no CUDA device"))]
+DEVICES = [
+    "cpu",
+    pytest.param(
+        "cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+    ),
+]
 
 
 @pytest.fixture
@@ -31,12 +36,13 @@ def builds(monkeypatch) -> collections.Counter:
         def wrapper(*args, **kwargs):
             counts[name] += 1
             return original(*args, **kwargs)
+
         monkeypatch.setattr(owner, name, wrapper)
 
     counting(models.sparse_tensor, "submanifold_map")
     counting(models.sparse_tensor, "downsample")
-    counting(kernels.kmap, "sort_by_out")          # transposed (upsampling) maps
-    counting(CoordHashTable, "__init__")            # every hash table
+    counting(kernels.kmap, "sort_by_out")  # transposed (upsampling) maps
+    counting(CoordHashTable, "__init__")  # every hash table
     return counts
 
 
@@ -48,11 +54,11 @@ def test_network_builds_no_map_after_the_maps_stage(device, builds):
 
     lazy = SparseTensor(batch.feats, batch.coords, engine=pipeline.engine)
     with torch.no_grad():
-        want = pipeline.network(lazy).feats       # no maps stage: layers build what they use
+        want = pipeline.network(lazy).feats  # no maps stage: layers build what they use
     used = lazy.manager.built()
 
     x = SparseTensor(batch.feats, batch.coords, engine=pipeline.engine)
-    x.manager.prepare(pipeline.map_requests())    # the maps stage
+    x.manager.prepare(pipeline.map_requests())  # the maps stage
     prepared = x.manager.built()
     builds.clear()
     with torch.no_grad():

@@ -1,5 +1,6 @@
 """Traces, exemplars, the access log and the request ring, on the in-process app (real model load,
 worker and routes), with the OpenTelemetry SDK's in-memory exporter."""
+
 from __future__ import annotations
 
 import base64
@@ -36,9 +37,11 @@ def traced():
 
 
 def post(client, headers=None, accept="application/json"):
-    return client.post("/v1/segment?format=kitti", content=small_frame(),
-                       headers={"Content-Type": "application/octet-stream", "Accept": accept,
-                                **(headers or {})})
+    return client.post(
+        "/v1/segment?format=kitti",
+        content=small_frame(),
+        headers={"Content-Type": "application/octet-stream", "Accept": accept, **(headers or {})},
+    )
 
 
 def spans_of(exporter, trace_id: str) -> list:
@@ -51,10 +54,10 @@ def test_span_tree_and_stage_durations(traced):
     assert r.status_code == 200, r.text
     body = r.json()
     version, trace_id, span_id, flags = r.headers["traceparent"].split("-")
-    assert trace_id == PARENT.split("-")[1] and flags == "01"   # the caller's trace goes on
+    assert trace_id == PARENT.split("-")[1] and flags == "01"  # the caller's trace goes on
     spans = spans_of(exporter, trace_id)
     root = next(s for s in spans if s.name == "POST /v1/segment")
-    assert f"{root.context.span_id:016x}" == span_id             # the span the header names
+    assert f"{root.context.span_id:016x}" == span_id  # the span the header names
     assert f"{root.parent.span_id:016x}" == PARENT.split("-")[2]  # child of the caller's span
     children = {s.name: s for s in spans if s.parent and s.parent.span_id == root.context.span_id}
     assert set(children) == {*STAGES, "inference"}, sorted(children)
@@ -62,9 +65,10 @@ def test_span_tree_and_stage_durations(traced):
         ms = (children[stage].end_time - children[stage].start_time) / 1e6
         assert ms == pytest.approx(body["timing_ms"][stage], abs=2e-3), stage
     inference = children["inference"]
-    for stage in ("voxelize", "maps", "network", "devoxelize"):   # linked to the shared run
+    for stage in ("voxelize", "maps", "network", "devoxelize"):  # linked to the shared run
         assert [link.context.span_id for link in children[stage].links] == [
-            inference.context.span_id]
+            inference.context.span_id
+        ]
     attrs = root.attributes
     assert attrs["lidarseg.points"] == body["num_points"]
     assert attrs["lidarseg.voxels"] == body["num_voxels"]
@@ -83,19 +87,21 @@ def test_batched_frames_link_to_one_inference_span(traced):
     big = np.ascontiguousarray(load_frame("semantickitti/seq00_000000.bin")).tobytes()
     with concurrent.futures.ThreadPoolExecutor(3) as pool:
         first = pool.submit(client.post, "/v1/segment?format=kitti", content=big)
-        time.sleep(0.5)                      # the big frame occupies the worker ...
-        responses = list(pool.map(lambda _: post(client), range(2)))   # ... these two queue
+        time.sleep(0.5)  # the big frame occupies the worker ...
+        responses = list(pool.map(lambda _: post(client), range(2)))  # ... these two queue
         assert first.result().status_code == 200, first.result().text
     assert all(r.status_code == 200 for r in responses)
     if {r.json()["batch_size"] for r in responses} != {2}:
         pytest.skip("the two frames did not meet in one batch (the big frame ended first)")
     traces = [r.headers["traceparent"].split("-")[1] for r in responses]
-    linked = [{lk.context.span_id for s in spans_of(exporter, t) if s.name == "network"
-               for lk in s.links} for t in traces]
-    assert len(linked[0]) == 1 and linked[0] == linked[1]    # both frames: the same run
+    linked = [
+        {lk.context.span_id for s in spans_of(exporter, t) if s.name == "network" for lk in s.links}
+        for t in traces
+    ]
+    assert len(linked[0]) == 1 and linked[0] == linked[1]  # both frames: the same run
     runs = [s for t in traces for s in spans_of(exporter, t) if s.name == "inference"]
     assert len(runs) == 1 and runs[0].attributes["lidarseg.batch_size"] == 2
-    assert len(runs[0].links) == 1                            # ... linked to the other request
+    assert len(runs[0].links) == 1  # ... linked to the other request
 
 
 def test_error_status_is_on_the_span(traced):
@@ -106,7 +112,7 @@ def test_error_status_is_on_the_span(traced):
     (root,) = [s for s in spans_of(exporter, trace_id) if s.name.startswith("POST")]
     assert root.attributes["http.response.status_code"] == 415
     listed = client.get("/v1/requests").json()["requests"]
-    entry = next(e for e in listed if e["trace_id"] == trace_id)    # failures are listed too
+    entry = next(e for e in listed if e["trace_id"] == trace_id)  # failures are listed too
     assert entry["status"] == 415 and not entry["has_points"] and "total" in entry["timing_ms"]
 
 
@@ -116,10 +122,14 @@ def test_openmetrics_scrape_has_exemplars(traced):
     r = client.get("/metrics", headers={"Accept": OPENMETRICS})
     assert r.headers["content-type"].startswith("application/openmetrics-text")
     assert r.text.rstrip().endswith("# EOF")
-    found = re.findall(r'^lidarseg_stage_duration_seconds_bucket\{[^}]*stage="(\w+)"\} \S+ '
-                       r'# \{trace_id="([0-9a-f]{32})"\}', r.text, re.M)
+    found = re.findall(
+        r'^lidarseg_stage_duration_seconds_bucket\{[^}]*stage="(\w+)"\} \S+ '
+        r'# \{trace_id="([0-9a-f]{32})"\}',
+        r.text,
+        re.M,
+    )
     assert {s for s, t in found if t == trace_id} >= {*STAGES, "total"}
-    plain = client.get("/metrics")                            # the classic format: none
+    plain = client.get("/metrics")  # the classic format: none
     assert plain.headers["content-type"].startswith("text/plain") and "# {" not in plain.text
 
 
@@ -128,7 +138,7 @@ def test_access_log_json_line(traced):
     log.seek(0)
     log.truncate()
     r = post(client, {"X-Request-Id": "log-check-1"}, accept="application/octet-stream")
-    client.get("/healthz")                                    # quiet: not logged
+    client.get("/healthz")  # quiet: not logged
     lines = [json.loads(x) for x in log.getvalue().splitlines()]
     assert len(lines) == 1, lines
     entry = lines[0]
@@ -151,7 +161,7 @@ def test_access_log_text_and_no_secrets():
     line = stream.getvalue()
     assert line.startswith("20") and '"POST /v1/segment" 401 rid=rid' in line
     assert "total=1.2" in line and "10.0.0.1:5" in line
-    assert AccessLog("auto", stream=io.StringIO()).mode == "json"   # not a terminal
+    assert AccessLog("auto", stream=io.StringIO()).mode == "json"  # not a terminal
 
     class Terminal(io.StringIO):
         def isatty(self):
@@ -172,9 +182,11 @@ def test_keys_guard_dashboard_and_its_json():
         assert client.get("/v1/requests", headers=bearer).status_code == 200
         r = post(client, bearer)
         assert r.status_code == 200
-        assert post(client, basic).status_code == 200             # the page's drop, with Basic
-        assert KEY not in log.getvalue() and base64.b64encode(KEY.encode()).decode()[:12] \
-            not in log.getvalue()
+        assert post(client, basic).status_code == 200  # the page's drop, with Basic
+        assert (
+            KEY not in log.getvalue()
+            and base64.b64encode(KEY.encode()).decode()[:12] not in log.getvalue()
+        )
 
 
 def test_ring_keeps_points_within_budget():
@@ -182,12 +194,12 @@ def test_ring_keeps_points_within_budget():
     with app_client(dashboard_requests=3, dashboard_points_mb=0.001) as (client, _, _):
         ids = [post(client, {"X-Request-Id": f"r{i}"}).json() for i in range(4)]
         listing = client.get("/v1/requests").json()
-        assert [r["id"] for r in listing["requests"]] == ["r3", "r2", "r1"]   # newest first
+        assert [r["id"] for r in listing["requests"]] == ["r3", "r2", "r1"]  # newest first
         last = ids[-1]
         got = client.get("/v1/requests/r3/points")
         n = int(got.headers["x-num-points"])
         assert n == last["num_points"] and len(got.content) == 13 * n
-        labels = np.frombuffer(got.content[12 * n:], np.uint8)
+        labels = np.frombuffer(got.content[12 * n :], np.uint8)
         assert labels.tolist() == last["labels"]
         detail = client.get("/v1/requests/r3").json()
         assert detail["class_counts"] == last["class_counts"]
@@ -202,12 +214,18 @@ def test_ring_keeps_points_within_budget():
 
 def test_ring_off_and_points_off():
     ring = RequestRing(0, 1 << 20)
-    ring.add({"id": "a", "status": 200, "time": 0, "timing_ms": {}}, np.zeros((4, 4)),
-             np.zeros(4, np.uint8))
+    ring.add(
+        {"id": "a", "status": 200, "time": 0, "timing_ms": {}},
+        np.zeros((4, 4)),
+        np.zeros(4, np.uint8),
+    )
     assert ring.listing() == []
     ring = RequestRing(4, 0)
-    ring.add({"id": "a", "status": 200, "time": 0, "timing_ms": {}}, np.zeros((4, 4)),
-             np.zeros(4, np.uint8))
+    ring.add(
+        {"id": "a", "status": 200, "time": 0, "timing_ms": {}},
+        np.zeros((4, 4)),
+        np.zeros(4, np.uint8),
+    )
     assert ring.get("a").points is None and ring.kept_bytes == 0
 
 
@@ -223,8 +241,12 @@ def test_docs_served_without_a_cdn(traced):
 def test_tracing_is_off_without_otel_variables():
     assert export_requested({}) is None
     assert export_requested({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://x:4318"}) == "otlp"
-    assert export_requested({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://x:4318",
-                             "OTEL_SDK_DISABLED": "true"}) is None
+    assert (
+        export_requested(
+            {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://x:4318", "OTEL_SDK_DISABLED": "true"}
+        )
+        is None
+    )
     assert export_requested({"OTEL_TRACES_EXPORTER": "none"}) is None
     with pytest.raises(ValueError):
         export_requested({"OTEL_TRACES_EXPORTER": "zipkin"})

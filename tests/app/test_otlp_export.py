@@ -1,5 +1,6 @@
 """OTLP/HTTP export, switched on by the standard OTEL_* variables only, reaches a small receiver
 started here (decoded with the OTLP protobuf definitions)."""
+
 from __future__ import annotations
 
 import http.server
@@ -14,7 +15,6 @@ from tests.app.observe_helpers import PARENT
 from tests.app.service_helpers import Server
 from tests.conftest import load_frame, require_real_data
 from app.inference.pipeline import STAGES
-
 
 
 class Receiver(http.server.ThreadingHTTPServer):
@@ -51,15 +51,20 @@ def test_otlp_http_export_reaches_a_receiver(monkeypatch):
     receiver = Receiver()
     thread = threading.Thread(target=receiver.serve_forever, daemon=True)
     thread.start()
-    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT",
-                       f"http://127.0.0.1:{receiver.server_address[1]}")
+    monkeypatch.setenv(
+        "OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{receiver.server_address[1]}"
+    )
     monkeypatch.setenv("OTEL_SERVICE_NAME", "lidarseg-test")
     monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "100")
     srv = Server()
     try:
         points = np.ascontiguousarray(load_frame("semantickitti/seq00_000000_subset50.bin"))
-        r = httpx.post(f"{srv.url}/v1/segment?format=kitti", content=points.tobytes(),
-                       headers={"traceparent": PARENT}, timeout=120)
+        r = httpx.post(
+            f"{srv.url}/v1/segment?format=kitti",
+            content=points.tobytes(),
+            headers={"traceparent": PARENT},
+            timeout=120,
+        )
         assert r.status_code == 200, r.text
         trace_id = bytes.fromhex(PARENT.split("-")[1])
         end = time.monotonic() + 60

@@ -1,4 +1,5 @@
 """The in-process pipeline: Open3D voxelization, N labels out, batching, bad points."""
+
 import numpy as np
 import pytest
 import torch
@@ -41,6 +42,7 @@ def test_voxelize_matches_numpy_oracle():
 
 def test_voxels_come_sorted_so_maps_take_the_merge_path():
     from kernels.kmap import _sorted_submanifold_map_cpu
+
     points = kitti_frame()
     batch = voxelize([points[::2], points[1::3]], VoxelizeConfig(voxel_size=0.1))
     c = batch.coords.long()

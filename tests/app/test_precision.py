@@ -7,6 +7,7 @@ default model: none), both on voxels whose two best fp32 logits differ by less t
 near-tie that any rounding can flip); the test holds frames under 1,000 points to "only
 near-ties change": every changed label had an fp32 top-2 margin below twice the largest logit
 difference bf16 makes on that frame."""
+
 from pathlib import Path
 
 import numpy as np
@@ -29,8 +30,9 @@ def real_frames() -> list[str]:
 @pytest.fixture(scope="module")
 def pipelines():
     model, meta = load_model("default")
-    return {p: pipeline_for(model, meta, "cpu", precision=p)
-            for p in ("fp32", "bf16")}, meta["class_names"]
+    return {p: pipeline_for(model, meta, "cpu", precision=p) for p in ("fp32", "bf16")}, meta[
+        "class_names"
+    ]
 
 
 def read(rel: str) -> tuple[np.ndarray, str]:

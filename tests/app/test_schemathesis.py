@@ -3,6 +3,7 @@ operation, generated parameters and bodies; no 5xx, status codes and content typ
 documented, JSON bodies matching their schemas (not "schema-valid data is accepted": a body the
 schema allows, random bytes, is rarely a valid frame). Bounded: a fixed number of examples per
 operation. The model is the small random one, loaded in process (no server)."""
+
 from __future__ import annotations
 
 import concurrent.futures
@@ -25,8 +26,9 @@ async def _no_lifespan(_app):  # the state is set up once below, not per call
 
 
 def _app():
-    app = create_app(Settings(weights="random", cr=0.25, device="cpu", max_points=50_000,
-                              max_body_bytes=1 << 20))
+    app = create_app(
+        Settings(weights="random", cr=0.25, device="cpu", max_points=50_000, max_body_bytes=1 << 20)
+    )
     service = app.state.service
     load_service(service)
     service.decoder = concurrent.futures.ThreadPoolExecutor(2)
@@ -39,8 +41,7 @@ schema = schemathesis.openapi.from_asgi("/openapi.json", APP)
 
 
 @schema.parametrize()
-@settings(max_examples=15, deadline=None, derandomize=True,
-          suppress_health_check=list(HealthCheck))
+@settings(max_examples=15, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
 def test_api_conforms_to_its_schema(case):
     response = case.call()
     assert response.status_code < 500, (case.path, response.status_code, response.text[:300])

@@ -3,6 +3,7 @@
 concurrent connections, deadlines, the SIGTERM drain, the `client` and `serve` commands. The HTTP
 contract itself (routes, status codes, error bodies, headers, formats) is tested in process in
 test_contract.py."""
+
 from __future__ import annotations
 
 import concurrent.futures
@@ -18,8 +19,7 @@ import pytest
 from app.inference.builder import build_pipeline
 from tests.conftest import load_frame, require_real_data
 
-from tests.app.contract_helpers import (BIN, KITTI, NUSCENES, WANT_BIN, assert_error,
-                                        frame_bytes)
+from tests.app.contract_helpers import BIN, KITTI, NUSCENES, WANT_BIN, assert_error, frame_bytes
 from tests.app.service_helpers import Server, metric_value, parse_server_timing
 from app.inference.pipeline import STAGES as REQUEST_STAGES
 
@@ -41,6 +41,7 @@ def pipeline():
 
 # ---- load: batching, API keys, range policy -------------------------------------------------
 
+
 def test_concurrent_requests_are_batched(pipeline):
     """Frames posted at once over separate connections run as one batch; each gets the labels it
     gets alone."""
@@ -48,8 +49,11 @@ def test_concurrent_requests_are_batched(pipeline):
     srv = Server(max_batch=4, max_wait_ms=300)
     try:
         with srv.client() as c:
-            frames = [(NUSCENES, "nuscenes", "nuscenes"), (KITTI, "kitti", "kitti"),
-                      ("semantickitti/seq00_000000_subset50.bin", "kitti", "kitti")]
+            frames = [
+                (NUSCENES, "nuscenes", "nuscenes"),
+                (KITTI, "kitti", "kitti"),
+                ("semantickitti/seq00_000000_subset50.bin", "kitti", "kitti"),
+            ]
             alone = [pipeline.segment(np.array(load_frame(n)), s).labels for n, _, s in frames]
             barrier = threading.Barrier(len(frames))
 
@@ -100,8 +104,10 @@ def test_queue_full_gives_503_at_once():
             end = time.monotonic() + 10
             while time.monotonic() < end:  # wait until the worker has taken the first frame
                 text = c.get("/metrics").text
-                if (metric_value(text, "lidarseg_requests_in_flight") >= 1
-                        and metric_value(text, "lidarseg_queue_depth") == 0):
+                if (
+                    metric_value(text, "lidarseg_requests_in_flight") >= 1
+                    and metric_value(text, "lidarseg_queue_depth") == 0
+                ):
                     break
                 time.sleep(0.02)
             responses = _concurrent_posts(c, body, 4) + [first.result()]
@@ -190,16 +196,39 @@ def test_client_command(server):
     from tests.conftest import REPO_ROOT
 
     frame = str(require_real_data() / NUSCENES)
-    one = subprocess.run([sys.executable, "-m", "app", "client", frame, "--url", server.url],
-                         cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+    one = subprocess.run(
+        [sys.executable, "-m", "app", "client", frame, "--url", server.url],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert one.returncode == 0, one.stderr
     assert "34688 points" in one.stdout
-    assert sum(int(l.split()[-1]) for l in one.stdout.splitlines() if l.startswith("  ")) == 34688
+    assert (
+        sum(int(ln.split()[-1]) for ln in one.stdout.splitlines() if ln.startswith("  ")) == 34688
+    )
     timing = json.loads(one.stdout.split("timing_ms ", 1)[1].splitlines()[0])
     assert STAGES <= set(timing)
-    load = subprocess.run([sys.executable, "-m", "app", "client", frame, "--url", server.url,
-                           "--repeat", "4", "--concurrency", "2"],
-                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+    load = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "app",
+            "client",
+            frame,
+            "--url",
+            server.url,
+            "--repeat",
+            "4",
+            "--concurrency",
+            "2",
+        ],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert load.returncode == 0, load.stderr
     report = json.loads(load.stdout.strip().splitlines()[-1])
     assert report["statuses"] == {"200": 4} and report["p50"] > 0 and report["throughput_rps"] > 0
@@ -211,10 +240,20 @@ def test_bad_settings_fail_fast():
 
     from tests.conftest import REPO_ROOT
 
-    env = {**__import__("os").environ, "LIDARSEG_QUEUE_SIZE": "0",
-           "LIDARSEG_RANGE_POLICY": "maybe", "LIDARSEG_PRECISION": "int8"}
-    proc = subprocess.run([sys.executable, "-m", "app", "serve", "--port", "1"], cwd=REPO_ROOT,
-                          env=env, capture_output=True, text=True, timeout=120)
+    env = {
+        **__import__("os").environ,
+        "LIDARSEG_QUEUE_SIZE": "0",
+        "LIDARSEG_RANGE_POLICY": "maybe",
+        "LIDARSEG_PRECISION": "int8",
+    }
+    proc = subprocess.run(
+        [sys.executable, "-m", "app", "serve", "--port", "1"],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 2
     assert "queue_size" in proc.stderr and "range_policy" in proc.stderr
     assert "int8 is not offered" in proc.stderr

@@ -1,5 +1,6 @@
 """LIDARSEG_THREADS: the cgroup CPU quota (v2 cpu.max, v1 cfs quota / period) else the CPUs we may
 run on; the OpenMP variables that keep threads from spin-waiting on a shared CPU."""
+
 from __future__ import annotations
 
 import os
@@ -38,20 +39,35 @@ def test_default_threads_follow_the_quota(monkeypatch):
 def test_configure_env():
     env = {"LIDARSEG_THREADS": "3"}
     assert threads.configure_env(env=env) == 3
-    assert env == {"LIDARSEG_THREADS": "3", "OMP_NUM_THREADS": "3",
-                   "OMP_WAIT_POLICY": "PASSIVE", "GOMP_SPINCOUNT": "0"}
+    assert env == {
+        "LIDARSEG_THREADS": "3",
+        "OMP_NUM_THREADS": "3",
+        "OMP_WAIT_POLICY": "PASSIVE",
+        "GOMP_SPINCOUNT": "0",
+    }
     mine = {"OMP_NUM_THREADS": "5", "OMP_WAIT_POLICY": "ACTIVE"}  # the user's own win
     threads.configure_env(env=mine)
     assert mine["OMP_NUM_THREADS"] == "5" and mine["OMP_WAIT_POLICY"] == "ACTIVE"
 
 
 def test_python_m_app_sets_torch_threads_before_libgomp_loads():
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("OMP_NUM_THREADS", "OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("OMP_NUM_THREADS", "OMP_WAIT_POLICY", "GOMP_SPINCOUNT")
+    }
     env["LIDARSEG_THREADS"] = "1"
-    code = ("import runpy, sys; sys.argv = ['app', '--help']\n"
-            "from app.threads import configure_env; configure_env()\n"
-            "import os, torch; print(torch.get_num_threads(), os.environ['OMP_WAIT_POLICY'])")
-    out = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, env=env,
-                         capture_output=True, text=True, timeout=120)
+    code = (
+        "import runpy, sys; sys.argv = ['app', '--help']\n"
+        "from app.threads import configure_env; configure_env()\n"
+        "import os, torch; print(torch.get_num_threads(), os.environ['OMP_WAIT_POLICY'])"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.stdout.split() == ["1", "PASSIVE"], out.stderr

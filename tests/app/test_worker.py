@@ -1,5 +1,6 @@
 """The inference worker with a stand-in pipeline: deadline-aware admission, abandoned jobs never
 run, the supervised loop (an injected failure), and /readyz following the worker's life."""
+
 from __future__ import annotations
 
 import threading
@@ -34,11 +35,11 @@ def frame(tag: int, n: int = 20_000) -> np.ndarray:
 
 
 def test_admits_only_what_can_finish_in_time():
-    pipe = FakePipeline(ms_per_point=0.01)              # 20k points: 0.2 s
+    pipe = FakePipeline(ms_per_point=0.01)  # 20k points: 0.2 s
     w = InferenceWorker(pipe, queue_size=16, max_batch=1)
     w.submit(frame(0), "kitti", time.monotonic() + 30).future.result(30)  # measures the cost
     assert w.cost.ms_per_point >= 0.01
-    pipe.gate.clear()                                   # hold the next batch
+    pipe.gate.clear()  # hold the next batch
     first = w.submit(frame(1), "kitti", time.monotonic() + 30)
     tight = time.monotonic() + 1.0
     # five frames queued behind one that takes >= 0.2 s: each needs >= 0.2 s more
@@ -63,9 +64,9 @@ def test_abandoned_job_is_not_run():
     w = InferenceWorker(pipe, queue_size=4, max_batch=1)
     pipe.gate.clear()
     running = w.submit(frame(1), "kitti", time.monotonic() + 30)
-    time.sleep(0.2)                                     # the worker took it
+    time.sleep(0.2)  # the worker took it
     waiting = w.submit(frame(2), "kitti", time.monotonic() + 30)
-    w.cancel(waiting)                                   # its client went away
+    w.cancel(waiting)  # its client went away
     assert waiting.future.cancelled() and w.depth == 0
     pipe.gate.set()
     running.future.result(30)

@@ -2,6 +2,7 @@
 the Kubernetes schemas offline (kubernetes-validate, strict), the compose stack mounts files that
 exist, and the numbers that must agree across files do (drain budget vs grace periods, port,
 user). The image itself is built and run by .ci/steps/40-image.sh (deploy/image/)."""
+
 from __future__ import annotations
 
 import re
@@ -19,9 +20,11 @@ DOCKERFILES = [REPO_ROOT / "Dockerfile", DEPLOY / "jetson" / "Dockerfile"]
 MANIFESTS = sorted((DEPLOY / "k8s").rglob("*.yaml"))
 RESOURCES = [p for p in MANIFESTS if p.name != "kustomization.yaml"]
 DEPLOYMENTS = [DEPLOY / "k8s" / "deployment.yaml", DEPLOY / "k8s" / "gpu" / "deployment.yaml"]
-HADOLINT = shutil.which("hadolint") or (str(REPO_ROOT / ".venv" / "bin" / "hadolint")
-                                        if (REPO_ROOT / ".venv" / "bin" / "hadolint").exists()
-                                        else None)
+HADOLINT = shutil.which("hadolint") or (
+    str(REPO_ROOT / ".venv" / "bin" / "hadolint")
+    if (REPO_ROOT / ".venv" / "bin" / "hadolint").exists()
+    else None
+)
 
 
 @pytest.mark.skipif(HADOLINT is None, reason="hadolint not installed (requirements/tools.txt)")
@@ -57,8 +60,11 @@ def test_deployment_hardening_and_shutdown(path):
     pod = dep["spec"]["template"]["spec"]
     c = _container(dep)
     env = {e["name"]: e for e in c["env"]}
-    budget = float(env.get("LIDARSEG_SHUTDOWN_BUDGET_S", {}).get(
-        "value", Settings.model_fields["shutdown_budget_s"].default))
+    budget = float(
+        env.get("LIDARSEG_SHUTDOWN_BUDGET_S", {}).get(
+            "value", Settings.model_fields["shutdown_budget_s"].default
+        )
+    )
     pre_stop = float(c["lifecycle"]["preStop"]["exec"]["command"][-1])
     assert pod["terminationGracePeriodSeconds"] > pre_stop + budget
     assert pod["securityContext"]["runAsNonRoot"] and pod["securityContext"]["runAsUser"] != 0

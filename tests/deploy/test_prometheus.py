@@ -4,6 +4,7 @@
 Grafana itself is not run here; its JSON comes from deploy/grafana/generate.py (typed builders),
 and every panel query in it must return data from this Prometheus.
 """
+
 from __future__ import annotations
 
 import json
@@ -25,8 +26,9 @@ ALERTS = REPO_ROOT / "deploy" / "prometheus" / "lidarseg-alerts.yml"
 ALERT_TESTS = REPO_ROOT / "deploy" / "prometheus" / "lidarseg-alerts.test.yml"
 REQUESTS = 24
 
-pytestmark = pytest.mark.skipif(PROMETHEUS is None or PROMTOOL is None,
-                                reason="needs Debian's prometheus package (apt)")
+pytestmark = pytest.mark.skipif(
+    PROMETHEUS is None or PROMTOOL is None, reason="needs Debian's prometheus package (apt)"
+)
 
 
 def panel_queries() -> list[tuple[str, str]]:
@@ -35,9 +37,13 @@ def panel_queries() -> list[tuple[str, str]]:
 
 
 def test_generated_files_are_current():
-    pytest.importorskip("grafana_foundation_sdk")   # Python >= 3.11 (requirements/test.txt)
-    r = subprocess.run([sys.executable, str(REPO_ROOT / "deploy" / "grafana" / "generate.py"),
-                        "--check"], capture_output=True, text=True, cwd=REPO_ROOT)
+    pytest.importorskip("grafana_foundation_sdk")  # Python >= 3.11 (requirements/test.txt)
+    r = subprocess.run(
+        [sys.executable, str(REPO_ROOT / "deploy" / "grafana" / "generate.py"), "--check"],
+        capture_output=True,
+        text=True,
+        cwd=REPO_ROOT,
+    )
     assert r.returncode == 0, r.stderr
 
 
@@ -54,16 +60,32 @@ def scraped(tmp_path_factory):
     srv = Server(max_batch=2)
     tmp = tmp_path_factory.mktemp("prometheus")
     port = free_port()
-    (tmp / "prometheus.yml").write_text(json.dumps({
-        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-        "rule_files": [str(ALERTS)],
-        "scrape_configs": [{"job_name": "lidarseg",
-                            "static_configs": [{"targets": [f"127.0.0.1:{srv.port}"]}]}]}))
+    (tmp / "prometheus.yml").write_text(
+        json.dumps(
+            {
+                "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+                "rule_files": [str(ALERTS)],
+                "scrape_configs": [
+                    {
+                        "job_name": "lidarseg",
+                        "static_configs": [{"targets": [f"127.0.0.1:{srv.port}"]}],
+                    }
+                ],
+            }
+        )
+    )
     prom = subprocess.Popen(
-        [PROMETHEUS, f"--config.file={tmp / 'prometheus.yml'}",
-         f"--storage.tsdb.path={tmp / 'data'}", f"--web.listen-address=127.0.0.1:{port}",
-         "--enable-feature=exemplar-storage", "--log.level=warn"],
-        stdout=subprocess.DEVNULL, stderr=(tmp / "prometheus.log").open("w"))
+        [
+            PROMETHEUS,
+            f"--config.file={tmp / 'prometheus.yml'}",
+            f"--storage.tsdb.path={tmp / 'data'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+            "--enable-feature=exemplar-storage",
+            "--log.level=warn",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=(tmp / "prometheus.log").open("w"),
+    )
     api = httpx.Client(base_url=f"http://127.0.0.1:{port}/api/v1", timeout=30)
     try:
         _wait(lambda: api.get("/status/buildinfo").status_code == 200, "prometheus up")
@@ -103,8 +125,11 @@ def _load(srv) -> set[str]:
         for i in range(REQUESTS):
             if i % 8 == 7:
                 assert c.post("/v1/segment?format=nope", content=b"1234").status_code == 415
-            r = c.post("/v1/segment?format=kitti", content=points.tobytes(),
-                       headers={"Accept": "application/octet-stream"})
+            r = c.post(
+                "/v1/segment?format=kitti",
+                content=points.tobytes(),
+                headers={"Accept": "application/octet-stream"},
+            )
             assert r.status_code == 200, r.text
             traces.add(r.headers["traceparent"].split("-")[1])
             time.sleep(0.25)
@@ -126,9 +151,14 @@ def test_every_panel_query_returns_data(scraped, title, expr):
 def test_exemplars_reach_prometheus_with_the_trace_ids(scraped):
     api, traces = scraped
     now = time.time()
-    r = api.get("/query_exemplars", params={
-        "query": 'lidarseg_stage_duration_seconds_bucket{stage="total"}',
-        "start": now - 600, "end": now})
+    r = api.get(
+        "/query_exemplars",
+        params={
+            "query": 'lidarseg_stage_duration_seconds_bucket{stage="total"}',
+            "start": now - 600,
+            "end": now,
+        },
+    )
     assert r.status_code == 200, r.text
     ids = {e["labels"]["trace_id"] for series in r.json()["data"] for e in series["exemplars"]}
     assert ids and ids <= traces, (ids, traces)

@@ -1,5 +1,6 @@
 """bf16 inference (kernels/bf16.py, csrc/fused_bf16_cpu.cpp) against an fp64 oracle on the same
 bf16-rounded inputs and weights, and how the precision is chosen (kernels/precision.py)."""
+
 import math
 
 import pytest
@@ -15,8 +16,9 @@ from tests.kernels.test_engine import maps_for, random_cloud
 
 FUSED = GroupingTable(defaults={"cpu/bf16": (0.0, 0.0, "fused")})
 GROUPED = GroupingTable(defaults={"cpu/bf16": (0.3, math.inf, "grouped")})
-needs_bf16_cpu = pytest.mark.skipif(precision.fused_bf16_lanes() == 0,
-                                    reason="this CPU has no AVX512_BF16")
+needs_bf16_cpu = pytest.mark.skipif(
+    precision.fused_bf16_lanes() == 0, reason="this CPU has no AVX512_BF16"
+)
 
 
 def case(kind, cin, cout, seed=21):
@@ -26,8 +28,9 @@ def case(kind, cin, cout, seed=21):
     w = torch.randn(kmap.kernel_volume, cin, cout, generator=gen) / math.sqrt(cin * 8)
     bias = torch.randn(cout, generator=gen)
     res = torch.randn(kmap.num_out, cout, generator=gen)
-    rounded = conv_from_entries(x.bfloat16().double(), w.bfloat16().double(), map_entries(kmap),
-                                kmap.num_out)
+    rounded = conv_from_entries(
+        x.bfloat16().double(), w.bfloat16().double(), map_entries(kmap), kmap.num_out
+    )
     return kmap, x, w, bias, res, torch.relu(rounded + bias.double() + res.double())
 
 
@@ -70,8 +73,9 @@ def test_grouped_bf16_matches_oracle(kind, cin, cout):
     # torch's bf16 matmul rounds each launch's partial sums to bf16: a looser bound
     kmap, x, w, bias, res, expected = case(kind, cin, cout)
     with torch.no_grad():
-        out = sparse_conv(x, w, kmap, EngineConfig(precision="bf16", grouping=GROUPED), bias,
-                          True, res)
+        out = sparse_conv(
+            x, w, kmap, EngineConfig(precision="bf16", grouping=GROUPED), bias, True, res
+        )
     torch.testing.assert_close(out.double(), expected, rtol=2e-2, atol=2e-2)
 
 
@@ -108,10 +112,16 @@ def test_auto_follows_the_cpu_features():
 
 
 def test_grouping_table_has_a_precision_dimension():
-    table = GroupingTable.from_json({"version": 1, "defaults": {
-        "cpu": {"epsilon": 0.0, "S": 0, "dataflow": "fused"},
-        "cpu/bf16": {"epsilon": 0.3, "S": "inf", "dataflow": "grouped"}}, "entries": {
-        "cpu/bf16/k27/64x64": {"epsilon": 0.1, "S": 0, "dataflow": "fused"}}})
+    table = GroupingTable.from_json(
+        {
+            "version": 1,
+            "defaults": {
+                "cpu": {"epsilon": 0.0, "S": 0, "dataflow": "fused"},
+                "cpu/bf16": {"epsilon": 0.3, "S": "inf", "dataflow": "grouped"},
+            },
+            "entries": {"cpu/bf16/k27/64x64": {"epsilon": 0.1, "S": 0, "dataflow": "fused"}},
+        }
+    )
     assert table.choose("cpu", 27, 64, 64) == (0.0, 0.0, "fused")
     assert table.choose("cpu", 27, 64, 64, "bf16") == (0.1, 0.0, "fused")
     assert table.choose("cpu", 27, 32, 32, "bf16") == (0.1, 0.0, "fused")  # nearest shape

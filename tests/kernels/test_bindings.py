@@ -1,6 +1,7 @@
 """The ctypes binding against csrc/api.h and csrc/common.h: argument types from the header,
 constants Python shares with the kernels, checks before a pointer reaches C, and errors that name
 the same row on every path."""
+
 from __future__ import annotations
 
 import ctypes
@@ -9,8 +10,16 @@ import re
 import pytest
 import torch
 
-from kernels import (CoordHashTable, CoordinateRangeError, DuplicateCoordinateError, backend,
-                     build, downsample, hashtable, submanifold_map)
+from kernels import (
+    CoordHashTable,
+    CoordinateRangeError,
+    DuplicateCoordinateError,
+    backend,
+    build,
+    downsample,
+    hashtable,
+    submanifold_map,
+)
 from tests.conftest import DEVICES
 
 
@@ -25,13 +34,20 @@ def header_constants() -> dict[str, int]:
 
 
 SHARED = {  # common.h name -> the Python value that must equal it
-    "kCoordBits": hashtable.COORD_BITS, "kBatchBits": hashtable.BATCH_BITS,
-    "kCoordMin": hashtable.COORD_MIN, "kCoordMax": hashtable.COORD_MAX,
-    "kBatchMax": hashtable.BATCH_MAX, "kEmptyKey": hashtable.EMPTY, "kMiss": hashtable.EMPTY,
-    "kMaxProbes": hashtable.MAX_PROBES, "kErrorRowBits": hashtable.ERROR_ROW_BITS,
+    "kCoordBits": hashtable.COORD_BITS,
+    "kBatchBits": hashtable.BATCH_BITS,
+    "kCoordMin": hashtable.COORD_MIN,
+    "kCoordMax": hashtable.COORD_MAX,
+    "kBatchMax": hashtable.BATCH_MAX,
+    "kEmptyKey": hashtable.EMPTY,
+    "kMiss": hashtable.EMPTY,
+    "kMaxProbes": hashtable.MAX_PROBES,
+    "kErrorRowBits": hashtable.ERROR_ROW_BITS,
     "kNoError": hashtable.NO_ERROR,
-    "kStatusOk": backend.Status.OK, "kStatusOutOfRange": backend.Status.OUT_OF_RANGE,
-    "kStatusDuplicate": backend.Status.DUPLICATE, "kStatusProbeLimit": backend.Status.PROBE_LIMIT,
+    "kStatusOk": backend.Status.OK,
+    "kStatusOutOfRange": backend.Status.OUT_OF_RANGE,
+    "kStatusDuplicate": backend.Status.DUPLICATE,
+    "kStatusProbeLimit": backend.Status.PROBE_LIMIT,
     "kStatusBadArgument": backend.Status.BAD_ARGUMENT,
     "kStatusCudaError": backend.Status.CUDA_ERROR,
 }
@@ -48,8 +64,9 @@ def test_every_constant_python_shares_matches_common_h():
 
 
 def test_key_layout_matches_the_kernels():
-    coords = torch.tensor([[0, 0, 0, 0], [1022, -131072, 131071, -5], [7, 3, -2, 131071]],
-                          dtype=torch.int32)
+    coords = torch.tensor(
+        [[0, 0, 0, 0], [1022, -131072, 131071, -5], [7, 3, -2, 131071]], dtype=torch.int32
+    )
     table = CoordHashTable.build(coords)
     stored = table.slots[table.slots[:, 0] != hashtable.EMPTY]
     assert len(stored) == 3
@@ -90,8 +107,19 @@ def test_tensors_are_checked_before_their_pointer_goes_to_c():
     with pytest.raises(ValueError, match="src must be contiguous"):
         backend.call("gather_rows_f32", "cpu", torch.zeros(3, 4).t(), 4, 3, idx, 2, dst)
     with pytest.raises(ValueError, match="does not fit int32_t"):
-        backend.call("kmap_lookup", "cpu", torch.full((16, 2), -1), 16, idx[:0], 0, 2**31,
-                     idx[:0], 0, idx, torch.zeros(0, dtype=torch.int64))
+        backend.call(
+            "kmap_lookup",
+            "cpu",
+            torch.full((16, 2), -1),
+            16,
+            idx[:0],
+            0,
+            2**31,
+            idx[:0],
+            0,
+            idx,
+            torch.zeros(0, dtype=torch.int64),
+        )
     with pytest.raises(TypeError, match="takes a number, got a tensor"):
         backend.call("gather_rows_f32", "cpu", src, torch.tensor(4), 3, idx, 2, dst)
 
@@ -100,8 +128,15 @@ def test_tensors_are_checked_before_their_pointer_goes_to_c():
 def test_cuda_request_without_cuda_is_a_clear_error():
     coords = torch.zeros(2, 4, dtype=torch.int32)
     with pytest.raises(backend.KernelError, match="torch sees no CUDA device"):
-        backend.call("hash_build", "cuda", coords, 2, torch.full((16, 2), -1), 16,
-                     hashtable.new_error_buffer("cpu"))
+        backend.call(
+            "hash_build",
+            "cuda",
+            coords,
+            2,
+            torch.full((16, 2), -1),
+            16,
+            hashtable.new_error_buffer("cpu"),
+        )
 
 
 @pytest.mark.skipif(build.nvcc_path() is None, reason="nvcc not found")
@@ -123,17 +158,24 @@ def rows(*coords):
     return torch.tensor(coords, dtype=torch.int32).reshape(-1, 4)
 
 
-MIXED = rows((0, 5, 5, 5), (0, 1, 1, 1), (0, 1, 1, 1), (1023, 0, 0, 0), (0, 2, 2, 2),
-             (0, 900000, 0, 0), (0, 2, 2, 2))
+MIXED = rows(
+    (0, 5, 5, 5),
+    (0, 1, 1, 1),
+    (0, 1, 1, 1),
+    (1023, 0, 0, 0),
+    (0, 2, 2, 2),
+    (0, 900000, 0, 0),
+    (0, 2, 2, 2),
+)
 
 
 def every_map_path(coords: torch.Tensor):
     """Everything that validates coordinates: each CPU path, or the CUDA ones."""
     yield lambda: CoordHashTable.build(coords)
-    yield lambda: submanifold_map(coords, None, 3)          # CPU: sorted or block path
-    yield lambda: submanifold_map(coords, None, 5)          # hash path
-    yield lambda: downsample(coords, None, 2, 2)             # CPU: sorted path or insert-min
-    yield lambda: downsample(coords, None, 3, 2, 1)          # insert-min, then the hash table
+    yield lambda: submanifold_map(coords, None, 3)  # CPU: sorted or block path
+    yield lambda: submanifold_map(coords, None, 5)  # hash path
+    yield lambda: downsample(coords, None, 2, 2)  # CPU: sorted path or insert-min
+    yield lambda: downsample(coords, None, 3, 2, 1)  # insert-min, then the hash table
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -143,13 +185,14 @@ def test_mixed_errors_name_the_lowest_status_and_its_smallest_row(device):
     for run in every_map_path(coords):
         with pytest.raises(CoordinateRangeError, match=r"\[1023, 0, 0, 0\] at row 3 "):
             run()
-    in_range = coords[[0, 1, 2, 4, 6]]   # duplicates only: the first twinned row is 1
+    in_range = coords[[0, 1, 2, 4, 6]]  # duplicates only: the first twinned row is 1
     for run in list(every_map_path(in_range))[:3]:
         with pytest.raises(DuplicateCoordinateError, match=r"\[0, 1, 1, 1\].* rows \[1, 2\]"):
             run()
     # Rows in ascending order take the CPU's merge-join paths: the same errors.
-    ascending = rows((0, 1, 1, 1), (0, 1, 1, 1), (0, 2, 2, 2), (0, 2, 2, 2), (0, 900000, 0, 0),
-                     (1023, 0, 0, 0)).to(device)
+    ascending = rows(
+        (0, 1, 1, 1), (0, 1, 1, 1), (0, 2, 2, 2), (0, 2, 2, 2), (0, 900000, 0, 0), (1023, 0, 0, 0)
+    ).to(device)
     for run in every_map_path(ascending):
         with pytest.raises(CoordinateRangeError, match=r"\[0, 900000, 0, 0\] at row 4 "):
             run()
@@ -162,15 +205,16 @@ def test_mixed_errors_name_the_lowest_status_and_its_smallest_row(device):
 def test_errors_in_large_inputs_do_not_depend_on_the_schedule(device):
     # Big enough for every thread (or CUDA block) to see rows; errors placed far apart.
     gen = torch.Generator().manual_seed(0)
-    coords = torch.unique(torch.randint(-60, 60, (40000, 4), generator=gen, dtype=torch.int32),
-                          dim=0)
+    coords = torch.unique(
+        torch.randint(-60, 60, (40000, 4), generator=gen, dtype=torch.int32), dim=0
+    )
     coords[:, 0] = 0
     coords = torch.unique(coords, dim=0)
     coords = coords[torch.randperm(len(coords), generator=gen)]
-    coords[30000] = coords[9000]          # a duplicate pair, rows 9000 / 30000
-    coords[12000] = coords[20000]         # another, rows 12000 / 20000
-    coords[25000, 1] = 200000             # out of range
-    coords[26000, 0] = -1                 # out of range
+    coords[30000] = coords[9000]  # a duplicate pair, rows 9000 / 30000
+    coords[12000] = coords[20000]  # another, rows 12000 / 20000
+    coords[25000, 1] = 200000  # out of range
+    coords[26000, 0] = -1  # out of range
     coords = coords.to(device)
     for run in every_map_path(coords):
         with pytest.raises(CoordinateRangeError, match="at row 25000 "):

@@ -2,9 +2,10 @@
 
 The ISA checks disassemble the built libraries (objdump): an x86-64-v3 library must hold no
 AVX-512 (zmm) instruction whatever the build host has, except in the run-time dispatched bf16
-kernel (fused_bf16_cpu.cpp, reached only after the CPU feature check); the v4 one must. The CUDA build runs
-without a GPU and its fat binary is read back for the machine code it holds.
+kernel (fused_bf16_cpu.cpp, reached only after the CPU feature check); the v4 one must. The CUDA
+build runs without a GPU and its fat binary is read back for the machine code it holds.
 """
+
 from __future__ import annotations
 
 import json
@@ -31,13 +32,17 @@ RUNTIME_DISPATCHED = Path(build.__file__).parent / "csrc" / "fused_bf16_cpu.cpp"
 
 def _zmm_by_function(lib: Path) -> dict[str, int]:
     """AVX-512 (zmm) instruction count per function (demangled base name) in a library."""
-    text = subprocess.run(["objdump", "-d", "-C", "--no-show-raw-insn", str(lib)],
-                          capture_output=True, text=True, check=True).stdout
+    text = subprocess.run(
+        ["objdump", "-d", "-C", "--no-show-raw-insn", str(lib)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     counts: dict[str, int] = {}
     function = ""
     for line in text.splitlines():
         if line.endswith(">:") and "<" in line:
-            symbol = line[line.index("<") + 1:-2]
+            symbol = line[line.index("<") + 1 : -2]
             match = re.search(r"(\w+)(?:<[^()]*>)?\(", symbol)
             function = match.group(1) if match else symbol
         elif "%zmm" in line:
@@ -71,10 +76,12 @@ def test_key_sees_resolved_target_and_compiler(monkeypatch):
     monkeypatch.setattr(build, "_build", lambda name, key, cmd, manifest: key)
     keys = set()
     for version, macro in (("12.2.0", "AVX2"), ("12.2.0", "AVX512F"), ("13.1.0", "AVX2")):
-        monkeypatch.setattr(build, "compiler_identity",
-                            lambda cxx, v=version: ("x86_64-linux-gnu", v))
-        monkeypatch.setattr(build, "predefined_macros",
-                            lambda cxx, flags, m=macro: (f"#define __{m}__ 1",))
+        monkeypatch.setattr(
+            build, "compiler_identity", lambda cxx, v=version: ("x86_64-linux-gnu", v)
+        )
+        monkeypatch.setattr(
+            build, "predefined_macros", lambda cxx, flags, m=macro: (f"#define __{m}__ 1",)
+        )
         keys.add(build.build_cpu("native"))
     assert len(keys) == 3
 
@@ -86,8 +93,9 @@ def test_host_flags_and_best_cpu_library(tmp_path):
     assert "atomics" in targets.host_cpu_flags(arm)
 
     def lib(name, requires, machine="x86_64"):
-        return targets.Built(tmp_path / name, {"kind": "cpu", "isa": name, "machine": machine,
-                                               "requires": requires})
+        return targets.Built(
+            tmp_path / name, {"kind": "cpu", "isa": name, "machine": machine, "requires": requires}
+        )
 
     v3, v4 = lib("v3", ["avx2", "fma"]), lib("v4", ["avx2", "avx512f", "fma"])
     arm_lib = lib("a82", ["asimd", "atomics"], "aarch64")
@@ -103,15 +111,18 @@ def test_arm_requirements_from_macros():
     assert targets.required_cpu_flags(macros, "aarch64") == ["asimd", "atomics"]
 
 
-@pytest.mark.parametrize("archs,ptx,cap,expected", [
-    (["75", "80", "86", "87", "89", "90"], "90", (8, 7), True),
-    (["86"], None, (8, 7), True),          # sm_86 machine code runs on 8.7
-    (["87"], None, (8, 6), False),         # but not the other way round
-    (["87"], None, (9, 0), False),         # another major version needs PTX
-    (["87"], "87", (9, 0), True),          # PTX JIT-compiles for newer GPUs
-    (["87", "90"], "90", (12, 0), True),
-    (["80", "90"], "90", (7, 5), False),   # PTX never runs on older GPUs
-])
+@pytest.mark.parametrize(
+    "archs,ptx,cap,expected",
+    [
+        (["75", "80", "86", "87", "89", "90"], "90", (8, 7), True),
+        (["86"], None, (8, 7), True),  # sm_86 machine code runs on 8.7
+        (["87"], None, (8, 6), False),  # but not the other way round
+        (["87"], None, (9, 0), False),  # another major version needs PTX
+        (["87"], "87", (9, 0), True),  # PTX JIT-compiles for newer GPUs
+        (["87", "90"], "90", (12, 0), True),
+        (["80", "90"], "90", (7, 5), False),  # PTX never runs on older GPUs
+    ],
+)
 def test_cuda_arch_list_covers(archs, ptx, cap, expected):
     assert targets.covers(archs, ptx, cap) is expected
 
@@ -123,11 +134,15 @@ def test_prebuilt_only_fails_clearly_and_finds_a_fitting_library(tmp_path, monke
     with pytest.raises(targets.LibraryMissing, match=r"no prebuilt CUDA .*sm_87.*found: none"):
         build.library_path("cuda")
     sources = build.sources_digest(build.CUDA_SOURCES)
-    for name, archs, ptx, digest in (("a", ["90"], "90", sources), ("b", ["87"], "87", "stale"),
-                                     ("c", ["75", "86"], "86", sources)):
+    for name, archs, ptx, digest in (
+        ("a", ["90"], "90", sources),
+        ("b", ["87"], "87", "stale"),
+        ("c", ["75", "86"], "86", sources),
+    ):
         (tmp_path / f"liblidarseg_cuda-{name}.so").write_bytes(b"")
-        (tmp_path / f"liblidarseg_cuda-{name}.json").write_text(json.dumps(
-            {"kind": "cuda", "archs": archs, "ptx": ptx, "sources": digest}))
+        (tmp_path / f"liblidarseg_cuda-{name}.json").write_text(
+            json.dumps({"kind": "cuda", "archs": archs, "ptx": ptx, "sources": digest})
+        )
     assert build.library_path("cuda").name == "liblidarseg_cuda-c.so"  # b is stale, a is sm_90
     monkeypatch.setattr(build, "_device_capability", lambda: (7, 0))
     with pytest.raises(targets.LibraryMissing, match=r"sm_70.*liblidarseg_cuda-a\.so \(sm_90"):

@@ -1,4 +1,5 @@
 """Bounded scratch memory: the engine's chunks under a memory cap give the unchunked results."""
+
 import math
 
 import pytest
@@ -30,7 +31,7 @@ def test_chunks_cover_the_plan_in_row_order(max_rows):
                 assert chunk.rows <= max(max_rows, 1)
                 assert sum(p.rows for p in chunk.pieces) == chunk.rows
                 for piece in chunk.pieces:
-                    for k, first, rows in piece.segments():
+                    for k, _first, rows in piece.segments():
                         offsets[k] = offsets.get(k, 0) + rows
             heights = {k: launch.height for launch in plan.launches for k in launch.kernel_indices}
             assert offsets == heights
@@ -83,10 +84,13 @@ def test_tiny_chunks_match_unchunked(monkeypatch, scatter, kind, dtype):
 def test_default_cap_bounds_the_scratch(device, monkeypatch):
     coords = random_cloud(3000, 10, seed=24).to(device)
     kmap = maps_for(coords)["subm"]
-    monkeypatch.setenv("LIDARSEG_ENGINE_SCRATCH_MB", "0.01")     # 10 KiB
+    monkeypatch.setenv("LIDARSEG_ENGINE_SCRATCH_MB", "0.01")  # 10 KiB
     config = EngineConfig(grouping=DENSE)
-    assert config.max_rows(8, 8, torch.float32, torch.device(device)) == \
-        rows_under_cap(10485, 8, 8, torch.float32) == 163
+    assert (
+        config.max_rows(8, 8, torch.float32, torch.device(device))
+        == rows_under_cap(10485, 8, 8, torch.float32)
+        == 163
+    )
     feats = torch.randn(kmap.num_in, 8, device=device)
     weight = torch.randn(27, 8, 8, device=device)
     out = sparse_conv(feats, weight, kmap, config)

@@ -3,6 +3,7 @@
 These tests skip when nvcc is missing. CI cannot pass by skipping them silently: .ci/run checks
 separately that nvcc is present before it runs the test suite.
 """
+
 from __future__ import annotations
 
 import re
@@ -46,8 +47,9 @@ def test_shared_library_exports_every_cuda_entry_point(tmp_path: Path, monkeypat
     monkeypatch.setenv("LIDARSEG_BUILD_DIR", str(tmp_path))
     lib = build.build_cuda(ARCHS)
     assert lib.exists() and lib.parent == tmp_path
-    proc = subprocess.run(["nm", "-D", "--defined-only", str(lib)], capture_output=True,
-                          text=True, check=True)
+    proc = subprocess.run(
+        ["nm", "-D", "--defined-only", str(lib)], capture_output=True, text=True, check=True
+    )
     # nm prints "address type name"; the name is the last column.
     exported = {line.split()[-1] for line in proc.stdout.splitlines() if line.strip()}
     missing = sorted(_declared_cuda_entry_points() - exported)

@@ -2,6 +2,7 @@
 
 The oracle and property tests of maps, engine, layers and gradients run on CUDA too (they are
 parametrised over tests.conftest.DEVICES); this file holds what only makes sense with a GPU."""
+
 import os
 import subprocess
 import sys
@@ -16,8 +17,14 @@ from kernels.engine import EngineConfig, sparse_conv
 from tests.conftest import REPO_ROOT, rel_err
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
-FRAME = (Path(__file__).resolve().parents[3] / "shared" / "data" / "real" / "semantickitti"
-         / "seq00_000000.bin")
+FRAME = (
+    Path(__file__).resolve().parents[3]
+    / "shared"
+    / "data"
+    / "real"
+    / "semantickitti"
+    / "seq00_000000.bin"
+)
 
 
 def frame_coords(voxel=0.05):
@@ -32,8 +39,12 @@ def frame_coords(voxel=0.05):
 def test_cuda_maps_identical_to_cpu():
     cpu = frame_coords()
     gpu = cpu.cuda()
-    for a, b in [(submanifold_map(cpu, CoordHashTable.build(cpu)),
-                  submanifold_map(gpu, CoordHashTable.build(gpu)))]:
+    for a, b in [
+        (
+            submanifold_map(cpu, CoordHashTable.build(cpu)),
+            submanifold_map(gpu, CoordHashTable.build(gpu)),
+        )
+    ]:
         assert a.bounds == b.bounds
         assert torch.equal(a.in_idx, b.in_idx.cpu()) and torch.equal(a.out_idx, b.out_idx.cpu())
     ca, _, da = downsample(cpu, CoordHashTable.build(cpu))
@@ -117,8 +128,9 @@ def test_cuda_chunked_engine_matches_unchunked():
     whole = sparse_conv(feats, weight, kmap, EngineConfig(deterministic=True, memory_cap=1 << 40))
     tiny = sparse_conv(feats, weight, kmap, EngineConfig(deterministic=True, memory_cap=1 << 20))
     assert rel_err(tiny, whole) <= 1e-6
-    half = sparse_conv(feats.half(), weight.half(), kmap,
-                       EngineConfig(deterministic=True, memory_cap=1 << 20))
+    half = sparse_conv(
+        feats.half(), weight.half(), kmap, EngineConfig(deterministic=True, memory_cap=1 << 20)
+    )
     assert rel_err(half.float(), whole) <= 2e-3
 
 
@@ -141,8 +153,12 @@ def test_cuda_2m_point_frame_stress():
     extra = torch.cuda.max_memory_allocated() - before
     print(f"2M-point stress: {sum(kmap.counts)} map entries, peak extra {extra / 2**20:.0f} MiB")
     # outputs, the chunk buffers (cap + 25% slack), the plans' gather/scatter rows (int32 x 2)
-    bound = (out.numel() + down.numel()) * 4 + (256 << 20) * 5 // 4 + \
-        8 * (sum(kmap.counts) + sum(dmap.counts)) + (64 << 20)
+    bound = (
+        (out.numel() + down.numel()) * 4
+        + (256 << 20) * 5 // 4
+        + 8 * (sum(kmap.counts) + sum(dmap.counts))
+        + (64 << 20)
+    )
     assert extra < bound, f"{extra} bytes > {bound}"
     rows = torch.arange(0, len(one), 97)  # the first copy's rows compared with the CPU
     cpu_kmap = submanifold_map(one)
@@ -164,11 +180,19 @@ def test_cuda_sync_mode_names_the_failing_op():
         "backend.call('scatter_add_csr_f32', d, src, 8, ptr, rows, 1, 0, 1 << 31, dst)\n"
     )
     env = dict(os.environ, LIDARSEG_CUDA_SYNC="1")
-    proc = subprocess.run([sys.executable, "-c", script], cwd=REPO_ROOT, env=env,
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode != 0
-    assert "KernelError: ls_scatter_add_csr_f32_cuda: CUDA error: cudaStreamSynchronize:" \
-        in proc.stderr, proc.stderr[-2000:]
+    assert (
+        "KernelError: ls_scatter_add_csr_f32_cuda: CUDA error: cudaStreamSynchronize:"
+        in proc.stderr
+    ), proc.stderr[-2000:]
     assert "illegal memory access" in proc.stderr
 
 
@@ -185,8 +209,16 @@ def test_ops_run_on_their_tensors_device():
 def test_cpu_tensor_in_a_cuda_op_is_refused():
     src = torch.zeros(4, 8, device="cuda")
     with pytest.raises(ValueError, match="idx is on cpu, the op runs on cuda:0"):
-        backend.call("gather_rows_f32", src.device, src, 4, 8, torch.zeros(2, dtype=torch.int32),
-                     2, torch.empty(2, 8, device="cuda"))
+        backend.call(
+            "gather_rows_f32",
+            src.device,
+            src,
+            4,
+            8,
+            torch.zeros(2, dtype=torch.int32),
+            2,
+            torch.empty(2, 8, device="cuda"),
+        )
 
 
 def test_cuda_matches_spconv():

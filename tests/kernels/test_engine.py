@@ -1,4 +1,5 @@
 """The grouped gather-matmul-scatter engine against the one-entry-at-a-time oracle."""
+
 import math
 
 import pytest
@@ -11,6 +12,7 @@ from kernels.reference import conv_from_entries, map_entries
 from kernels import reference
 from kernels.tuning import GroupingTable
 from tests.conftest import DEVICES
+
 SEPARATE = GroupingTable(defaults={"cpu": (0.0, 0.0), "cuda": (0.0, 0.0)})
 DENSE = GroupingTable(defaults={"cpu": (1.0, math.inf), "cuda": (1.0, math.inf)})
 ADAPTIVE = GroupingTable(defaults={"cpu": (0.3, 1e9), "cuda": (0.3, 1e9)})
@@ -158,12 +160,19 @@ def test_bad_arguments_are_clear():
     with pytest.raises(ValueError, match="feats must be"):
         sparse_conv(torch.randn(3, 4), torch.randn(27, 4, 4), kmap, EngineConfig())
     with pytest.raises(ValueError, match="unsupported dtype"):
-        sparse_conv(torch.randn(kmap.num_in, 4).half(), torch.randn(27, 4, 4).half(), kmap,
-                    EngineConfig())
+        sparse_conv(
+            torch.randn(kmap.num_in, 4).half(), torch.randn(27, 4, 4).half(), kmap, EngineConfig()
+        )
     # Mixed devices are refused before any kernel runs (meta stands in for a second device).
     with pytest.raises(ValueError, match="different devices: feats on cpu, weight on meta"):
-        sparse_conv(torch.randn(kmap.num_in, 4), torch.randn(27, 4, 4, device="meta"), kmap,
-                    EngineConfig())
+        sparse_conv(
+            torch.randn(kmap.num_in, 4), torch.randn(27, 4, 4, device="meta"), kmap, EngineConfig()
+        )
     with pytest.raises(ValueError, match="kernel map on cpu, bias on meta"):
-        sparse_conv(torch.randn(kmap.num_in, 4), torch.randn(27, 4, 4), kmap, EngineConfig(),
-                    bias=torch.zeros(4, device="meta"))
+        sparse_conv(
+            torch.randn(kmap.num_in, 4),
+            torch.randn(27, 4, 4),
+            kmap,
+            EngineConfig(),
+            bias=torch.zeros(4, device="meta"),
+        )

@@ -1,10 +1,16 @@
 """Map building against a brute-force oracle, the seeds' worked example, and error cases."""
+
 import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
-from kernels import (CoordHashTable, CoordinateRangeError, DuplicateCoordinateError, downsample,
-                     submanifold_map)
+from kernels import (
+    CoordHashTable,
+    CoordinateRangeError,
+    DuplicateCoordinateError,
+    downsample,
+    submanifold_map,
+)
 from kernels.reference import brute_force_map, map_entries, unique_floor
 from tests.conftest import DEVICES
 
@@ -27,7 +33,7 @@ def test_seed_five_point_example(device):
     assert sum(counts) == 11
     assert [c for c in counts if c] == [2, 1, 5, 1, 2]
     # W(-1,-1): (P0 -> Q1) and (P3 -> Q4), since P = Q + d.
-    ins, outs = kmap.entries(0 * 9 + 0 * 3 + 1)   # d = (-1, -1, 0) -> position (0, 0, 1)
+    ins, outs = kmap.entries(0 * 9 + 0 * 3 + 1)  # d = (-1, -1, 0) -> position (0, 0, 1)
     assert sorted(zip(ins.tolist(), outs.tolist())) == [(0, 1), (3, 4)]
     assert kmap.identity == 13 and kmap.bounds[13] == kmap.bounds[14]  # not materialised
 
@@ -35,9 +41,19 @@ def test_seed_five_point_example(device):
 @st.composite
 def clouds(draw, max_points=40, span=4):
     n = draw(st.integers(0, max_points))
-    pts = draw(st.lists(st.tuples(st.integers(0, 2), st.integers(-span, span),
-                                  st.integers(-span, span), st.integers(-span, span)),
-                        min_size=n, max_size=n, unique=True))
+    pts = draw(
+        st.lists(
+            st.tuples(
+                st.integers(0, 2),
+                st.integers(-span, span),
+                st.integers(-span, span),
+                st.integers(-span, span),
+            ),
+            min_size=n,
+            max_size=n,
+            unique=True,
+        )
+    )
     return coords_tensor(pts) if pts else torch.zeros(0, 4, dtype=torch.int32)
 
 
@@ -57,8 +73,9 @@ def test_submanifold_map_matches_oracle(device, cloud, kernel):
 def test_downsample_matches_oracle(device, cloud, case):
     kernel, stride, padding = case
     on_device = cloud.to(device)
-    out_coords, out_table, kmap = downsample(on_device, CoordHashTable.build(on_device), kernel,
-                                             stride, padding)
+    out_coords, out_table, kmap = downsample(
+        on_device, CoordHashTable.build(on_device), kernel, stride, padding
+    )
     out_coords = out_coords.cpu()
     assert torch.equal(out_coords, unique_floor(cloud, stride))
     assert map_entries(kmap) == brute_force_map(cloud, out_coords, kernel, stride, padding)
@@ -87,11 +104,16 @@ def test_maps_are_deterministic(device):
     gen = torch.Generator().manual_seed(0)
     cloud = torch.unique(torch.randint(-30, 30, (5000, 4), generator=gen, dtype=torch.int32), dim=0)
     cloud[:, 0] = 0
-    cloud = torch.unique(cloud, dim=0)[torch.randperm(len(torch.unique(cloud, dim=0)), generator=gen)]
+    cloud = torch.unique(cloud, dim=0)[
+        torch.randperm(len(torch.unique(cloud, dim=0)), generator=gen)
+    ]
     cloud = cloud.to(device)
     a, b = sub_map(cloud), sub_map(cloud)
     assert torch.equal(a.in_idx, b.in_idx) and torch.equal(a.out_idx, b.out_idx)
-    da, db = downsample(cloud, CoordHashTable.build(cloud)), downsample(cloud, CoordHashTable.build(cloud))
+    da, db = (
+        downsample(cloud, CoordHashTable.build(cloud)),
+        downsample(cloud, CoordHashTable.build(cloud)),
+    )
     assert torch.equal(da[0], db[0]) and torch.equal(da[2].in_idx, db[2].in_idx)
 
 
@@ -103,7 +125,9 @@ def test_duplicates_are_rejected_with_rows(device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("bad", [(0, 131072, 0, 0), (0, 0, -131073, 0), (1023, 0, 0, 0), (-1, 0, 0, 0)])
+@pytest.mark.parametrize(
+    "bad", [(0, 131072, 0, 0), (0, 0, -131073, 0), (1023, 0, 0, 0), (-1, 0, 0, 0)]
+)
 def test_out_of_range_is_an_error_not_a_wrap(device, bad):
     with pytest.raises(CoordinateRangeError, match=r"outside the supported range"):
         CoordHashTable.build(coords_tensor([(0, 0, 0, 0), bad], device))
@@ -114,12 +138,16 @@ def test_out_of_range_is_an_error_not_a_wrap(device, bad):
 @pytest.mark.parametrize("device", DEVICES)
 def test_lookup_outside_range_misses_instead_of_aliasing(device):
     table = CoordHashTable.build(coords_tensor([(0, -131072, 0, 0), (0, 131071, 5, 5)], device))
-    nbr, counts = table.lookup(coords_tensor([(0, 131072, 0, 0), (0, -131072, 0, 0),
-                                              (0, 131071, 5, 5), (0, 3, 3, 3)], device))
+    nbr, counts = table.lookup(
+        coords_tensor(
+            [(0, 131072, 0, 0), (0, -131072, 0, 0), (0, 131071, 5, 5), (0, 3, 3, 3)], device
+        )
+    )
     assert nbr[0].tolist() == [-1, 0, 1, -1] and counts.tolist() == [2]
     # Offsets that step past the edge miss too.
-    nbr, _ = table.lookup(coords_tensor([(0, 131071, 5, 5)], device), 1,
-                          torch.tensor([[1, 0, 0]], dtype=torch.int32))
+    nbr, _ = table.lookup(
+        coords_tensor([(0, 131071, 5, 5)], device), 1, torch.tensor([[1, 0, 0]], dtype=torch.int32)
+    )
     assert nbr.tolist() == [[-1]]
 
 
@@ -136,6 +164,7 @@ def test_empty_cloud(device):
 
 def test_capacity_and_load_factor():
     from kernels.hashtable import capacity_for
+
     assert capacity_for(0) == 16 and capacity_for(8) == 16 and capacity_for(9) == 32
     for n in (100, 91767, 1 << 20):
         cap = capacity_for(n)
@@ -144,5 +173,6 @@ def test_capacity_and_load_factor():
 
 def test_bad_coords_dtype():
     from kernels import CoordinateError
+
     with pytest.raises(CoordinateError, match="int32"):
         CoordHashTable.build(torch.zeros(3, 4, dtype=torch.int64))

@@ -2,6 +2,7 @@
 y, z) order (what the voxelizer and every downsampling produce) merge joins / per-slab sorts with
 no hash table, and for any order 4x4x4 blocks (kernel-3 submanifold) or the hash table
 (downsampling). Each is checked against the brute-force oracle, and each against the other."""
+
 import pytest
 import torch
 from hypothesis import given, settings, strategies as st
@@ -18,8 +19,11 @@ def sort_rows(coords: torch.Tensor) -> torch.Tensor:
 
 
 def same_map(a, b) -> bool:
-    return (a.bounds == b.bounds and torch.equal(a.in_idx, b.in_idx)
-            and torch.equal(a.out_idx, b.out_idx))
+    return (
+        a.bounds == b.bounds
+        and torch.equal(a.in_idx, b.in_idx)
+        and torch.equal(a.out_idx, b.out_idx)
+    )
 
 
 @settings(max_examples=80, deadline=None)
@@ -49,8 +53,17 @@ def test_batches_and_range_edges():
     cloud = coords_tensor(inner)
     fast = _sorted_submanifold_map_cpu(cloud)
     assert fast is not None and map_entries(fast) == brute_force_map(cloud, cloud, 3)
-    edge = sort_rows(coords_tensor(inner + [(0, 131071, 131071, 131071), (1, -131072, 0, 0),
-                                            (1, -131072, 0, 1), (2, 0, 0, 131071)]))
+    edge = sort_rows(
+        coords_tensor(
+            inner
+            + [
+                (0, 131071, 131071, 131071),
+                (1, -131072, 0, 0),
+                (1, -131072, 0, 1),
+                (2, 0, 0, 131071),
+            ]
+        )
+    )
     assert _sorted_submanifold_map_cpu(edge) is None
     assert map_entries(submanifold_map(edge, None, 3)) == brute_force_map(edge, edge, 3)
 

@@ -12,20 +12,32 @@ checked here (test_spconv_subm_pair_layout):
   identity is applied by a separate mm).
 - Strided maps: num[k] counts every offset; row 1 indexes spconv's output rows (its own order).
 """
+
 from __future__ import annotations
 
 import pytest
 import torch
 
 from models import SparseConv3d, SparseTensor
-from tests.conftest import (FRAMES, coord_keys, frame_id, ours_threads, single_thread,
-                            spconv_grid, voxelized_frame)
+from tests.conftest import (
+    FRAMES,
+    coord_keys,
+    frame_id,
+    ours_threads,
+    single_thread,
+    spconv_grid,
+    voxelized_frame,
+)
 
 KITTI = FRAMES[0][0]
-MAP_CASES = ([pytest.param(name, 0.1, id=f"{frame_id(name)}-0.1m") for name, _ in FRAMES]
-             + [pytest.param(KITTI, 0.05, id=f"{frame_id(KITTI)}-0.05m")])
-COUNT_CASES = [pytest.param(name, vs, id=f"{frame_id(name)}-{vs}m")
-               for name, _ in FRAMES for vs in (0.05, 0.1, 0.2)]
+MAP_CASES = [pytest.param(name, 0.1, id=f"{frame_id(name)}-0.1m") for name, _ in FRAMES] + [
+    pytest.param(KITTI, 0.05, id=f"{frame_id(KITTI)}-0.05m")
+]
+COUNT_CASES = [
+    pytest.param(name, vs, id=f"{frame_id(name)}-{vs}m")
+    for name, _ in FRAMES
+    for vs in (0.05, 0.1, 0.2)
+]
 
 
 def _spconv_subm_pairs(spconv, coords: torch.Tensor, kernel_size: int = 3):
@@ -138,8 +150,13 @@ def test_submanifold_counts_symmetric(name, vs):
     assert counts == _independent_counts(coords)
 
 
-@pytest.mark.parametrize("name,vs", [pytest.param(KITTI, 0.1, id="seq00_000000-0.1m"),
-                                     pytest.param(FRAMES[4][0], 0.05, id="ouster-0.05m")])
+@pytest.mark.parametrize(
+    "name,vs",
+    [
+        pytest.param(KITTI, 0.1, id="seq00_000000-0.1m"),
+        pytest.param(FRAMES[4][0], 0.05, id="ouster-0.05m"),
+    ],
+)
 def test_downsample_k2s2_map_equals_spconv_pairs(spconv, name, vs):
     coords = voxelized_frame(name, vs)
     shifted, shift, shape = spconv_grid(coords)
@@ -162,8 +179,13 @@ def test_downsample_k2s2_map_equals_spconv_pairs(spconv, name, vs):
     our_id = torch.searchsorted(all_keys, coord_keys(yo.coords))
     ref_id = torch.searchsorted(all_keys, coord_keys(ref_coarse))
     num = data.indice_pair_num.tolist()
-    ref = _triples(range(8), [data.indice_pairs[0, k, :num[k]] for k in range(8)],
-                   [ref_id[data.indice_pairs[1, k, :num[k]].long()] for k in range(8)], n, n)
+    ref = _triples(
+        range(8),
+        [data.indice_pairs[0, k, : num[k]] for k in range(8)],
+        [ref_id[data.indice_pairs[1, k, : num[k]].long()] for k in range(8)],
+        n,
+        n,
+    )
     ins, outs = zip(*(kmap.entries(k) for k in range(8)))
     ours = _triples(range(8), ins, [our_id[o.long()] for o in outs], n, n)
     assert torch.equal(ours, ref)

@@ -1,5 +1,6 @@
 """Our checkpoint format (save / load round trips, fp16 storage, validation) and the reference
 state-dict importers (names, layouts, kernel order against an independent oracle, errors)."""
+
 from __future__ import annotations
 
 import itertools
@@ -8,8 +9,13 @@ import pytest
 import torch
 
 from models import SparseInverseConv3d, SparseTensor
-from models.checkpoints import (CheckpointError, MissingKeyError, load_checkpoint, make_meta,
-                                save_checkpoint)
+from models.checkpoints import (
+    CheckpointError,
+    MissingKeyError,
+    load_checkpoint,
+    make_meta,
+    save_checkpoint,
+)
 from models.importers import LAYOUTS, export_state_dict, import_model, import_state_dict, key_map
 from models.labels import SEMANTIC_KITTI_CLASSES, SEMANTIC_KITTI_COLORS
 from models.torchsparse_compat import weight_from_torchsparse, weight_to_torchsparse
@@ -18,8 +24,9 @@ from tests.conftest import ours_threads, randomize_batchnorm
 
 # Small but complete: stage 0 keeps its width (identity shortcut), later stages widen (1x1
 # shortcut), two-block stages exercise block indices > 0.
-CFG = MinkUNetConfig(in_channels=4, num_classes=19, cr=0.25, encoder_blocks=(2, 2, 1, 1),
-                     decoder_blocks=(1, 1, 1, 2))
+CFG = MinkUNetConfig(
+    in_channels=4, num_classes=19, cr=0.25, encoder_blocks=(2, 2, 1, 1), decoder_blocks=(1, 1, 1, 2)
+)
 IMPORTABLE = ("spconv-mmdet3d", "torchsparse-mmdet3d", "torchsparse-spvnas")
 
 
@@ -48,6 +55,7 @@ def model():
 
 # ---- our format -------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("half", [False, True], ids=["fp32", "fp16"])
 def test_save_load_round_trip(tmp_path, half):
     model = _model()
@@ -64,9 +72,16 @@ def test_save_load_round_trip(tmp_path, half):
 
     raw = torch.load(path, weights_only=True)
     assert raw["format"] == "lidarseg-checkpoint" and raw["version"] == 1
-    assert raw["model"] == {"arch": "MinkUNet", "in_channels": 4, "num_classes": 19, "cr": 0.25,
-                            "encoder_blocks": [2, 2, 1, 1], "decoder_blocks": [1, 1, 1, 2],
-                            "bn_eps": 1e-5, "bn_momentum": 0.1}
+    assert raw["model"] == {
+        "arch": "MinkUNet",
+        "in_channels": 4,
+        "num_classes": 19,
+        "cr": 0.25,
+        "encoder_blocks": [2, 2, 1, 1],
+        "decoder_blocks": [1, 1, 1, 2],
+        "bn_eps": 1e-5,
+        "bn_momentum": 0.1,
+    }
     floats = {v.dtype for v in raw["state_dict"].values() if v.is_floating_point()}
     assert floats == {torch.float16 if half else torch.float32}
     assert raw["state_dict"]["stem.0.1.num_batches_tracked"].dtype == torch.int64
@@ -82,7 +97,10 @@ def test_save_load_round_trip(tmp_path, half):
     assert meta2["voxel_size"] == 0.05
     assert meta2["input_features"] == ["x", "y", "z", "intensity"]
     assert meta2["intensity_normalisation"] == {
-        "kitti": "0-1", "nuscenes": "0-255 -> /255", "ouster": "0-255 -> /255"}
+        "kitti": "0-1",
+        "nuscenes": "0-255 -> /255",
+        "ouster": "0-255 -> /255",
+    }
 
 
 def test_semantic_kitti_constants():
@@ -124,16 +142,16 @@ def test_meta_is_validated(tmp_path, model):
     with pytest.raises(CheckpointError, match="voxel_size"):
         save_checkpoint(tmp_path / "m.pt", model, meta)
     with pytest.raises(CheckpointError, match="class_colors"):
-        save_checkpoint(tmp_path / "m.pt", model,
-                        make_meta(class_colors=[(0, 0, 300)] * 19))
+        save_checkpoint(tmp_path / "m.pt", model, make_meta(class_colors=[(0, 0, 300)] * 19))
 
 
 # ---- importers: names and layouts -------------------------------------------------------------
 
+
 @pytest.mark.parametrize("layout", IMPORTABLE)
 def test_import_inverts_export(layout, model):
     ours = model.state_dict()
-    assert set(key_map(layout, CFG)) == set(ours)          # every parameter and buffer, once
+    assert set(key_map(layout, CFG)) == set(ours)  # every parameter and buffer, once
     ref = export_state_dict(ours, layout, CFG)
     assert len(ref) == len(ours)
     back = import_state_dict(ref, layout, CFG)
@@ -146,9 +164,9 @@ def test_reference_names_and_shapes(model):
     """Spot checks of the reference names / layouts (see the module docstring for sources)."""
     cs = CFG.channels
     sp = export_state_dict(model.state_dict(), "spconv-mmdet3d", CFG)
-    assert sp["backbone.conv_input.0.0.weight"].shape == (cs[0], 3, 3, 3, 4)   # [Cout,K,K,K,Cin]
+    assert sp["backbone.conv_input.0.0.weight"].shape == (cs[0], 3, 3, 3, 4)  # [Cout,K,K,K,Cin]
     assert sp["backbone.encoder.0.0.0.weight"].shape == (cs[0], 2, 2, 2, cs[0])
-    assert "backbone.encoder.0.1.downsample.0.weight" not in sp                 # 8 -> 8
+    assert "backbone.encoder.0.1.downsample.0.weight" not in sp  # 8 -> 8
     assert sp["backbone.encoder.1.1.downsample.0.weight"].shape == (cs[2], 1, 1, 1, cs[1])
     assert sp["backbone.encoder.1.2.bn2.running_var"].shape == (cs[2],)
     assert sp["backbone.decoder.0.0.0.weight"].shape == (cs[5], 2, 2, 2, cs[4])
@@ -195,11 +213,22 @@ def test_pointcept_is_refused_with_the_reason(model):
     assert "spconv-pointcept" in LAYOUTS
 
 
-@pytest.mark.parametrize("layout,key,ours", [
-    ("spconv-mmdet3d", "backbone.encoder.0.1.conv1.weight", "encoder.0.blocks.0.net.0.weight"),
-    ("torchsparse-mmdet3d", "backbone.decoder.2.0.net.1.running_var", "decoder.2.up.1.running_var"),
-    ("torchsparse-spvnas", "up4.1.0.downsample.0.kernel", "decoder.3.blocks.0.shortcut.0.weight"),
-])
+@pytest.mark.parametrize(
+    "layout,key,ours",
+    [
+        ("spconv-mmdet3d", "backbone.encoder.0.1.conv1.weight", "encoder.0.blocks.0.net.0.weight"),
+        (
+            "torchsparse-mmdet3d",
+            "backbone.decoder.2.0.net.1.running_var",
+            "decoder.2.up.1.running_var",
+        ),
+        (
+            "torchsparse-spvnas",
+            "up4.1.0.downsample.0.kernel",
+            "decoder.3.blocks.0.shortcut.0.weight",
+        ),
+    ],
+)
 def test_missing_key_names_both_keys(layout, key, ours, model):
     ref = export_state_dict(model.state_dict(), layout, CFG)
     del ref[key]
@@ -216,11 +245,14 @@ def test_missing_num_batches_tracked_defaults_to_zero(model):
     assert int(back["stem.0.1.num_batches_tracked"]) == 0
 
 
-@pytest.mark.parametrize("layout,key", [
-    ("spconv-mmdet3d", "backbone.conv_input.0.0.weight"),
-    ("torchsparse-spvnas", "stage2.1.downsample.0.kernel"),
-    ("torchsparse-mmdet3d", "decode_head.conv_seg.weight"),
-])
+@pytest.mark.parametrize(
+    "layout,key",
+    [
+        ("spconv-mmdet3d", "backbone.conv_input.0.0.weight"),
+        ("torchsparse-spvnas", "stage2.1.downsample.0.kernel"),
+        ("torchsparse-mmdet3d", "decode_head.conv_seg.weight"),
+    ],
+)
 def test_wrong_shape_names_the_key(layout, key, model):
     ref = export_state_dict(model.state_dict(), layout, CFG)
     ref[key] = ref[key].transpose(0, -1).contiguous()  # e.g. spconv 1.x [K,K,K,Cin,Cout] order
@@ -254,6 +286,7 @@ def test_wrong_config_is_caught(model):
 # odd K^3 lists [x, y, z] for z, then y, then x innermost (x fastest); even K^3 lists them for x,
 # then y, then z innermost. The oracle below indexes a torchsparse kernel by that list only.
 
+
 def _ts_offsets(k: int) -> list[tuple[int, int, int]]:
     r = list(range(-k // 2 + 1, k // 2 + 1))
     if k**3 % 2 == 1:
@@ -279,7 +312,7 @@ def test_torchsparse_offsets_are_asymmetric_enough():
     axis order cannot pass the oracle tests."""
     r3 = [(a - 1, b - 1, c - 1) for a in range(3) for b in range(3) for c in range(3)]  # ours
     assert r3[_ts_offsets(3).index((1, 0, -1))] != (1, 0, -1)
-    r2 = [(z, y, x) for x in range(2) for y in range(2) for z in range(2)]            # reversed
+    r2 = [(z, y, x) for x in range(2) for y in range(2) for z in range(2)]  # reversed
     assert r2[_ts_offsets(2).index((1, 1, 0))] != (1, 1, 0)
 
 
@@ -299,7 +332,7 @@ def test_torchsparse_subm_kernel_order_oracle(model):
         j = rows.get((b, x + d[0], y + d[1], z + d[2]))
         if j is not None:
             expected[i] = feats[j] @ m
-    assert (expected != 0).any(dim=1).sum() > 10       # the offset actually hits neighbours
+    assert (expected != 0).any(dim=1).sum() > 10  # the offset actually hits neighbours
     torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
 
 
@@ -355,7 +388,7 @@ def test_torchsparse_weight_helpers():
     assert torch.equal(weight_to_torchsparse(weight_from_torchsparse(w)), w)
     assert not torch.equal(weight_from_torchsparse(w), w)
     w2 = torch.randn(8, 2, 3)
-    assert torch.equal(weight_from_torchsparse(w2), w2)                 # even K: same order
+    assert torch.equal(weight_from_torchsparse(w2), w2)  # even K: same order
     w1 = torch.randn(2, 3)
     assert weight_from_torchsparse(w1).shape == (1, 2, 3)
     assert torch.equal(weight_to_torchsparse(weight_from_torchsparse(w1)), w1)

@@ -1,5 +1,6 @@
 """BatchNorm folding (models/fold.py) and the conv epilogue it relies on (bias, then ReLU, fused
 into the CPU kernel in inference): the folded network must compute what the unfolded one does."""
+
 from __future__ import annotations
 
 import pytest
@@ -19,8 +20,9 @@ KITTI = FRAMES[0][0]
 
 
 def grouped(deterministic: bool = False) -> EngineConfig:
-    table = GroupingTable(entries={}, defaults={"cpu": (0.0, 0.0, "grouped"),
-                                                "cuda": (0.0, 0.0, "grouped")})
+    table = GroupingTable(
+        entries={}, defaults={"cpu": (0.0, 0.0, "grouped"), "cuda": (0.0, 0.0, "grouped")}
+    )
     return EngineConfig(deterministic=deterministic, grouping=table)
 
 
@@ -55,7 +57,8 @@ def test_epilogue_keeps_gradients():
     b = torch.randn(2, dtype=torch.float64, requires_grad=True)
     r = torch.randn(len(coords), 2, dtype=torch.float64, requires_grad=True)
     assert torch.autograd.gradcheck(
-        lambda x, w, b, r: sparse_conv(x, w, kmap, EngineConfig(), b, True, r), (x, w, b, r))
+        lambda x, w, b, r: sparse_conv(x, w, kmap, EngineConfig(), b, True, r), (x, w, b, r)
+    )
 
 
 def _run(model, coords, feats):
@@ -63,8 +66,9 @@ def _run(model, coords, feats):
         return model(SparseTensor(feats, coords)).feats
 
 
-@pytest.mark.parametrize("make", [lambda: MinkUNet(cr=0.25), lambda: SpUNet(SpUNetConfig())],
-                         ids=["minkunet", "spunet"])
+@pytest.mark.parametrize(
+    "make", [lambda: MinkUNet(cr=0.25), lambda: SpUNet(SpUNetConfig())], ids=["minkunet", "spunet"]
+)
 def test_folded_network_matches_the_original(make):
     torch.manual_seed(0)
     model = randomize_batchnorm(make()).eval()
@@ -81,5 +85,6 @@ def test_folded_network_matches_the_original(make):
     # The original is untouched: same parameters, its BatchNorms and ReLUs still in place.
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
     assert any(isinstance(m, BatchNorm) for m in model.modules())
-    assert sum(type(m) is ReLU for m in model.modules()) > sum(type(m) is ReLU
-                                                              for m in folded.modules())
+    assert sum(type(m) is ReLU for m in model.modules()) > sum(
+        type(m) is ReLU for m in folded.modules()
+    )

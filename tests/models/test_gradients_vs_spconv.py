@@ -10,15 +10,31 @@ get_current_stream() -> torch.cuda.current_stream() before its CPU branch, which
 compiled with CUDA enabled" on a CPU-only torch; the fixture below makes that call return 0 (the
 CPU branch never uses the stream).
 """
+
 from __future__ import annotations
 
 import pytest
 import torch
 
-from models import (SparseConv3d, SparseInverseConv3d, SparseTensor, SubMConv3d,
-                    weight_from_spconv, weight_to_spconv)
-from tests.conftest import (DEVICES, FRAMES, load_frame, match_rows, ours_threads, rel_err,
-                            single_thread, spconv_grid, voxelize)
+from models import (
+    SparseConv3d,
+    SparseInverseConv3d,
+    SparseTensor,
+    SubMConv3d,
+    weight_from_spconv,
+    weight_to_spconv,
+)
+from tests.conftest import (
+    DEVICES,
+    FRAMES,
+    load_frame,
+    match_rows,
+    ours_threads,
+    rel_err,
+    single_thread,
+    spconv_grid,
+    voxelize,
+)
 
 TOL = 1e-4
 N_VOXELS = 3000
@@ -29,6 +45,7 @@ CIN, COUT = 16, 24
 def spconv(spconv, monkeypatch):
     """spconv.pytorch with its CPU backward usable on a CPU-only torch (see the docstring)."""
     import spconv.pytorch.ops as spconv_ops
+
     if not torch.cuda.is_available():
         monkeypatch.setattr(spconv_ops, "get_current_stream", lambda: 0)
     return spconv
@@ -37,7 +54,9 @@ def spconv(spconv, monkeypatch):
 def _subset() -> torch.Tensor:
     coords = voxelize(load_frame(FRAMES[0][0]), 0.1)
     dist = coords[:, 1:].to(torch.float64).norm(dim=1)
-    keep = torch.sort(torch.argsort(dist, stable=True)[:N_VOXELS]).values  # keep voxelize's row order
+    keep = torch.sort(
+        torch.argsort(dist, stable=True)[:N_VOXELS]
+    ).values  # keep voxelize's row order
     return coords[keep].contiguous()
 
 
@@ -100,7 +119,7 @@ def test_sparseconv_k2s2_gradients_match_spconv(spconv, device):
         f = feats.to(device).requires_grad_()
         y = ours.to(device)(SparseTensor(f, coords.to(device)))
     perm = match_rows(y.coords.cpu(), _unshift(y_ref.indices, shift, 2))  # y.coords[perm] == ref
-    r = torch.randn(len(y.coords), COUT, generator=g)                # R on our coarse rows
+    r = torch.randn(len(y.coords), COUT, generator=g)  # R on our coarse rows
     with single_thread():
         gf_ref, gw_ref = _grads(y_ref.features, r[perm], f_ref, ref.weight)
     with ours_threads():
@@ -129,8 +148,8 @@ def test_inverseconv_k2_gradients_match_spconv(spconv, device):
         with ours_threads():
             c = down.to(device)(SparseTensor(fine.to(device), coords.to(device)))
     perm = match_rows(c.coords.cpu(), _unshift(c_ref.indices, shift, 2))
-    coarse = torch.randn(len(c.coords), CIN, generator=g)   # leaf features on our coarse rows
-    r = torch.randn(len(coords), COUT, generator=g)         # R on the fine rows
+    coarse = torch.randn(len(c.coords), CIN, generator=g)  # leaf features on our coarse rows
+    r = torch.randn(len(coords), COUT, generator=g)  # R on the fine rows
     with single_thread():
         leaf_ref = coarse[perm].clone().requires_grad_()
         y_ref = ref(c_ref.replace_feature(leaf_ref))

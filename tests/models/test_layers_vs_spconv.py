@@ -5,6 +5,7 @@ issue #679); ours runs with two threads. spconv gets coordinates shifted into [0
 multiple of 8 per axis; ours gets the unshifted (negative) coordinates, and coordinate sets are
 compared after shifting back (coarse level: spconv = floor(c / 2) + shift / 2).
 """
+
 from __future__ import annotations
 
 import zlib
@@ -13,21 +14,48 @@ import pytest
 import torch
 from torch import nn
 
-from models import (BatchNorm, ReLU, SparseConv3d, SparseInverseConv3d, SparseTensor,
-                    SubMConv3d, cat, weight_from_spconv, weight_to_spconv)
-from tests.conftest import (DEVICES, FRAMES, frame_id, match_rows, ours_threads, rel_err,
-                            single_thread, spconv_grid, voxelized_frame)
+from models import (
+    BatchNorm,
+    ReLU,
+    SparseConv3d,
+    SparseInverseConv3d,
+    SparseTensor,
+    SubMConv3d,
+    cat,
+    weight_from_spconv,
+    weight_to_spconv,
+)
+from tests.conftest import (
+    DEVICES,
+    FRAMES,
+    frame_id,
+    match_rows,
+    ours_threads,
+    rel_err,
+    single_thread,
+    spconv_grid,
+    voxelized_frame,
+)
 
 TOL = 1e-4
 VOXEL_SIZES = (0.05, 0.1, 0.2)
 CHANNELS = (4, 16, 64)
 KITTI = FRAMES[0][0]
 
-CASES = [pytest.param(name, vs, c, "cpu", id=f"{frame_id(name)}-{vs}m-C{c}")
-         for name, _ in FRAMES for vs in VOXEL_SIZES for c in CHANNELS]
+CASES = [
+    pytest.param(name, vs, c, "cpu", id=f"{frame_id(name)}-{vs}m-C{c}")
+    for name, _ in FRAMES
+    for vs in VOXEL_SIZES
+    for c in CHANNELS
+]
 # Ours on CUDA against the same CPU reference: one frame, every voxel size and width.
-CASES += [pytest.param(KITTI, vs, c, "cuda", id=f"{frame_id(KITTI)}-{vs}m-C{c}-cuda",
-                       marks=DEVICES[1].marks) for vs in VOXEL_SIZES for c in CHANNELS]
+CASES += [
+    pytest.param(
+        KITTI, vs, c, "cuda", id=f"{frame_id(KITTI)}-{vs}m-C{c}-cuda", marks=DEVICES[1].marks
+    )
+    for vs in VOXEL_SIZES
+    for c in CHANNELS
+]
 
 
 def _seed(*parts) -> int:

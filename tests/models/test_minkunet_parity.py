@@ -10,6 +10,7 @@ points, on the real frames of shared/data/real at 0.05 m.
 Ours runs with two threads, spconv single-threaded (run_spconv sees to that: spconv issue #679).
 Runtime on 2 busy cores: about 1-2 minutes, nearly all of it in the four ~100k-voxel frames.
 """
+
 from __future__ import annotations
 
 import functools
@@ -28,23 +29,27 @@ REL_TOL = 1e-3
 LABEL_AGREEMENT = 0.9999
 VOXEL = 0.05
 NUSCENES = next(name for name, _ in FRAMES if name.startswith("nuscenes/"))
-CALIBRATION = (NUSCENES, 0.1)     # BN statistics come from this frame (small, fast)
+CALIBRATION = (NUSCENES, 0.1)  # BN statistics come from this frame (small, fast)
 SEED = 20240611
 
 # cr 1.0 (the real width) on the first KITTI frame, cr 0.5 on the rest for speed.
-CASES = [pytest.param(name, 1.0 if i == 0 else 0.5, id=f"{frame_id(name)}-cr{1.0 if i == 0 else 0.5}")
-         for i, (name, _) in enumerate(FRAMES)]
+CASES = [
+    pytest.param(name, 1.0 if i == 0 else 0.5, id=f"{frame_id(name)}-cr{1.0 if i == 0 else 0.5}")
+    for i, (name, _) in enumerate(FRAMES)
+]
 
 
 # ---- inputs -------------------------------------------------------------------------------------
+
 
 @functools.lru_cache(maxsize=None)
 def voxel_mean_features(name: str, voxel_size: float) -> tuple[torch.Tensor, torch.Tensor]:
     """(coords int32 [M, 4], feats float32 [M, 4]): voxelized_frame's coords (same rows) and
     the mean (x, y, z, intensity) of each voxel's points."""
     pts = torch.from_numpy(np.array(load_frame(name)[:, :4], dtype=np.float32))
-    cell = torch.from_numpy(np.floor(load_frame(name)[:, :3] / np.float32(voxel_size))
-                            .astype(np.int64))
+    cell = torch.from_numpy(
+        np.floor(load_frame(name)[:, :3] / np.float32(voxel_size)).astype(np.int64)
+    )
     uniq, inverse = torch.unique(cell, dim=0, return_inverse=True)  # sorted, as voxelize
     coords = voxelized_frame(name, voxel_size)
     assert torch.equal(uniq.to(torch.int32), coords[:, 1:]), "voxel order differs from voxelize"
@@ -55,6 +60,7 @@ def voxel_mean_features(name: str, voxel_size: float) -> tuple[torch.Tensor, tor
 
 # ---- models -------------------------------------------------------------------------------------
 
+
 def _calibrated(config: MinkUNetConfig, seed: int = SEED) -> MinkUNet:
     """MinkUNet(config) with a fixed random init, BN running stats from one train-mode pass over
     the calibration frame and perturbed BN affine parameters; returned in eval mode."""
@@ -62,7 +68,7 @@ def _calibrated(config: MinkUNetConfig, seed: int = SEED) -> MinkUNet:
     model = MinkUNet(config=config)
     bns = [m for m in model.modules() if isinstance(m, torch.nn.BatchNorm1d)]
     for bn in bns:
-        bn.momentum = None                      # cumulative average: after one pass = batch stats
+        bn.momentum = None  # cumulative average: after one pass = batch stats
     coords, feats = voxel_mean_features(*CALIBRATION)
     model.train()
     with torch.no_grad(), ours_threads():
@@ -114,12 +120,14 @@ def _parity(ours, twin, coords, feats):
     with torch.no_grad(), ours_threads():
         folded = fold_batchnorm(ours)(SparseTensor(feats, coords)).feats
     err = max(rel_err(out.feats, ref), rel_err(folded, ref))
-    agree = min((logits.argmax(1) == ref.argmax(1)).double().mean().item()
-                for logits in (out.feats, folded))
+    agree = min(
+        (logits.argmax(1) == ref.argmax(1)).double().mean().item() for logits in (out.feats, folded)
+    )
     return err, agree, ref.abs().max().item()
 
 
 # ---- tests --------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("name,cr", CASES)
 def test_minkunet_matches_spconv_twin(spconv, name, cr):
@@ -127,8 +135,10 @@ def test_minkunet_matches_spconv_twin(spconv, name, cr):
     _bn_is_nontrivial(ours)
     coords, feats = voxel_mean_features(name, VOXEL)
     err, agree, scale = _parity(ours, twin, coords, feats)
-    print(f"\n{frame_id(name)} cr={cr} voxels={len(coords)}: rel err {err:.3e}, "
-          f"labels equal {agree:.6%}, max |logit| {scale:.3g}")
+    print(
+        f"\n{frame_id(name)} cr={cr} voxels={len(coords)}: rel err {err:.3e}, "
+        f"labels equal {agree:.6%}, max |logit| {scale:.3g}"
+    )
     assert err <= REL_TOL
     assert agree >= LABEL_AGREEMENT
 
@@ -140,8 +150,10 @@ def test_minkunet34_matches_spconv_twin(spconv):
     assert len(ours.encoder[3].blocks) == len(twin.encoder[3].blocks) == 6
     coords, feats = voxel_mean_features(NUSCENES, 0.1)
     err, agree, scale = _parity(ours, twin, coords, feats)
-    print(f"\nMinkUNet34 nuscenes 0.1 m voxels={len(coords)}: rel err {err:.3e}, "
-          f"labels equal {agree:.6%}, max |logit| {scale:.3g}")
+    print(
+        f"\nMinkUNet34 nuscenes 0.1 m voxels={len(coords)}: rel err {err:.3e}, "
+        f"labels equal {agree:.6%}, max |logit| {scale:.3g}"
+    )
     assert err <= REL_TOL
     assert agree >= LABEL_AGREEMENT
 
@@ -162,18 +174,25 @@ def test_run_spconv_returns_input_row_order(spconv):
     assert rel_err(out_p, ref_p) <= REL_TOL
 
 
-@pytest.mark.parametrize("config", [MinkUNetConfig(), MinkUNetConfig(cr=0.5, in_channels=5,
-                                                                      num_classes=7,
-                                                                      encoder_blocks=(2, 3, 4, 6))],
-                         ids=["minkunet-cr1", "minkunet34-cr0.5-in5-k7"])
+@pytest.mark.parametrize(
+    "config",
+    [
+        MinkUNetConfig(),
+        MinkUNetConfig(cr=0.5, in_channels=5, num_classes=7, encoder_blocks=(2, 3, 4, 6)),
+    ],
+    ids=["minkunet-cr1", "minkunet34-cr0.5-in5-k7"],
+)
 def test_weight_round_trip(spconv, config):
     """ours -> twin -> ours gives an identical state dict; twin -> ours -> twin likewise."""
-    from models.spconv_twin import (SpconvMinkUNet, ours_to_spconv_state_dict,
-                                    spconv_to_ours_state_dict)
+    from models.spconv_twin import (
+        SpconvMinkUNet,
+        ours_to_spconv_state_dict,
+        spconv_to_ours_state_dict,
+    )
 
     torch.manual_seed(SEED)
     ours = MinkUNet(config=config)
-    with torch.no_grad():                                   # make every BN entry distinctive
+    with torch.no_grad():  # make every BN entry distinctive
         for m in ours.modules():
             if isinstance(m, torch.nn.BatchNorm1d):
                 m.running_mean.normal_()
@@ -183,7 +202,7 @@ def test_weight_round_trip(spconv, config):
                 m.num_batches_tracked.fill_(3)
     sd = ours.state_dict()
     twin = SpconvMinkUNet(config)
-    twin.load_state_dict(ours_to_spconv_state_dict(sd))    # strict: same keys, same shapes
+    twin.load_state_dict(ours_to_spconv_state_dict(sd))  # strict: same keys, same shapes
     back = spconv_to_ours_state_dict(twin.state_dict())
     assert list(back) == list(sd)
     for k, v in sd.items():
@@ -217,7 +236,12 @@ def test_spconv_twin_is_imported_lazily():
     import subprocess
     import sys
 
-    code = ("import sys, models, models.spconv_twin; "
-            "assert not any(m == 'spconv' or m.startswith('spconv.') for m in sys.modules)")
-    subprocess.run([sys.executable, "-c", code], check=True, cwd=str(
-        __import__("tests.conftest", fromlist=["REPO_ROOT"]).REPO_ROOT))
+    code = (
+        "import sys, models, models.spconv_twin; "
+        "assert not any(m == 'spconv' or m.startswith('spconv.') for m in sys.modules)"
+    )
+    subprocess.run(
+        [sys.executable, "-c", code],
+        check=True,
+        cwd=str(__import__("tests.conftest", fromlist=["REPO_ROOT"]).REPO_ROOT),
+    )

@@ -2,6 +2,7 @@
 
 Class coverage: all 19 training classes must appear over 5 seeds (HDL-64 profile).
 """
+
 from __future__ import annotations
 
 import functools

@@ -1,5 +1,6 @@
 """Training on real frames: roles, refusal of validation frames, augmentations that keep points
 and labels aligned, instance pasting, mixed batches, exact resume."""
+
 from __future__ import annotations
 
 import re
@@ -11,16 +12,29 @@ import torch
 from tests.conftest import require_real_data
 from train.augment import REAL_AUGMENT, augment, paste_instances, sector_dropout
 from train.data import MixedBatches, train_seeds
-from train.real import (GROUND_CLASSES, ROLES, THING_CLASSES, TRAIN, TRAINING_POOL, VALIDATION,
-                        VALIDATION_FRAMES, Instance, check_training_frames, instances_of, load_real)
+from train.real import (
+    GROUND_CLASSES,
+    ROLES,
+    THING_CLASSES,
+    TRAIN,
+    TRAINING_POOL,
+    VALIDATION,
+    VALIDATION_FRAMES,
+    Instance,
+    check_training_frames,
+    instances_of,
+    load_real,
+)
 from train.train import TrainConfig, train
 
 
 def test_roles_table_mirrors_sources_md():
     """Every frame named in SOURCES.md's roles table has the same role in train/real.py."""
     text = (require_real_data() / "SOURCES.md").read_text()
-    rows = {m.group(1).lower(): m.group(2) for m in re.finditer(
-        r"^\| \*\*(training pool|validation)\*\* \| (.+?) \|", text, re.M)}
+    rows = {
+        m.group(1).lower(): m.group(2)
+        for m in re.finditer(r"^\| \*\*(training pool|validation)\*\* \| (.+?) \|", text, re.M)
+    }
     assert set(rows) == {"training pool", "validation"}
     val = re.findall(r"semantickitti/(\w+)", rows["validation"])
     assert sorted(val) == sorted(VALIDATION_FRAMES) == ["seq00_000000", "spvnas_000000"]
@@ -31,8 +45,9 @@ def test_roles_table_mirrors_sources_md():
     assert all(ROLES[n] == TRAIN for n in pool) and all(ROLES[n] == VALIDATION for n in val)
 
 
-@pytest.mark.parametrize("bad", ["seq00_000000", "spvnas_000000", "seq00_000000_subset50",
-                                 "seq07_000000"])
+@pytest.mark.parametrize(
+    "bad", ["seq00_000000", "spvnas_000000", "seq00_000000_subset50", "seq07_000000"]
+)
 def test_loader_refuses_frames_outside_the_training_pool(bad):
     with pytest.raises(ValueError, match=bad):
         check_training_frames(["seq04_000000", bad])
@@ -66,8 +81,9 @@ def test_real_augmentations_keep_points_and_labels_aligned():
 
 def test_sector_dropout_drops_one_azimuth_sector():
     angles = np.linspace(-np.pi, np.pi, 3600, endpoint=False)
-    points = np.stack([np.cos(angles), np.sin(angles), np.zeros_like(angles),
-                       np.zeros_like(angles)], 1).astype(np.float32)
+    points = np.stack(
+        [np.cos(angles), np.sin(angles), np.zeros_like(angles), np.zeros_like(angles)], 1
+    ).astype(np.float32)
     out, idx = sector_dropout(points, np.arange(len(points)), np.random.default_rng(1))
     assert np.array_equal(out, points[idx])
     gone = np.setdiff1d(np.arange(len(points)), idx)
@@ -84,8 +100,12 @@ def test_instance_bank_holds_only_labelled_instances():
         assert bank, name
         for i in bank:
             assert i.label in THING_CLASSES and i.source == name
-            rows = np.flatnonzero(np.isin(points.view(np.dtype((np.void, 16))).ravel(),
-                                          i.points.view(np.dtype((np.void, 16))).ravel()))
+            rows = np.flatnonzero(
+                np.isin(
+                    points.view(np.dtype((np.void, 16))).ravel(),
+                    i.points.view(np.dtype((np.void, 16))).ravel(),
+                )
+            )
             assert len(rows) >= len(i.points)
             # every point of the instance carries an instance id and the instance's class
             assert np.all(inst[rows] > 0) and np.all(labels[rows] == i.label)
@@ -94,18 +114,32 @@ def test_instance_bank_holds_only_labelled_instances():
 def test_paste_only_adds_whole_labelled_instances_on_ground():
     rng = np.random.default_rng(0)
     # a flat road disc and one wall; a 2 m car-like box cut from "another frame"
-    ground = np.concatenate([rng.uniform(-20, 20, (20000, 2)), np.full((20000, 1), -1.7),
-                             rng.uniform(0, 1, (20000, 1))], 1).astype(np.float32)
-    wall = np.concatenate([np.full((500, 1), 15.0), rng.uniform(-20, 20, (500, 1)),
-                           rng.uniform(-1.7, 2, (500, 1)), np.zeros((500, 1))], 1).astype(np.float32)
+    ground = np.concatenate(
+        [
+            rng.uniform(-20, 20, (20000, 2)),
+            np.full((20000, 1), -1.7),
+            rng.uniform(0, 1, (20000, 1)),
+        ],
+        1,
+    ).astype(np.float32)
+    wall = np.concatenate(
+        [
+            np.full((500, 1), 15.0),
+            rng.uniform(-20, 20, (500, 1)),
+            rng.uniform(-1.7, 2, (500, 1)),
+            np.zeros((500, 1)),
+        ],
+        1,
+    ).astype(np.float32)
     points = np.concatenate([ground, wall])
     labels = np.concatenate([np.full(20000, 8), np.full(500, 12)]).astype(np.uint8)
-    car = np.concatenate([rng.uniform([5, 5, -1.2], [7, 6, 0], (300, 3)),
-                          rng.uniform(0, 1, (300, 1))], 1).astype(np.float32)
+    car = np.concatenate(
+        [rng.uniform([5, 5, -1.2], [7, 6, 0], (300, 3)), rng.uniform(0, 1, (300, 1))], 1
+    ).astype(np.float32)
     bank = [Instance(car, 0, "other"), Instance(car + 1, 5, "self")]
     out, lab = paste_instances(points, labels, rng, bank, 6, GROUND_CLASSES, exclude_source="self")
-    assert np.array_equal(out[:len(points)], points) and np.array_equal(lab[:len(points)], labels)
-    added, added_lab = out[len(points):], lab[len(points):]
+    assert np.array_equal(out[: len(points)], points) and np.array_equal(lab[: len(points)], labels)
+    added, added_lab = out[len(points) :], lab[len(points) :]
     assert len(added) % len(car) == 0 and len(added) > 0  # whole instances only
     assert np.all(added_lab == 0)  # never the excluded source's instance (label 5)
     r_car = np.sort(np.hypot(car[:, 0], car[:, 1]))
@@ -117,8 +151,16 @@ def test_paste_only_adds_whole_labelled_instances_on_ground():
         assert not np.any((block[:, 0] > 14) & (block[:, 0] < 16))  # never through the wall
 
 
-SMOKE = dict(cr=0.25, batch=1, train_seeds=2, max_points=20000, seed=0,
-             real_frames=("seq04_000000", "seq00_000100"), real_share=0.5, paste=2)
+SMOKE = {
+    "cr": 0.25,
+    "batch": 1,
+    "train_seeds": 2,
+    "max_points": 20000,
+    "seed": 0,
+    "real_frames": ("seq04_000000", "seq00_000100"),
+    "real_share": 0.5,
+    "paste": 2,
+}
 
 
 def test_mixed_batches_deterministic_and_real():
@@ -137,11 +179,13 @@ def test_mixed_resume_reproduces_and_keeps_best(tmp_path):
     full = train(TrainConfig(out=str(tmp_path / "full"), **common), log=lambda s: None)
     first = train(TrainConfig(out=str(tmp_path / "split"), stop_at=2, **common), log=lambda s: None)
     assert first == full[:2]
-    resumed = train(TrainConfig(out=str(tmp_path / "split"), resume=True, **common),
-                    log=lambda s: None)
+    resumed = train(
+        TrainConfig(out=str(tmp_path / "split"), resume=True, **common), log=lambda s: None
+    )
     assert resumed[2:] == full[2:], (resumed, full)
     lines = (tmp_path / "split" / "val.jsonl").read_text().splitlines()
     assert len(lines) == 2 and (tmp_path / "split" / "best.pt").is_file()
     from models.checkpoints import load_checkpoint
+
     _, meta = load_checkpoint(tmp_path / "split" / "best.pt")
     assert meta["licence"].startswith("CC BY-NC-SA 4.0") and "seq04_000000" in meta["training_data"]

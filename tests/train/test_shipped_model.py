@@ -1,5 +1,6 @@
 """The shipped models (models/weights): `default` (fine-tuned on real scans) and `synthetic`:
 size, names, licences, and the metrics recorded when they were shipped."""
+
 from __future__ import annotations
 
 import json
@@ -33,8 +34,16 @@ def test_weights_files_small_and_card_present():
     for path in WEIGHTS.values():
         assert path.is_file() and path.stat().st_size <= 12 * 1024 * 1024, path
     card = MODEL_CARD.read_text()
-    for needle in ("Training data", "Recipe", "Classes", "held-out", "SemanticKITTI",
-                   "CC BY-NC-SA 4.0", "non-commercial", "synthetic"):
+    for needle in (
+        "Training data",
+        "Recipe",
+        "Classes",
+        "held-out",
+        "SemanticKITTI",
+        "CC BY-NC-SA 4.0",
+        "non-commercial",
+        "synthetic",
+    ):
         assert needle in card, needle
 
 
@@ -82,13 +91,28 @@ def test_synthetic_weights_reproduce_recorded_synthetic_miou():
 def test_cli_evaluate_defaults_to_the_default_model():
     """`python -m app evaluate` without --weights scores the default model."""
     d = require_real_data() / "semantickitti"
-    out = subprocess.run([sys.executable, "-m", "app", "evaluate", str(d / "spvnas_000000.bin"),
-                          str(d / "spvnas_000000.label"), "--device", "cpu"], cwd=REPO_ROOT,
-                         capture_output=True, text=True, timeout=600)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "app",
+            "evaluate",
+            str(d / "spvnas_000000.bin"),
+            str(d / "spvnas_000000.label"),
+            "--device",
+            "cpu",
+        ],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert out.returncode == 0, out.stderr
     result = json.loads(out.stdout.strip().splitlines()[-1])
-    assert abs(result["miou"] - recorded("default")["real_semantickitti"]["spvnas_000000.bin"]
-               ["miou"]) <= 0.01
+    assert (
+        abs(result["miou"] - recorded("default")["real_semantickitti"]["spvnas_000000.bin"]["miou"])
+        <= 0.01
+    )
 
 
 def test_v1_model_shows_licence_and_training_data():

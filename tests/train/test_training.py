@@ -1,4 +1,5 @@
 """Training on synthetic frames: augmentations, voxel labels, a smoke run, exact resume."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -10,7 +11,7 @@ from train.augment import augment
 from train.data import HELDOUT_SEED_START, SyntheticBatches, synthetic_frame, voxel_labels
 from train.train import TrainConfig, train
 
-SMOKE = dict(cr=0.25, batch=1, train_seeds=2, max_points=20000, seed=0)
+SMOKE = {"cr": 0.25, "batch": 1, "train_seeds": 2, "max_points": 20000, "seed": 0}
 
 
 def test_augment_keeps_alignment_and_is_deterministic():
@@ -24,8 +25,10 @@ def test_augment_keeps_alignment_and_is_deterministic():
     # rotation about z and flips keep |xyz| and z up to the scale and 1 cm jitter (clip 5 cm)
     s = np.median(np.linalg.norm(out[:, :3], axis=1) / np.linalg.norm(src[:, :3], axis=1))
     assert 0.95 <= s <= 1.05
-    assert np.abs(np.linalg.norm(out[:, :3], axis=1) - s * np.linalg.norm(src[:, :3], axis=1)
-                  ).max() < 0.1
+    assert (
+        np.abs(np.linalg.norm(out[:, :3], axis=1) - s * np.linalg.norm(src[:, :3], axis=1)).max()
+        < 0.1
+    )
     assert np.abs(out[:, 2] - s * src[:, 2]).max() < 0.06
     assert np.abs(out[:, 3] - src[:, 3]).max() < 0.2 and out[:, 3].min() >= 0
     again, idx2 = augment(points, index, np.random.default_rng(7))
@@ -36,7 +39,18 @@ def test_augment_keeps_alignment_and_is_deterministic():
 
 def test_voxel_labels_majority():
     p2v = torch.tensor([0, 0, 0, 1, 1, 2, -1, 3])
-    labels = torch.tensor([5, 5, 2, 7, 255, 255, 1, 3, ])
+    labels = torch.tensor(
+        [
+            5,
+            5,
+            2,
+            7,
+            255,
+            255,
+            1,
+            3,
+        ]
+    )
     assert voxel_labels(p2v, labels, 4).tolist() == [5, 7, 255, 3]
 
 
@@ -51,15 +65,21 @@ def test_batches_deterministic_and_training_seeds_only():
 
 
 def test_smoke_training_lowers_loss_and_saves_checkpoint(tmp_path):
-    losses = train(TrainConfig(out=str(tmp_path), steps=8, lr=0.01, ckpt_every=4, **SMOKE),
-                   log=lambda s: None)
+    losses = train(
+        TrainConfig(out=str(tmp_path), steps=8, lr=0.01, ckpt_every=4, **SMOKE), log=lambda s: None
+    )
     print("smoke losses", [round(v, 4) for v in losses])
     assert len(losses) == 8 and all(np.isfinite(losses))
     assert np.mean(losses[-3:]) < losses[0]
     model, meta = load_checkpoint(tmp_path / "model.pt")
     assert model.config.cr == 0.25 and meta["voxel_size"] == TrainConfig(out="").voxel_size
     assert meta["training_data"].startswith("synthetic seeds 0..1")
-    assert meta["class_names"][0] == "car" and meta["input_features"] == ["x", "y", "z", "intensity"]
+    assert meta["class_names"][0] == "car" and meta["input_features"] == [
+        "x",
+        "y",
+        "z",
+        "intensity",
+    ]
 
 
 def test_resume_reproduces_uninterrupted_run(tmp_path):
@@ -67,7 +87,8 @@ def test_resume_reproduces_uninterrupted_run(tmp_path):
     full = train(TrainConfig(out=str(tmp_path / "full"), **common), log=lambda s: None)
     first = train(TrainConfig(out=str(tmp_path / "split"), stop_at=2, **common), log=lambda s: None)
     assert first == full[:2] and not (tmp_path / "split" / "model.pt").exists()
-    resumed = train(TrainConfig(out=str(tmp_path / "split"), resume=True, **common),
-                    log=lambda s: None)
+    resumed = train(
+        TrainConfig(out=str(tmp_path / "split"), resume=True, **common), log=lambda s: None
+    )
     assert resumed[2:] == full[2:], (resumed, full)
     assert (tmp_path / "split" / "model.pt").exists()

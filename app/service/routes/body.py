@@ -6,6 +6,7 @@ LIDARSEG_BODY_TIMEOUT_S; 503 draining when SIGTERM comes while it is still arriv
 closes the connection (Connection: close), so the rest of the body is never read. A client that
 disconnects mid-body ends the request as 499 (never a 500, never a traceback).
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -25,11 +26,16 @@ def _declared_length(request: Request, limit: int) -> None:
     try:
         declared = int(length)
     except ValueError:
-        raise ServiceError(400, "bad_content_length", f"Content-Length {length[:40]!r}",
-                           CLOSE) from None
+        raise ServiceError(
+            400, "bad_content_length", f"Content-Length {length[:40]!r}", CLOSE
+        ) from None
     if declared > limit:
-        raise ServiceError(413, "body_too_large",
-                           f"body of {declared} bytes is over the limit of {limit} bytes", CLOSE)
+        raise ServiceError(
+            413,
+            "body_too_large",
+            f"body of {declared} bytes is over the limit of {limit} bytes",
+            CLOSE,
+        )
 
 
 async def read_body(request: Request, service: ServiceState) -> bytes:
@@ -52,8 +58,12 @@ async def read_body(request: Request, service: ServiceState) -> bytes:
         async for chunk in request.stream():
             size += len(chunk)
             if size > limit:
-                raise ServiceError(413, "body_too_large",
-                                   f"body passed the limit of {limit} bytes while streaming", CLOSE)
+                raise ServiceError(
+                    413,
+                    "body_too_large",
+                    f"body passed the limit of {limit} bytes while streaming",
+                    CLOSE,
+                )
             chunks.append(chunk)
     except asyncio.CancelledError:
         if not reason:
@@ -61,13 +71,24 @@ async def read_body(request: Request, service: ServiceState) -> bytes:
         if hasattr(task, "uncancel"):
             task.uncancel()
         if reason[0] == "draining":
-            raise ServiceError(503, "draining", "the server is shutting down; send the frame "
-                               "again", service.retry_after(close=True)) from None
-        raise ServiceError(408, "body_timeout", f"the body did not arrive within "
-                           f"{settings.body_timeout_s} s (LIDARSEG_BODY_TIMEOUT_S)", CLOSE) from None
+            raise ServiceError(
+                503,
+                "draining",
+                "the server is shutting down; send the frame again",
+                service.retry_after(close=True),
+            ) from None
+        raise ServiceError(
+            408,
+            "body_timeout",
+            f"the body did not arrive within {settings.body_timeout_s} s (LIDARSEG_BODY_TIMEOUT_S)",
+            CLOSE,
+        ) from None
     except ClientDisconnect:
-        raise ServiceError(499, "client_closed_request", "the client closed the connection "
-                           "before sending the whole body") from None
+        raise ServiceError(
+            499,
+            "client_closed_request",
+            "the client closed the connection before sending the whole body",
+        ) from None
     finally:
         timer.cancel()
         service.uploads.pop(task, None)
@@ -76,17 +97,22 @@ async def read_body(request: Request, service: ServiceState) -> bytes:
 
 async def file_part(request: Request, body: bytes) -> tuple[bytes, str | None]:
     """(file bytes, its content type) of a multipart body with exactly one file part."""
+
     async def replay():
         return {"type": "http.request", "body": body, "more_body": False}
 
     try:
         form = await Request(request.scope, replay).form(max_files=1, max_fields=16)
     except Exception:  # noqa: BLE001 - any parser failure is the client's malformed body
-        raise ServiceError(400, "malformed_multipart", "the multipart body cannot be parsed "
-                           "(one file part expected)") from None
+        raise ServiceError(
+            400,
+            "malformed_multipart",
+            "the multipart body cannot be parsed (one file part expected)",
+        ) from None
     files = [v for _, v in form.multi_items() if hasattr(v, "read")]
     if len(files) != 1:
-        raise ServiceError(400, "malformed_multipart",
-                           f"expected exactly one file part, got {len(files)}")
+        raise ServiceError(
+            400, "malformed_multipart", f"expected exactly one file part, got {len(files)}"
+        )
     data = await files[0].read()
     return data, files[0].content_type

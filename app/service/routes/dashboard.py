@@ -6,6 +6,7 @@ or HTTP Basic with the key as the password (what a browser sends after its login
 Static files (/static: the page's script and the vendored three.js, uPlot, Swagger UI) hold no
 data and stay open.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -18,8 +19,13 @@ from fastapi.responses import FileResponse, HTMLResponse, Response
 from fastapi.staticfiles import StaticFiles
 
 from app.service.metrics import STAGES
-from app.service.routes.deps import (ERROR_RESPONSES, Service, ServiceError, SettingsDep,
-                                     require_api_key)
+from app.service.routes.deps import (
+    ERROR_RESPONSES,
+    Service,
+    ServiceError,
+    SettingsDep,
+    require_api_key,
+)
 
 STATIC_DIR = Path(__file__).resolve().parent.parent / "static"
 SWAGGER = "/static/vendor/swagger-ui"
@@ -30,9 +36,12 @@ def require_key_browser(request: Request, settings: SettingsDep) -> None:
     try:
         require_api_key(request, settings)
     except ServiceError as e:
-        raise ServiceError(e.status, e.code, e.detail + " (in a browser: any user name, the "
-                           "key as password)",
-                           {"WWW-Authenticate": 'Basic realm="lidarseg", charset="UTF-8"'}) from None
+        raise ServiceError(
+            e.status,
+            e.code,
+            e.detail + " (in a browser: any user name, the key as password)",
+            {"WWW-Authenticate": 'Basic realm="lidarseg", charset="UTF-8"'},
+        ) from None
 
 
 BrowserKey = Depends(require_key_browser)
@@ -49,50 +58,75 @@ def _ring(service):
 
 @router.get("/dashboard", include_in_schema=False)
 def dashboard_page() -> FileResponse:
-    return FileResponse(STATIC_DIR / "dashboard.html", media_type="text/html",
-                        headers={"Cache-Control": "no-store"})
+    return FileResponse(
+        STATIC_DIR / "dashboard.html", media_type="text/html", headers={"Cache-Control": "no-store"}
+    )
 
 
-@router.get("/v1/requests", summary="The last requests (newest first), latency percentiles and "
-            "throughput", responses=AUTH)
-async def list_requests(service: Service,
-                        limit: Annotated[int, Query(ge=1, le=100_000)] = 200) -> dict:
+@router.get(
+    "/v1/requests",
+    summary="The last requests (newest first), latency percentiles and throughput",
+    responses=AUTH,
+)
+async def list_requests(
+    service: Service, limit: Annotated[int, Query(ge=1, le=100_000)] = 200
+) -> dict:
     ring = _ring(service)
-    return {"requests": ring.listing(limit), "stats": ring.stats(),
-            "stages": [s for s in STAGES if s != "total"], "classes": _classes(service)}
+    return {
+        "requests": ring.listing(limit),
+        "stats": ring.stats(),
+        "stages": [s for s in STAGES if s != "total"],
+        "classes": _classes(service),
+    }
 
 
-@router.get("/v1/requests/{request_id}", summary="One recent request: stages, counts per class",
-            responses={**AUTH, 404: ERROR_RESPONSES[400] | {"description": "Not in the ring"}})
+@router.get(
+    "/v1/requests/{request_id}",
+    summary="One recent request: stages, counts per class",
+    responses={**AUTH, 404: ERROR_RESPONSES[400] | {"description": "Not in the ring"}},
+)
 async def get_request(request_id: str, service: Service) -> dict:
     ring = _ring(service)
     entry = ring.get(request_id)
     if entry is None:
-        raise ServiceError(404, "not_found", f"request {request_id!r} is not among the last "
-                           f"{ring.size} requests")
+        raise ServiceError(
+            404, "not_found", f"request {request_id!r} is not among the last {ring.size} requests"
+        )
     return {**ring.detail(entry), "classes": _classes(service)}
 
 
-@router.get("/v1/requests/{request_id}/points",
-            summary="The kept points of a recent request: N x 3 float32 x, y, z (little "
-                    "endian), then N uint8 labels (255: ignored); X-Num-Points says N",
-            response_class=Response, responses={**AUTH, 404: {"description": "Not kept"}})
+@router.get(
+    "/v1/requests/{request_id}/points",
+    summary="The kept points of a recent request: N x 3 float32 x, y, z (little "
+    "endian), then N uint8 labels (255: ignored); X-Num-Points says N",
+    response_class=Response,
+    responses={**AUTH, 404: {"description": "Not kept"}},
+)
 async def get_points(request_id: str, service: Service) -> Response:
     ring = _ring(service)
     entry = ring.get(request_id)
     if entry is None or entry.points is None:
-        raise ServiceError(404, "not_found", f"no points kept for request {request_id!r} "
-                           "(not among the last requests, over the memory budget, or keeping "
-                           "points is off: LIDARSEG_DASHBOARD_POINTS_MB)")
+        raise ServiceError(
+            404,
+            "not_found",
+            f"no points kept for request {request_id!r} "
+            "(not among the last requests, over the memory budget, or keeping "
+            "points is off: LIDARSEG_DASHBOARD_POINTS_MB)",
+        )
     xyz = np.ascontiguousarray(entry.points[:, :3], dtype="<f4")
     labels = np.asarray(entry.labels).astype(np.uint8)
-    return Response(xyz.tobytes() + labels.tobytes(), media_type="application/octet-stream",
-                    headers={"X-Num-Points": str(len(labels)), "Cache-Control": "no-store"})
+    return Response(
+        xyz.tobytes() + labels.tobytes(),
+        media_type="application/octet-stream",
+        headers={"X-Num-Points": str(len(labels)), "Cache-Control": "no-store"},
+    )
 
 
 def _classes(service) -> list[dict]:
-    return [{"id": i, "name": n, "color": list(c)}
-            for i, (n, c) in enumerate(zip(service.class_names, service.class_colors))]
+    return [
+        {"id": i, "name": n, "color": list(c)}
+        for i, (n, c) in enumerate(zip(service.class_names, service.class_colors))
+    ]
 
 
 docs_router = APIRouter()
@@ -101,10 +135,13 @@ docs_router = APIRouter()
 @docs_router.get("/docs", include_in_schema=False)
 def docs(request: Request) -> HTMLResponse:
     app = request.app
-    return get_swagger_ui_html(openapi_url=app.openapi_url, title=f"{app.title} - API",
-                               swagger_js_url=f"{SWAGGER}/swagger-ui-bundle.js",
-                               swagger_css_url=f"{SWAGGER}/swagger-ui.css",
-                               swagger_favicon_url=f"{SWAGGER}/favicon-32x32.png")
+    return get_swagger_ui_html(
+        openapi_url=app.openapi_url,
+        title=f"{app.title} - API",
+        swagger_js_url=f"{SWAGGER}/swagger-ui-bundle.js",
+        swagger_css_url=f"{SWAGGER}/swagger-ui.css",
+        swagger_favicon_url=f"{SWAGGER}/favicon-32x32.png",
+    )
 
 
 def mount(app: FastAPI) -> None:

@@ -1,4 +1,5 @@
 """What the routers share: the service state, errors as JSON, typed dependencies, API keys."""
+
 from __future__ import annotations
 
 import base64
@@ -38,8 +39,8 @@ class ServiceState:
     worker: Any = None
     model_name: str = ""
     model_version: str = ""
-    model_licence: str = ""           # the checkpoint's meta["licence"] (terms of use of the weights)
-    training_data: str = ""           # the checkpoint's meta["training_data"]
+    model_licence: str = ""  # the checkpoint's meta["licence"] (terms of use of the weights)
+    training_data: str = ""  # the checkpoint's meta["training_data"]
     class_names: list[str] = field(default_factory=list)
     class_colors: list[list[int]] = field(default_factory=list)
     voxel_size: float = 0.0
@@ -49,13 +50,13 @@ class ServiceState:
     draining: bool = False
     load_error: str | None = None
     in_flight: int = 0
-    observe: Any = None               # app.service.observe.Observability (traces, log, ring)
+    observe: Any = None  # app.service.observe.Observability (traces, log, ring)
     lock: threading.Lock = field(default_factory=threading.Lock)
-    decoding: int = 0                        # decodes running or waiting for a decode thread
-    decoder: Any = None                      # the decode thread pool (LIDARSEG_DECODE_CONCURRENCY)
+    decoding: int = 0  # decodes running or waiting for a decode thread
+    decoder: Any = None  # the decode thread pool (LIDARSEG_DECODE_CONCURRENCY)
     uploads: dict = field(default_factory=dict)  # task -> stop(reason): bodies being read
-    loop: Any = None                         # the event loop (set by the lifespan)
-    shutdown_deadline: float = 0.0           # time.monotonic() by which the process exits
+    loop: Any = None  # the event loop (set by the lifespan)
+    shutdown_deadline: float = 0.0  # time.monotonic() by which the process exits
 
     def begin_drain(self, deadline: float) -> None:
         """SIGTERM: not ready, new work refused, uploads still arriving stopped (503)."""
@@ -80,16 +81,22 @@ class ServiceState:
 
     def retry_after(self, close: bool = False) -> dict[str, str]:
         """Retry-After (and Connection: close when the body is left unread)."""
-        return {"Retry-After": str(self.settings.retry_after_s),
-                **({"Connection": "close"} if close else {})}
+        return {
+            "Retry-After": str(self.settings.retry_after_s),
+            **({"Connection": "close"} if close else {}),
+        }
 
     def require_ready(self) -> None:
         if self.draining:
-            raise ServiceError(503, "draining", "the server is shutting down",
-                               self.retry_after(close=True))
+            raise ServiceError(
+                503, "draining", "the server is shutting down", self.retry_after(close=True)
+            )
         if not self.ready:
-            detail = ("the model failed to load (see the server log)" if self.load_error
-                      else "the model is still loading")
+            detail = (
+                "the model failed to load (see the server log)"
+                if self.load_error
+                else "the model is still loading"
+            )
             raise ServiceError(503, "not_ready", detail, self.retry_after(close=True))
 
     @property
@@ -131,15 +138,19 @@ def key_valid(authorization: str, keys: tuple[str, ...]) -> bool:
 
 def unauthorized() -> ServiceError:
     """401; it closes the connection (the body is never read)."""
-    return ServiceError(401, "unauthorized", "missing or invalid API key "
-                        "(Authorization: Bearer <key>)",
-                        {"WWW-Authenticate": "Bearer", "Connection": "close"})
+    return ServiceError(
+        401,
+        "unauthorized",
+        "missing or invalid API key (Authorization: Bearer <key>)",
+        {"WWW-Authenticate": "Bearer", "Connection": "close"},
+    )
 
 
 def require_api_key(request: Request, settings: Settings) -> None:
     """Authorization: Bearer <key> when LIDARSEG_API_KEYS is set (constant-time compare)."""
-    if settings.api_keys and not key_valid(request.headers.get("authorization", ""),
-                                           settings.api_keys):
+    if settings.api_keys and not key_valid(
+        request.headers.get("authorization", ""), settings.api_keys
+    ):
         raise unauthorized()
 
 
@@ -150,10 +161,15 @@ async def _api_key(request: Request, settings: SettingsDep) -> None:  # async: n
 ApiKey = Depends(_api_key)
 
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
-    code: {"model": ErrorBody, "description": text} for code, text in (
-        (400, "Malformed body or parameters"), (401, "Missing or invalid API key"),
+    code: {"model": ErrorBody, "description": text}
+    for code, text in (
+        (400, "Malformed body or parameters"),
+        (401, "Missing or invalid API key"),
         (408, "The body did not arrive within the body timeout"),
-        (413, "Body over the size limit, or too many points"), (415, "Unknown format"),
+        (413, "Body over the size limit, or too many points"),
+        (415, "Unknown format"),
         (422, "Unusable values (no finite point, coordinates out of range)"),
         (503, "Queue full, decoders busy, starting or draining (see Retry-After)"),
-        (504, "Deadline passed before the frame was segmented"))}
+        (504, "Deadline passed before the frame was segmented"),
+    )
+}

@@ -1,4 +1,5 @@
 """What the service runs: classes and colours, voxel size, input features, engine, device."""
+
 from __future__ import annotations
 
 from fastapi import APIRouter
@@ -20,18 +21,18 @@ class ClassInfo(BaseModel):
 
 class EngineInfo(BaseModel):
     device: str
-    grouping_plan_file: str | None   # file name (never a path); None: built-in defaults
+    grouping_plan_file: str | None  # file name (never a path); None: built-in defaults
     deterministic: bool
-    precision: str                   # what the network runs in: fp32 or bf16 (CPU), fp32 / fp16
-    precision_requested: str         # LIDARSEG_PRECISION: auto, fp32 or bf16
-    cpu_features: list[str]          # the CPU features auto chose from
+    precision: str  # what the network runs in: fp32 or bf16 (CPU), fp32 / fp16
+    precision_requested: str  # LIDARSEG_PRECISION: auto, fp32 or bf16
+    cpu_features: list[str]  # the CPU features auto chose from
 
 
 class ModelInfo(BaseModel):
     name: str
     version: str
-    licence: str         # terms of use of the weights (e.g. non-commercial for SemanticKITTI)
-    training_data: str   # what the weights were trained on
+    licence: str  # terms of use of the weights (e.g. non-commercial for SemanticKITTI)
+    training_data: str  # what the weights were trained on
     device: str
     classes: list[ClassInfo]
     ignore_label: int
@@ -41,20 +42,35 @@ class ModelInfo(BaseModel):
     ready: bool
 
 
-@router.get("/model", response_model=ModelInfo, summary="The loaded model",
-            responses={k: ERROR_RESPONSES[k] for k in (401, 503)})
+@router.get(
+    "/model",
+    response_model=ModelInfo,
+    summary="The loaded model",
+    responses={k: ERROR_RESPONSES[k] for k in (401, 503)},
+)
 async def model_info(service: Service) -> ModelInfo:
     service.require_ready()
     engine = service.pipeline.engine
     return ModelInfo(
-        name=service.model_name, version=service.model_version,
-        licence=service.model_licence, training_data=service.training_data, device=service.device,
-        classes=[ClassInfo(id=i, name=n, color=list(c)) for i, (n, c)
-                 in enumerate(zip(service.class_names, service.class_colors))],
-        ignore_label=IGNORE_LABEL, voxel_size=service.voxel_size, input_features=service.input_features,
-        engine=EngineInfo(device=service.device, grouping_plan_file=service.grouping_file,
-                          deterministic=bool(engine.deterministic),
-                          precision=service.pipeline.precision,
-                          precision_requested=service.pipeline.requested_precision,
-                          cpu_features=list(cpu_features())),
-        ready=service.ready)
+        name=service.model_name,
+        version=service.model_version,
+        licence=service.model_licence,
+        training_data=service.training_data,
+        device=service.device,
+        classes=[
+            ClassInfo(id=i, name=n, color=list(c))
+            for i, (n, c) in enumerate(zip(service.class_names, service.class_colors))
+        ],
+        ignore_label=IGNORE_LABEL,
+        voxel_size=service.voxel_size,
+        input_features=service.input_features,
+        engine=EngineInfo(
+            device=service.device,
+            grouping_plan_file=service.grouping_file,
+            deterministic=bool(engine.deterministic),
+            precision=service.pipeline.precision,
+            precision_requested=service.pipeline.requested_precision,
+            cpu_features=list(cpu_features()),
+        ),
+        ready=service.ready,
+    )

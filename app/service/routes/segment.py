@@ -7,6 +7,7 @@ stops at LIDARSEG_MAX_POINTS before converting data (413). The frame then waits 
 bounded queue under the request's deadline (504); a client that disconnects meanwhile has its
 frame dropped unrun.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -40,18 +41,28 @@ _BINARY_SCHEMA = {"type": "string", "format": "binary"}
 REQUEST_BODY = {
     "required": True,
     "description": "One frame. Raw binary (format from the `format` parameter, else inferred "
-                   "from Content-Type and magic bytes), a multipart form with one file part, or "
-                   "JSON (decoded as format `json`).",
+    "from Content-Type and magic bytes), a multipart form with one file part, or "
+    "JSON (decoded as format `json`).",
     "content": {
         "application/octet-stream": {"schema": _BINARY_SCHEMA},
         "application/x-kitti": {"schema": _BINARY_SCHEMA},
-        "multipart/form-data": {"schema": {
-            "type": "object", "properties": {"file": _BINARY_SCHEMA}, "required": ["file"]}},
-        "application/json": {"schema": {
-            "description": "points as [[x, y, z, (intensity)], ...] or an object with a "
-                           "`points` array (see the codec documentation)",
-            "oneOf": [{"type": "array", "items": {"type": "array", "items": {"type": "number"}}},
-                      {"type": "object", "properties": {"points": {"type": "array"}}}]}},
+        "multipart/form-data": {
+            "schema": {
+                "type": "object",
+                "properties": {"file": _BINARY_SCHEMA},
+                "required": ["file"],
+            }
+        },
+        "application/json": {
+            "schema": {
+                "description": "points as [[x, y, z, (intensity)], ...] or an object with a "
+                "`points` array (see the codec documentation)",
+                "oneOf": [
+                    {"type": "array", "items": {"type": "array", "items": {"type": "number"}}},
+                    {"type": "object", "properties": {"points": {"type": "array"}}},
+                ],
+            }
+        },
     },
 }
 
@@ -77,10 +88,14 @@ class SegmentResponse(BaseModel):
 
 
 RESPONSES = {
-    200: {"description": "Labels: JSON (default), or N uint8 bytes with Accept: "
-                         "application/octet-stream (headers X-Num-Points, X-Request-Id, X-Model)",
-          "content": {"application/json": {"schema": SegmentResponse.model_json_schema()},
-                      "application/octet-stream": {"schema": _BINARY_SCHEMA}}},
+    200: {
+        "description": "Labels: JSON (default), or N uint8 bytes with Accept: "
+        "application/octet-stream (headers X-Num-Points, X-Request-Id, X-Model)",
+        "content": {
+            "application/json": {"schema": SegmentResponse.model_json_schema()},
+            "application/octet-stream": {"schema": _BINARY_SCHEMA},
+        },
+    },
     **ERROR_RESPONSES,
 }
 
@@ -93,19 +108,26 @@ def check_points(service: ServiceState, points: np.ndarray, sensor: str):
         shape = getattr(points, "shape", None)
         raise ServiceError(422, "bad_points", f"points must be [N, >=3], got {shape}")
     if len(points) > settings.max_points:
-        raise ServiceError(413, "too_many_points", f"{len(points)} points; the limit is "
-                           f"{settings.max_points} (LIDARSEG_MAX_POINTS)")
+        raise ServiceError(
+            413,
+            "too_many_points",
+            f"{len(points)} points; the limit is {settings.max_points} (LIDARSEG_MAX_POINTS)",
+        )
     points = np.ascontiguousarray(points, dtype=np.float32)
     valid = valid_mask(points, service.pipeline.voxel_config)
     ignored = valid[1]
     if ignored["non_finite"] == len(points):
-        raise ServiceError(422, "no_finite_points",
-                           f"none of the {len(points)} points has finite x, y, z")
+        raise ServiceError(
+            422, "no_finite_points", f"none of the {len(points)} points has finite x, y, z"
+        )
     if settings.range_policy == "reject" and ignored["out_of_range"]:
         cfg = service.pipeline.voxel_config
-        raise ServiceError(422, "out_of_range",
-                           f"{ignored['out_of_range']} points lie outside |x|, |y| <= "
-                           f"{cfg.max_xy} m, z in {list(cfg.z_range)} m (range policy 'reject')")
+        raise ServiceError(
+            422,
+            "out_of_range",
+            f"{ignored['out_of_range']} points lie outside |x|, |y| <= "
+            f"{cfg.max_xy} m, z in {list(cfg.z_range)} m (range policy 'reject')",
+        )
     scale = dict(service.pipeline.voxel_config.intensity_scale).get(sensor, 1.0)
     return clean_extra_columns(points, np.float32(1.0 / scale)), valid
 
@@ -127,8 +149,9 @@ def clean_extra_columns(points: np.ndarray, top: np.float32) -> np.ndarray:
     return points
 
 
-def decode_frame(service: ServiceState, body: bytes, fmt: str | None, content_type: str | None,
-                 request_id: str):
+def decode_frame(
+    service: ServiceState, body: bytes, fmt: str | None, content_type: str | None, request_id: str
+):
     if not body:
         raise ServiceError(400, "empty_body", "the request body is empty: post one frame")
     try:
@@ -137,8 +160,9 @@ def decode_frame(service: ServiceState, body: bytes, fmt: str | None, content_ty
         raise ServiceError(e.status, e.code, e.detail) from None
     except Exception:  # noqa: BLE001 - a codec that trips on bad input is still bad input
         log.exception("request %s: unexpected decode failure", request_id)
-        raise ServiceError(400, "malformed_body", "the body could not be decoded (request id "
-                           f"{request_id})") from None
+        raise ServiceError(
+            400, "malformed_body", f"the body could not be decoded (request id {request_id})"
+        ) from None
     points, valid = check_points(service, frame.points, frame.sensor)
     return points, frame.sensor, valid
 
@@ -149,19 +173,30 @@ def admit(service: ServiceState) -> None:
     service.require_ready()
     settings = service.settings
     if service.worker.depth >= settings.queue_size:
-        raise ServiceError(503, "queue_full", f"server busy: {service.worker.depth} requests "
-                           "already waiting", service.retry_after(close=True))
+        raise ServiceError(
+            503,
+            "queue_full",
+            f"server busy: {service.worker.depth} requests already waiting",
+            service.retry_after(close=True),
+        )
     if service.decoding >= settings.decode_slots:
-        raise ServiceError(503, "decoders_busy", f"server busy: {service.decoding} frames "
-                           "being decoded (LIDARSEG_DECODE_CONCURRENCY)",
-                           service.retry_after(close=True))
+        raise ServiceError(
+            503,
+            "decoders_busy",
+            f"server busy: {service.decoding} frames being decoded (LIDARSEG_DECODE_CONCURRENCY)",
+            service.retry_after(close=True),
+        )
 
 
 async def decode_in_pool(service: ServiceState, *args):
     """decode_frame on the decode pool, holding one of its slots (503 when none is free)."""
     if service.decoding >= service.settings.decode_slots:
-        raise ServiceError(503, "decoders_busy", "server busy: every decode slot is taken "
-                           "(LIDARSEG_DECODE_CONCURRENCY)", service.retry_after())
+        raise ServiceError(
+            503,
+            "decoders_busy",
+            "server busy: every decode slot is taken (LIDARSEG_DECODE_CONCURRENCY)",
+            service.retry_after(),
+        )
     service.decoding += 1
     try:
         loop = asyncio.get_running_loop()
@@ -176,8 +211,11 @@ async def wait_result(request: Request, service: ServiceState, job, deadline: fl
     waiter = asyncio.wrap_future(job.future)
     gone = asyncio.ensure_future(_disconnected(request))
     try:
-        done, _ = await asyncio.wait({waiter, gone}, timeout=max(0.0, deadline - time.monotonic()),
-                                     return_when=asyncio.FIRST_COMPLETED)
+        done, _ = await asyncio.wait(
+            {waiter, gone},
+            timeout=max(0.0, deadline - time.monotonic()),
+            return_when=asyncio.FIRST_COMPLETED,
+        )
         if waiter in done:
             return waiter.result()
         service.worker.cancel(job)
@@ -186,8 +224,11 @@ async def wait_result(request: Request, service: ServiceState, job, deadline: fl
         raise asyncio.TimeoutError
     except (asyncio.TimeoutError, DeadlineExceeded):
         service.worker.cancel(job)
-        raise ServiceError(504, "deadline_exceeded", f"not segmented within "
-                           f"{service.settings.deadline_s} s (LIDARSEG_DEADLINE_S)") from None
+        raise ServiceError(
+            504,
+            "deadline_exceeded",
+            f"not segmented within {service.settings.deadline_s} s (LIDARSEG_DEADLINE_S)",
+        ) from None
     finally:
         gone.cancel()
         if not waiter.done():
@@ -224,15 +265,28 @@ def wants_binary(accept: str) -> bool:
     return best in BINARY_TYPES
 
 
-@router.post("/segment", summary="Segment one LiDAR frame", responses=RESPONSES,
-             response_model=None, openapi_extra={"requestBody": REQUEST_BODY})
+@router.post(
+    "/segment",
+    summary="Segment one LiDAR frame",
+    responses=RESPONSES,
+    response_model=None,
+    openapi_extra={"requestBody": REQUEST_BODY},
+)
 async def segment(
-    request: Request, service: Service,
-    fmt: Annotated[str | None, Query(alias="format", max_length=32,
-                                     description="Wire format (kitti, nuscenes, xyz, pcd, ply, "
-                                                 "npy, las, pointcloud2, json); else inferred")] = None,
-    detail: Annotated[Literal["layers"] | None,
-                      Query(description="`layers` adds the per-layer network time")] = None,
+    request: Request,
+    service: Service,
+    fmt: Annotated[
+        str | None,
+        Query(
+            alias="format",
+            max_length=32,
+            description="Wire format (kitti, nuscenes, xyz, pcd, ply, "
+            "npy, las, pointcloud2, json); else inferred",
+        ),
+    ] = None,
+    detail: Annotated[
+        Literal["layers"] | None, Query(description="`layers` adds the per-layer network time")
+    ] = None,
 ) -> Response:
     t0 = time.perf_counter()
     settings = service.settings
@@ -253,25 +307,39 @@ async def segment(
     decode_ms = (time.perf_counter() - t_body) * 1e3
 
     try:
-        job = service.worker.submit(points, sensor, deadline, layer_timing=detail == "layers",
-                                    trace=observe.trace_of(request), valid=valid)
+        job = service.worker.submit(
+            points,
+            sensor,
+            deadline,
+            layer_timing=detail == "layers",
+            trace=observe.trace_of(request),
+            valid=valid,
+        )
     except QueueFull as e:
         raise ServiceError(503, "queue_full", f"server busy: {e}", service.retry_after()) from None
     except WorkerStopped as e:
         raise ServiceError(503, "draining", str(e), service.retry_after()) from None
     except DeadlineExceeded as e:
-        raise ServiceError(504, "deadline_exceeded", f"{e} (LIDARSEG_DEADLINE_S = "
-                           f"{settings.deadline_s} s)") from None
+        raise ServiceError(
+            504, "deadline_exceeded", f"{e} (LIDARSEG_DEADLINE_S = {settings.deadline_s} s)"
+        ) from None
     service.metrics.queue_depth.set(service.worker.depth)
     result = await wait_result(request, service, job, deadline)
 
     t_enc = time.perf_counter()
-    timing = {"decode": decode_ms, "queue": job.queue_ms,
-              **{k: result.timing_ms.get(k, 0.0) for k in PIPELINE_STAGES}}
-    headers = {"X-Request-Id": request_id, "X-Model": service.model_tag,
-               "X-Num-Points": str(result.num_points), "X-Num-Voxels": str(result.num_voxels),
-               "X-Ignored-Points": str(result.ignored_points),
-               "X-Batch-Size": str(job.batch_size)}
+    timing = {
+        "decode": decode_ms,
+        "queue": job.queue_ms,
+        **{k: result.timing_ms.get(k, 0.0) for k in PIPELINE_STAGES},
+    }
+    headers = {
+        "X-Request-Id": request_id,
+        "X-Model": service.model_tag,
+        "X-Num-Points": str(result.num_points),
+        "X-Num-Voxels": str(result.num_voxels),
+        "X-Ignored-Points": str(result.ignored_points),
+        "X-Batch-Size": str(job.batch_size),
+    }
     if wants_binary(request.headers.get("accept", "")):
         payload = result.labels.astype(np.uint8, copy=False).tobytes()
         timing["encode"] = (time.perf_counter() - t_enc) * 1e3
@@ -285,20 +353,38 @@ async def segment(
         timing["encode"] = (time.perf_counter() - t_enc) * 1e3
         timing["total"] = (time.perf_counter() - t0) * 1e3
         timing = {k: round(v, 3) for k, v in timing.items()}
-        rest = {"num_points": result.num_points, "num_voxels": result.num_voxels,
-                "ignored_points": result.ignored_points, "classes": names,
-                "class_counts": class_counts, "timing_ms": timing,
-                "model": {"name": service.model_name, "version": service.model_version,
-                          "device": service.device},
-                "request_id": request_id, "batch_size": job.batch_size}
+        rest = {
+            "num_points": result.num_points,
+            "num_voxels": result.num_voxels,
+            "ignored_points": result.ignored_points,
+            "classes": names,
+            "class_counts": class_counts,
+            "timing_ms": timing,
+            "model": {
+                "name": service.model_name,
+                "version": service.model_version,
+                "device": service.device,
+            },
+            "request_id": request_id,
+            "batch_size": job.batch_size,
+        }
         if detail == "layers":
             rest["layer_ms"] = {k: round(v, 3) for k, v in (result.layer_ms or {}).items()}
         payload = b'{"labels":' + labels + b"," + json.dumps(rest)[1:].encode()
         headers["Server-Timing"] = server_timing(timing)
         media_type = "application/json"
-    exemplar = observe.record(request, timing=timing, result=result, batch_size=job.batch_size,
-                              fmt=fmt, body=body, content_type=content_type, points=points,
-                              t_body=t_body, t_enc=t_enc)
+    exemplar = observe.record(
+        request,
+        timing=timing,
+        result=result,
+        batch_size=job.batch_size,
+        fmt=fmt,
+        body=body,
+        content_type=content_type,
+        points=points,
+        t_body=t_body,
+        t_enc=t_enc,
+    )
     metrics = service.metrics
     metrics.observe_stages(timing, exemplar)
     metrics.points.observe(result.num_points, exemplar)
