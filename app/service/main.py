@@ -9,6 +9,7 @@ import concurrent.futures
 import contextlib
 import ctypes
 import ctypes.util
+import gc
 import logging
 import os
 import re
@@ -105,6 +106,7 @@ def load_service(service: ServiceState) -> None:
             "classes": str(len(service.class_names)),
         }
     )
+    _freeze_heap()
     service.ready = True
     metrics.ready.set(1)
     log.info(
@@ -113,6 +115,15 @@ def load_service(service: ServiceState) -> None:
         service.device,
         time.perf_counter() - t0,
     )
+
+
+def _freeze_heap() -> None:
+    """Moves everything alive after loading (torch, the model, the app: about a million objects)
+    out of the garbage collector's reach: a full collection then scans only what requests
+    allocate, instead of pausing every thread for 40-110 ms (measured; a probe under a decode
+    flood waited 190-280 ms behind one)."""
+    gc.collect()
+    gc.freeze()
 
 
 def _lower_priority(niceness: int = 5) -> None:

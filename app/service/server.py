@@ -35,6 +35,13 @@ CLOSE_RESERVE_S = 5.0  # of the shutdown budget, kept for closing connections an
 GRACEFUL_S = 3.0  # uvicorn's own graceful close, inside the reserve
 
 
+# How long a thread may keep the GIL while another waits for it (Python's default: 5 ms). The
+# event loop takes the GIL a dozen times or more to answer one probe; with decoder threads busy
+# in Python, each handover can cost the whole interval. The threads doing the heavy work (torch,
+# our kernels, numpy) run with the GIL released, so a shorter interval does not slow them.
+GIL_SWITCH_S = 0.001
+
+
 def _raw_response(status: str, body: dict, extra: str = "") -> bytes:
     payload = json.dumps(body).encode()
     return (
@@ -166,5 +173,6 @@ def serve(overrides: dict) -> int:
     logging.basicConfig(
         level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    sys.setswitchinterval(GIL_SWITCH_S)
     run(create_app(settings))
     return 0

@@ -4,6 +4,7 @@ errors, and the shutdown budget with an upload still arriving."""
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import signal
@@ -149,6 +150,8 @@ def test_probes_answer_during_a_decode_flood(srv, tmp_path):
     )  # the load, not the probe's rival
     worst = 0.0
     try:
+        gc.collect()
+        gc.freeze()  # this client's own GC pauses (the test process is large) are not the server's
         with httpx.Client(base_url=srv.url, timeout=30) as probe:
             time.sleep(2.0)
             for _ in range(40):
@@ -160,9 +163,9 @@ def test_probes_answer_during_a_decode_flood(srv, tmp_path):
         flood.kill()
         statuses = [int(line) for line in flood.communicate()[0].split()]
     assert 503 in statuses and set(statuses) <= {422, 503}, statuses  # decoders saturated
-    # The issue's target is 100 ms; on the 2-core test machine the worst probe measured
-    # 145-285 ms under this flood (README, Limits), so the bound asserted is the kubelet's
-    # default probe timeout (1 s; before: 5.3 s, a restarted pod).
+    # The issue's target is 100 ms: measured worst 16-82 ms over five runs at load 5 (README,
+    # Limits). No timing threshold that tight in a test on a shared machine: the bound asserted
+    # is the kubelet's default probe timeout (1 s; before: 5.3 s, a restarted pod).
     assert worst < 1.0, f"/healthz took {worst * 1e3:.0f} ms during the flood"
 
 
