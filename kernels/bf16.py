@@ -25,6 +25,7 @@ import weakref
 import torch
 
 from . import backend
+from .chunking import chunks
 from .grouping import ExecutionPlan
 from .precision import fused_bf16_lanes
 from .rows import gather_rows, scatter_add_unique
@@ -74,9 +75,11 @@ def conv_bf16(
     bias=None,
     relu: bool = False,
     residual=None,
+    memory_cap: int = 256 << 20,
 ) -> torch.Tensor | None:
     """The forward conv of engine.sparse_conv in bf16 (src [N, Cin] fp32 -> [num_out, Cout]
-    fp32), or None where the conv stays in fp32 (Cin <= FP32_MAX_CIN)."""
+    fp32), or None where the conv stays in fp32 (Cin <= FP32_MAX_CIN). The grouped path's scratch
+    stays under memory_cap bytes."""
     n, cin = src.shape
     if cin <= FP32_MAX_CIN:
         return None
@@ -87,7 +90,7 @@ def conv_bf16(
     lanes = fused_bf16_lanes()
     if plan.fused and pairs is not None and lanes and cout % lanes == 0:
         return _fused(xb, pairs, plan, bias, relu, residual)
-    dst = _grouped(xb, plain, plan, workspace)
+    dst = _grouped(xb, plain, plan, workspace, rows_under_cap_bf16(memory_cap, cin, cout))
     if bias is not None:
         dst += bias
     if residual is not None:
@@ -132,7 +135,9 @@ def _gather_bf16(xb: torch.Tensor, idx: torch.Tensor, out: torch.Tensor) -> torc
     return out
 
 
-def _grouped(xb, plain, plan: ExecutionPlan, workspace) -> torch.Tensor:
+def _grouped(xb, plain, plan: ExecutionPlan, workspace, max_rows: int) -> torch.Tensor:
+    """The plan's launches as bf16 matmuls, in pieces of at most max_rows buffer rows (the
+    memory cap; kernels/chunking.py), widened to fp32 and added into the output in plan order."""
     cout = plain.shape[2]
     if plan.identity is not None:
         dst = torch.mm(xb, plain[plan.identity]).float()
@@ -140,26 +145,33 @@ def _grouped(xb, plain, plan: ExecutionPlan, workspace) -> torch.Tensor:
         dst = torch.zeros(plan.num_out, cout)
     if not plan.rows:
         return dst
-    biggest = max(launch.rows for launch in plan.launches)
+    chunk_list = chunks(plan, max_rows, per_launch=True)
+    biggest = max(piece.rows for chunk in chunk_list for piece in chunk.pieces)
     gathered_all = workspace.get(3, biggest, xb.shape[1], torch.bfloat16, xb.device)
     partial_all = workspace.get(4, biggest, cout, torch.bfloat16, xb.device)
     wide_all = workspace.get(5, biggest, cout, torch.float32, xb.device)
-    for launch in plan.launches:
-        lo, hi = launch.start, launch.start + launch.rows
-        gathered = _gather_bf16(xb, plan.gather_idx[lo:hi], gathered_all[: launch.rows])
-        partial = partial_all[: launch.rows]
-        n, h = len(launch.kernel_indices), launch.height
+    for piece in (piece for chunk in chunk_list for piece in chunk.pieces):
+        lo, hi = piece.start, piece.start + piece.rows
+        gathered = _gather_bf16(xb, plan.gather_idx[lo:hi], gathered_all[: piece.rows])
+        partial = partial_all[: piece.rows]
+        n, h = len(piece.kernel_indices), piece.height
         if n == 1:
-            torch.mm(gathered, plain[launch.kernel_indices[0]], out=partial)
+            torch.mm(gathered, plain[piece.kernel_indices[0]], out=partial)
         else:
             torch.bmm(
                 gathered.view(n, h, -1),
-                plain[list(launch.kernel_indices)],
+                plain[list(piece.kernel_indices)],
                 out=partial.view(n, h, -1),
             )
-        wide = wide_all[: launch.rows]
+        wide = wide_all[: piece.rows]
         wide.copy_(partial)
         for j in range(n):
             rows = slice(j * h, (j + 1) * h)
             scatter_add_unique(wide[rows], dst, plan.scatter_idx[lo:hi][rows])
     return dst
+
+
+def rows_under_cap_bf16(cap_bytes: int, cin: int, cout: int) -> int:
+    """Buffer rows of the bf16 grouped path under cap_bytes: a gathered bf16 input row, a bf16
+    partial row and its fp32 widening (at least 1)."""
+    return max(int(cap_bytes) // (2 * cin + 6 * cout), 1)

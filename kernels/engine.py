@@ -333,7 +333,10 @@ def sparse_conv(
     ):
         from .bf16 import conv_bf16  # inference in bf16 (kernels/bf16.py)
 
-        out = conv_bf16(feats.contiguous(), weight, plan, config.workspace, bias, relu, residual)
+        cap = config.memory_cap if config.memory_cap is not None else default_cap(feats.device)
+        out = conv_bf16(
+            feats.contiguous(), weight, plan, config.workspace, bias, relu, residual, cap
+        )
         if out is not None:
             return out
     if not grads:

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from kernels import precision
-from kernels.bf16 import bf16_weights
+from kernels.bf16 import bf16_weights, rows_under_cap_bf16
 from kernels.engine import EngineConfig, sparse_conv
 from kernels.reference import conv_from_entries, map_entries
 from kernels.tuning import GroupingTable
@@ -77,6 +77,33 @@ def test_grouped_bf16_matches_oracle(kind, cin, cout):
             x, w, kmap, EngineConfig(precision="bf16", grouping=GROUPED), bias, True, res
         )
     torch.testing.assert_close(out.double(), expected, rtol=2e-2, atol=2e-2)
+
+
+@pytest.mark.parametrize("kind", ["subm", "down", "up"])
+def test_grouped_bf16_stays_under_the_memory_cap(kind):
+    # a cap of 13 buffer rows splits every launch; the result still matches the oracle and the
+    # unchunked run, and no scratch buffer holds more than the cap's rows (plus the 25% slack)
+    cin, cout, rows = 16, 32, 13
+    kmap, x, w, bias, res, expected = case(kind, cin, cout)
+    tiny = EngineConfig(
+        precision="bf16", grouping=GROUPED, memory_cap=rows_under_cap_bytes(rows, cin, cout)
+    )
+    whole = EngineConfig(precision="bf16", grouping=GROUPED)
+    with torch.no_grad():
+        out = sparse_conv(x, w, kmap, tiny, bias, True, res)
+        ref = sparse_conv(x, w, kmap, whole, bias, True, res)
+    torch.testing.assert_close(out.double(), expected, rtol=2e-2, atol=2e-2)
+    torch.testing.assert_close(out, ref, rtol=1e-2, atol=1e-2)
+    buffers = tiny.workspace._local.buffers
+    for slot, cols in ((3, cin), (4, cout), (5, cout)):
+        flat = buffers[(slot, torch.float32 if slot == 5 else torch.bfloat16, x.device)]
+        assert flat.numel() <= rows * 5 // 4 * cols, (slot, flat.numel())
+
+
+def rows_under_cap_bytes(rows: int, cin: int, cout: int) -> int:
+    """The cap that leaves exactly `rows` buffer rows to the bf16 grouped path."""
+    assert rows_under_cap_bf16(rows * (2 * cin + 6 * cout), cin, cout) == rows
+    return rows * (2 * cin + 6 * cout)
 
 
 def test_weight_conversion_is_cached_until_the_weight_changes():
