@@ -74,6 +74,13 @@ PYEOF
 unzip_to "$WORK/site" "$WORK"/wheels/*.whl
 # Byte code is rebuilt on first import.
 find "$WORK/site" -name '__pycache__' -type d -prune -exec rm -rf {} +
+# The H200 runs sm_90 code: blank the other GPUs' machine code in spconv's library (same size
+# and layout, the zeros compress away; strip_fatbin.py says why that is safe). GPU_ARCH=0 keeps
+# everything (then the carry is over the limit).
+if [ "${GPU_ARCH:-90}" != 0 ]; then
+  "$PYTHON" "$ROOT/deploy/gpu_check/strip_fatbin.py" --arch "${GPU_ARCH:-90}" \
+      "$WORK"/site/spconv/core_cc*.so || { echo "prepare.sh: strip_fatbin failed" >&2; exit 1; }
+fi
 
 rm -f "$CARRY"/*.tar.xz
 XZ_OPT=-9e tar -C "$WORK/site" -cJf "$CARRY/site-py312.tar.xz" .
