@@ -60,7 +60,7 @@ def cmd_segment(args) -> int:
         print(f"  {name:<14} {count:>8}")
     print("timing_ms " + json.dumps({k: round(v, 2) for k, v in result.timing_ms.items()}))
     if args.layers:
-        top = sorted(result.layer_ms.items(), key=lambda t: -t[1])[:15]
+        top = sorted((result.layer_ms or {}).items(), key=lambda t: -t[1])[:15]
         print("slowest layers (ms): " + json.dumps({k: round(v, 2) for k, v in top}))
     return 0
 

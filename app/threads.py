@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Mapping, MutableMapping
 from pathlib import Path
 
 CGROUP_V2 = Path("/sys/fs/cgroup/cpu.max")
@@ -32,8 +33,8 @@ def cgroup_cpus(v2: Path = CGROUP_V2, v1: tuple[Path, Path] = CGROUP_V1) -> floa
     except (OSError, ValueError):
         pass
     try:
-        quota, period = (int(p.read_text()) for p in v1)
-        return None if quota <= 0 else quota / period
+        quota_us, period_us = (int(p.read_text()) for p in v1)
+        return None if quota_us <= 0 else quota_us / period_us
     except (OSError, ValueError):
         return None
 
@@ -52,7 +53,7 @@ def default_threads() -> int:
     return cpus if quota is None else max(1, min(cpus, math.floor(quota)))
 
 
-def requested_threads(env: dict | None = None) -> int:
+def requested_threads(env: Mapping[str, str] | None = None) -> int:
     """LIDARSEG_THREADS when it is a positive integer, else default_threads() (0 = automatic;
     a bad value is left for the settings to refuse at start-up)."""
     raw = (env if env is not None else os.environ).get("LIDARSEG_THREADS", "").strip()
@@ -63,9 +64,10 @@ def requested_threads(env: dict | None = None) -> int:
     return n if n > 0 else default_threads()
 
 
-def configure_env(threads: int | None = None, env: dict | None = None) -> int:
+def configure_env(threads: int | None = None, env: MutableMapping[str, str] | None = None) -> int:
     """Sets the OpenMP variables (before libgomp loads); returns the thread count."""
-    env = os.environ if env is None else env
+    if env is None:
+        env = os.environ
     n = threads or requested_threads(env)
     if env.get("LIDARSEG_THREADS", "").strip() not in ("", "0") or "OMP_NUM_THREADS" not in env:
         env["OMP_NUM_THREADS"] = str(n)

@@ -24,10 +24,16 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Mapping
+from typing import Mapping, TypeAlias
+
+# (epsilon, S, dataflow); a setting given without its dataflow is "grouped"
+Setting: TypeAlias = tuple[float, float] | tuple[float, float, str]
 
 DEFAULT_PATH = Path(__file__).resolve().parent / "tuned" / "grouping.json"
-BUILTIN_DEFAULTS = {"cpu": (0.0, 0.0, "fused"), "cuda": (0.3, 65536.0, "grouped")}
+BUILTIN_DEFAULTS: dict[str, tuple[float, float, str]] = {
+    "cpu": (0.0, 0.0, "fused"),
+    "cuda": (0.3, 65536.0, "grouped"),
+}
 
 
 def device_key(device_type: str, precision: str = "fp32") -> str:
@@ -53,14 +59,14 @@ def _setting(v: dict, fallback: str = "grouped") -> tuple[float, float, str]:
 
 @dataclass(frozen=True)
 class GroupingTable:
-    entries: Mapping[str, tuple[float, float]] = field(default_factory=dict)
-    defaults: Mapping[str, tuple[float, float]] = field(
+    entries: Mapping[str, Setting] = field(default_factory=dict)
+    defaults: Mapping[str, Setting] = field(
         default_factory=lambda: MappingProxyType(dict(BUILTIN_DEFAULTS))
     )
 
     def choose(
         self, device_type: str, kernel_volume: int, cin: int, cout: int, precision: str = "fp32"
-    ):
+    ) -> tuple[float, float, str]:
         """(epsilon, S, dataflow) for one layer shape on one device type in one precision."""
         found = self.entries.get(shape_key(device_type, kernel_volume, cin, cout, precision))
         if found is None:
@@ -79,7 +85,7 @@ class GroupingTable:
                     self.defaults.get(device_type, BUILTIN_DEFAULTS["cpu"]),
                 )
             )
-        return (*found, "grouped") if len(found) == 2 else tuple(found)
+        return (*found, "grouped") if len(found) == 2 else found
 
     @classmethod
     def from_json(cls, data: dict) -> "GroupingTable":

@@ -181,7 +181,7 @@ def intensity_scales(norm: Mapping[str, str]) -> dict[str, float]:
 
 
 def config_to_dict(config: MinkUNetConfig) -> dict:
-    d = {"arch": ARCH}
+    d: dict[str, Any] = {"arch": ARCH}
     for f in CONFIG_FIELDS:
         v = getattr(config, f)
         d[f] = list(v) if isinstance(v, tuple) else v

@@ -19,6 +19,7 @@ ReLU right after them folded too); anything else is left as it is.
 from __future__ import annotations
 
 import copy
+from typing import cast
 
 import torch
 from torch import nn
@@ -66,8 +67,10 @@ def fold_batchnorm(model: nn.Module) -> nn.Module:
 
 
 def _fold_residual(block: nn.Module) -> FoldedResidualBlock | None:
+    shortcut: nn.Module
     if isinstance(block, ResidualBlock):  # net: conv1, bn1, ReLU, conv2, bn2
-        conv1, bn1, conv2, bn2 = block.net[0], block.net[1], block.net[3], block.net[4]
+        conv1, bn1 = cast(SubMConv3d, block.net[0]), cast(BatchNorm, block.net[1])
+        conv2, bn2 = cast(SubMConv3d, block.net[3]), cast(BatchNorm, block.net[4])
         shortcut = block.shortcut
     elif isinstance(block, BasicBlock):
         conv1, bn1, conv2, bn2, shortcut = (

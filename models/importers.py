@@ -55,7 +55,7 @@ Kernel layouts: models/spconv_compat.py, models/torchsparse_compat.py.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any, Callable, Iterator, Literal, Mapping, TypeAlias
 
 import torch
 
@@ -194,7 +194,15 @@ class _Entry:
     conv: bool  # a sparse conv weight (layout conversion applies)
 
 
-def _sites(config: MinkUNetConfig) -> Iterator[tuple[str, tuple, dict[str, str]]]:
+# one layer of a site: ("conv", kernel size, cin, cout), ("bn", channels) or ("linear", cin, cout)
+_Layer: TypeAlias = (
+    tuple[Literal["conv"], int, int, int]
+    | tuple[Literal["bn"], int]
+    | tuple[Literal["linear"], int, int]
+)
+
+
+def _sites(config: MinkUNetConfig) -> Iterator[tuple[str, tuple, dict[str, _Layer]]]:
     """(our module prefix, site, {our sub-layer: (kind, channels...)}) for every layer."""
     cs = config.channels
     for s in range(2):
@@ -216,8 +224,10 @@ def _sites(config: MinkUNetConfig) -> Iterator[tuple[str, tuple, dict[str, str]]
     yield "head", ("head",), {"": ("linear", cs[8], config.num_classes)}
 
 
-def _block(prefix: str, where: tuple, cin: int, cout: int):
-    layers = {
+def _block(
+    prefix: str, where: tuple, cin: int, cout: int
+) -> Iterator[tuple[str, tuple, dict[str, _Layer]]]:
+    layers: dict[str, _Layer] = {
         "net.0": ("conv", 3, cin, cout),
         "net.1": ("bn", cout),
         "net.3": ("conv", 3, cout, cout),

@@ -11,7 +11,9 @@ and BN when the channel count changes), then ReLU. MinkUNet34 is encoder_blocks 
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Protocol, cast
 
 from torch import nn
 
@@ -42,11 +44,21 @@ class MinkUNetConfig:
             raise ValueError(f"cr={self.cr} leaves a stage without channels")
 
 
+class BatchNormConfig(Protocol):
+    """What ConvBNReLU reads from a model config (MinkUNetConfig, SpUNetConfig)."""
+
+    @property
+    def bn_eps(self) -> float: ...
+
+    @property
+    def bn_momentum(self) -> float: ...
+
+
 class ConvBNReLU(nn.Sequential):
     """conv -> BN -> ReLU, for any of our sparse convolutions (BN eps / momentum from the config:
     a MinkUNetConfig, or SpUNetConfig in models/spunet.py)."""
 
-    def __init__(self, conv: nn.Module, channels: int, config: MinkUNetConfig):
+    def __init__(self, conv: nn.Module, channels: int, config: BatchNormConfig):
         super().__init__(
             conv, BatchNorm(channels, eps=config.bn_eps, momentum=config.bn_momentum), ReLU()
         )
@@ -134,13 +146,14 @@ class MinkUNet(nn.Module):
         """Every kernel map forward() uses, each once, in the order it first needs them (the
         pipeline's maps stage builds them all before the network runs)."""
         requests = _submanifold_requests(self.stem, 1)
-        for i, stage in enumerate(self.encoder):
-            down = stage.down[0]
+        for i, enc in enumerate(cast(Iterable[EncoderStage], self.encoder)):
+            down = cast(SparseConv3d, enc.down[0])
             requests.append(MapRequest("downsample", 2**i, down.kernel_size, down.stride))
-            requests += _submanifold_requests(stage.blocks, 2 ** (i + 1))
-        for i, stage in enumerate(self.decoder):
-            requests.append(MapRequest("upsample", 2 ** (4 - i), stage.up[0].kernel_size))
-            requests += _submanifold_requests(stage.blocks, 2 ** (3 - i))
+            requests += _submanifold_requests(enc.blocks, 2 ** (i + 1))
+        for i, dec in enumerate(cast(Iterable[DecoderStage], self.decoder)):
+            up = cast(SparseInverseConv3d, dec.up[0])
+            requests.append(MapRequest("upsample", 2 ** (4 - i), up.kernel_size))
+            requests += _submanifold_requests(dec.blocks, 2 ** (3 - i))
         return tuple(dict.fromkeys(requests))
 
 

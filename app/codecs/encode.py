@@ -17,11 +17,13 @@ intensity (column 3) and, for nuscenes, ring (column 4). Format variants are cho
 
 from __future__ import annotations
 
+from typing import Any, Callable
+
 import numpy as np
 
 from app.codecs import binary, json_points, las, npy, pcd, ply, pointcloud2
 
-_ENCODERS = {
+_ENCODERS: dict[str, Callable[..., tuple[bytes, str]]] = {
     "pcd": pcd.encode,
     "ply": ply.encode,
     "npy": npy.encode,
@@ -31,7 +33,7 @@ _ENCODERS = {
 }
 
 # variant name -> (format, options)
-VARIANTS = {
+VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "pcd_ascii": ("pcd", {"data": "ascii"}),
     "pcd_binary": ("pcd", {"data": "binary"}),
     "pcd_binary_compressed": ("pcd", {"data": "binary_compressed"}),

@@ -64,7 +64,8 @@ def _array_span(body: bytes) -> tuple[int, int] | None:
     m = _OBJECT.match(body)
     if m:
         return (m.end(), end - 1) if body[end - 1 : end] == b"}" else None
-    start = _LEAD.match(body).end()
+    lead = _LEAD.match(body)  # always matches (possibly the empty string)
+    start = lead.end() if lead else 0
     return (start, end) if body[start : start + 1] == b"[" else None
 
 

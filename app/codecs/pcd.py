@@ -93,18 +93,24 @@ def _int(head: dict, key: str, default: int | None = None) -> int:
     return value
 
 
+def _per_field(head: dict, key: str, n: int, default: list[str] | None = None) -> list[str]:
+    """The header line `key`, checked to have one entry per field."""
+    vals = head.get(key, default)
+    if vals is None:
+        raise malformed(FMT, f"header has no {key} line")
+    if len(vals) != n:
+        raise malformed(FMT, f"{key} has {len(vals)} entries for {n} FIELDS")
+    return vals
+
+
 def _layout(head: dict) -> tuple[list[str], list[np.dtype], list[int]]:
     """(field names, field dtypes, counts), checked for consistency."""
     names = head.get("FIELDS")
     if not names:
         raise malformed(FMT, "header has no FIELDS line")
-    sizes, types = head.get("SIZE"), head.get("TYPE")
-    counts = head.get("COUNT", ["1"] * len(names))
-    for key, vals in (("SIZE", sizes), ("TYPE", types), ("COUNT", counts)):
-        if vals is None:
-            raise malformed(FMT, f"header has no {key} line")
-        if len(vals) != len(names):
-            raise malformed(FMT, f"{key} has {len(vals)} entries for {len(names)} FIELDS")
+    sizes = _per_field(head, "SIZE", len(names))
+    types = _per_field(head, "TYPE", len(names))
+    counts = _per_field(head, "COUNT", len(names), ["1"] * len(names))
     dtypes, ncount = [], []
     for name, size, typ, count in zip(names, sizes, types, counts):
         try:

@@ -109,9 +109,10 @@ def decode(body: bytes, max_points: int | None = None) -> Frame:
         raise unusable(FMT, "list properties in the vertex element are not supported")
     check_count(vertex.count, max_points, FMT)
     before = elements[: elements.index(vertex)]
-    if encoding == "ascii":
+    order = ENCODINGS[encoding]
+    if order is None:  # ascii
         return _ascii(body, start, before, vertex, wanted)
-    return _binary(memoryview(body)[start:], ENCODINGS[encoding], before, vertex, wanted)
+    return _binary(memoryview(body)[start:], order, before, vertex, wanted)
 
 
 def _binary(data: memoryview, order: str, before: list, vertex: _Element, wanted: list) -> Frame:

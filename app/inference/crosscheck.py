@@ -51,6 +51,8 @@ def crosscheck(pipeline: SegmentationPipeline, points: np.ndarray, sensor: str =
         batch.point_to_voxel[0],
     )
     t4 = time.perf_counter()
+    if ours.voxel_logits is None:  # keep_logits=True keeps them
+        raise RuntimeError("the pipeline returned no voxel logits")
     diff = (ours.voxel_logits - logits).abs()
     scale = logits.abs().max().clamp_min(1e-12)
     return {

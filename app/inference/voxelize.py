@@ -10,6 +10,7 @@ joins instead of hash probes, kernels/csrc/sorted_kmap_cpu.cpp), and downsamplin
 from __future__ import annotations
 
 from dataclasses import dataclass
+from types import ModuleType
 
 import numpy as np
 import torch
@@ -17,6 +18,7 @@ import torch
 from models.checkpoints import INTENSITY_NORMALISATION, intensity_scales
 from models.labels import IGNORE_LABEL
 
+o3c: ModuleType | None
 try:  # Open3D is the voxelizer; hosts without it (a bare GPU box) fall back to torch.unique
     import open3d.core as o3c
 except ImportError:  # pragma: no cover - exercised only where Open3D is missing
@@ -130,14 +132,14 @@ def voxelize(
     voxel_of_point, coords = _unique_rows(grids)
     vfeats = _voxel_means(voxel_of_point.numpy(), all_feats, len(coords))
     point_to_voxel, start = [], 0
-    for grid, keep in zip(grids, masks):
+    for grid, mask in zip(grids, masks):
         ids = voxel_of_point[start : start + len(grid)]
         start += len(grid)
-        if keep is None:  # every point in a voxel: the ids are the mapping
+        if mask is None:  # every point in a voxel: the ids are the mapping
             point_to_voxel.append(ids)
             continue
-        mapping = torch.full((len(keep),), -1, dtype=torch.int64)
-        mapping[torch.from_numpy(np.flatnonzero(keep))] = ids
+        mapping = torch.full((len(mask),), -1, dtype=torch.int64)
+        mapping[torch.from_numpy(np.flatnonzero(mask))] = ids
         point_to_voxel.append(mapping)
     return VoxelBatch(coords.to(device), vfeats.to(device), point_to_voxel, ignored)
 
@@ -185,7 +187,7 @@ def _unique_rows(grids: list[np.ndarray]) -> tuple[torch.Tensor, torch.Tensor]:
     head[0] = True
     np.not_equal(packed[1:], packed[:-1], out=head[1:])
     heads = packed[head]
-    as_pairs = o3c.Tensor(heads.view(np.int32).reshape(-1, 2))  # type: ignore[call-overload]
+    as_pairs = o3c.Tensor(heads.view(np.int32).reshape(-1, 2))
     table = o3c.HashSet(len(heads), key_dtype=o3c.int32, key_element_shape=(2,))
     first_slot, first = table.insert(as_pairs)  # first: the first occurrence of its key
     slot, found = table.find(as_pairs)

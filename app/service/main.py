@@ -348,7 +348,8 @@ def _add_openapi(app: FastAPI) -> None:
             app.openapi_schema = doc
         return app.openapi_schema
 
-    app.openapi = schema
+    # FastAPI's documented way to customise the schema: replace the instance's openapi()
+    app.openapi = schema  # type: ignore[method-assign]
 
     @app.get("/openapi.json", include_in_schema=False)
     async def openapi() -> JSONResponse:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import collections
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -20,7 +21,7 @@ from models.labels import IGNORE_LABEL
 
 def held_bytes(a: np.ndarray) -> int:
     """What keeping `a` keeps alive: a view holds its whole base buffer (e.g. the request body)."""
-    base = a
+    base: Any = a  # the owner of the memory: an ndarray, bytes, an mmap, ...
     while isinstance(base, np.ndarray) and base.base is not None:
         base = base.base
     try:
@@ -86,7 +87,7 @@ class RequestRing:
 
     def counts(self, labels: np.ndarray) -> dict[str, int]:
         c = np.bincount(np.asarray(labels, dtype=np.int64), minlength=256)
-        out = {self._name(i): int(c[i]) for i in np.flatnonzero(c)}
+        out = {self._name(int(i)): int(c[i]) for i in np.flatnonzero(c)}
         return out
 
     def _name(self, i: int) -> str:

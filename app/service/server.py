@@ -19,11 +19,13 @@ stops the worker with what is left. A second signal exits at once.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import sys
 import threading
 import time
+from typing import TypedDict
 
 import uvicorn
 from pydantic import ValidationError
@@ -32,7 +34,7 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 from app.service.config import Settings
 
 CLOSE_RESERVE_S = 5.0  # of the shutdown budget, kept for closing connections and the lifespan
-GRACEFUL_S = 3.0  # uvicorn's own graceful close, inside the reserve
+GRACEFUL_S = 3  # uvicorn's own graceful close, inside the reserve (whole seconds: uvicorn's int)
 
 
 # How long a thread may keep the GIL while another waits for it (Python's default: 5 ms). The
@@ -50,8 +52,23 @@ def _raw_response(status: str, body: dict, extra: str = "") -> bytes:
     ).encode() + payload
 
 
+class Guard(TypedDict):
+    max_connections: int
+    header_timeout_s: float
+    retry_after_s: int
+
+
+class GuardedConfig(uvicorn.Config):
+    """uvicorn's Config carrying GuardedH11's limits (set by uvicorn_config)."""
+
+    lidarseg_guard: Guard
+
+
 class GuardedH11(H11Protocol):
     """uvicorn's h11 protocol with a header timeout and a connection cap (see the module doc)."""
+
+    config: GuardedConfig  # uvicorn_config's: the protocol gets the server's config
+    _header_timer: asyncio.TimerHandle | None
 
     def connection_made(self, transport) -> None:
         super().connection_made(transport)
@@ -111,8 +128,8 @@ class GuardedH11(H11Protocol):
         super().connection_lost(exc)
 
 
-def uvicorn_config(app, settings: Settings) -> uvicorn.Config:
-    config = uvicorn.Config(
+def uvicorn_config(app, settings: Settings) -> GuardedConfig:
+    config = GuardedConfig(
         app,
         host=settings.host,
         port=settings.port,

@@ -21,6 +21,10 @@ import os
 import re
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import Span
 
 # the stages one pipeline run times for all frames of a batch: their spans link to that run's span
 from app.inference.pipeline import PIPELINE_STAGES
@@ -38,7 +42,7 @@ class RequestTrace:
     sampled: bool
     start_ns: int  # wall clock (epoch ns) at the start ...
     start_perf: float  # ... and time.perf_counter() at the same moment
-    span: object = None
+    span: Span | None = None
     links: list = field(default_factory=list)  # span contexts of shared inference spans
 
     def traceparent(self) -> str:
@@ -175,13 +179,13 @@ class Tracing:
         from opentelemetry import trace
         from opentelemetry.trace import Link
 
-        live = [t for t in traces if t is not None and t.span is not None]
-        parent = trace.set_span_in_context(live[0].span) if live else None
-        links = [Link(t.span.get_span_context()) for t in live[1:]]
+        live = [(t, t.span) for t in traces if t is not None and t.span is not None]
+        parent = trace.set_span_in_context(live[0][1]) if live else None
+        links = [Link(s.get_span_context()) for _, s in live[1:]]
         with self.tracer.start_as_current_span(
             "inference", parent, links=links, attributes=attributes
         ) as span:
-            for t in live:
+            for t, _ in live:
                 t.links.append(span.get_span_context())
             yield span
 

@@ -23,6 +23,7 @@ import statistics
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import Callable, ContextManager
 
 import numpy as np
 
@@ -87,11 +88,12 @@ class Job:
 
 @dataclass
 class WorkerStats:
-    on_batch: object = None  # callback(batch_size) for metrics
-    on_depth: object = None  # callback(queue depth)
-    on_drop: object = None  # callback() per job dropped unrun (deadline)
-    on_run: object = None  # callback(jobs) -> context manager around a run
-    on_restart: object = None  # callback() per restart of the supervised loop
+    on_batch: Callable[[int], object] | None = None  # callback(batch_size) for metrics
+    on_depth: Callable[[int], object] | None = None  # callback(queue depth)
+    on_drop: Callable[[], object] | None = None  # callback() per job dropped unrun (deadline)
+    # callback(jobs) -> context manager around a run
+    on_run: Callable[[list[Job]], ContextManager[object]] | None = None
+    on_restart: Callable[[], object] | None = None  # callback() per restart of the loop
 
 
 class InferenceWorker:

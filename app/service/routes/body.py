@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 
 from fastapi import Request
+from starlette.datastructures import UploadFile
 from starlette.requests import ClientDisconnect
 
 from app.service.routes.deps import ServiceError, ServiceState
@@ -44,6 +45,8 @@ async def read_body(request: Request, service: ServiceState) -> bytes:
     limit = settings.max_body_bytes
     _declared_length(request, limit)
     task = asyncio.current_task()
+    if task is None:  # pragma: no cover - a route always runs in a task
+        raise RuntimeError("read_body must run in an asyncio task")
     reason: list[str] = []
 
     def stop(why: str) -> None:
@@ -109,7 +112,7 @@ async def file_part(request: Request, body: bytes) -> tuple[bytes, str | None]:
             "malformed_multipart",
             "the multipart body cannot be parsed (one file part expected)",
         ) from None
-    files = [v for _, v in form.multi_items() if hasattr(v, "read")]
+    files = [v for _, v in form.multi_items() if isinstance(v, UploadFile)]
     if len(files) != 1:
         raise ServiceError(
             400, "malformed_multipart", f"expected exactly one file part, got {len(files)}"

@@ -10,7 +10,7 @@ data and stay open.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import numpy as np
 from fastapi import APIRouter, Depends, FastAPI, Query, Request
@@ -46,7 +46,7 @@ def require_key_browser(request: Request, settings: SettingsDep) -> None:
 
 BrowserKey = Depends(require_key_browser)
 router = APIRouter(tags=["dashboard"], dependencies=[BrowserKey])
-AUTH = {k: ERROR_RESPONSES[k] for k in (401,)}
+AUTH: dict[int | str, dict[str, Any]] = {k: ERROR_RESPONSES[k] for k in (401,)}
 
 
 def _ring(service):
