@@ -9,9 +9,11 @@ Each --config runs its own server (one after the other) with those environment v
   --config shipped=MALLOC_ARENA_MAX=2     (the container's setting plus the built-in trim)
 Clients post real frames (and slices of them, 1 k to 125 k points) as kitti, nuscenes, pcd
 (binary, binary_compressed, ascii), ply, npy, las, pointcloud2 and json, picked at random with a
-fixed seed. The server's VmRSS is sampled every second; printed: RSS at start (ready), after the
-warm-up (--warmup, a fraction of the run), at the end, the growth after warm-up (target < 10 %),
-and requests by status.
+fixed seed. The server's VmRSS is sampled every second. At the end of the warm-up (--warmup, a
+fraction of the run) the clients pause between requests and, after 2 s of idle server, RSS is
+read "at rest"; the same at the end. Printed: RSS at start (ready), at rest after the warm-up
+and at the end, the growth between those two (target < 10 %: the same idle state compared, so
+in-flight frames do not count), the samples under load and the peak, and requests by status.
 """
 
 from __future__ import annotations
@@ -74,6 +76,9 @@ def soak(name: str, env: dict, args, payloads) -> dict:
     samples: list[tuple[float, float]] = []
     statuses: collections.Counter = collections.Counter()
     lock = threading.Lock()
+    running = threading.Event()  # cleared: clients finish their request and wait
+    running.set()
+    busy = threading.Semaphore(args.clients)
     t0 = time.monotonic()
     end = t0 + args.minutes * 60
     start_rss = rss_mb(proc.pid)
@@ -82,29 +87,47 @@ def soak(name: str, env: dict, args, payloads) -> dict:
         rng = np.random.default_rng(k)
         with httpx.Client(base_url=url, timeout=300) as c:
             while time.monotonic() < end:
-                body, ctype = payloads[rng.integers(len(payloads))]
-                r = c.post(
-                    "/v1/segment",
-                    content=body,
-                    headers={"Content-Type": ctype, "Accept": "application/octet-stream"},
-                )
+                running.wait()
+                with busy:
+                    body, ctype = payloads[rng.integers(len(payloads))]
+                    r = c.post(
+                        "/v1/segment",
+                        content=body,
+                        headers={"Content-Type": ctype, "Accept": "application/octet-stream"},
+                    )
                 with lock:
                     statuses[r.status_code] += 1
+
+    def at_rest() -> float:
+        """RSS once every client is between requests and the server has been idle for 2 s."""
+        running.clear()
+        for _ in range(args.clients):
+            busy.acquire()
+        time.sleep(2.0)
+        rss = rss_mb(proc.pid)
+        for _ in range(args.clients):
+            busy.release()
+        running.set()
+        return rss
 
     threads = [threading.Thread(target=client, args=(k,)) for k in range(args.clients)]
     for t in threads:
         t.start()
+    warm_at = t0 + args.warmup * args.minutes * 60
+    rest_warm = None
     while time.monotonic() < end:
+        if rest_warm is None and time.monotonic() >= warm_at:
+            rest_warm = at_rest()
         samples.append((time.monotonic() - t0, rss_mb(proc.pid)))
         time.sleep(1.0)
     for t in threads:
         t.join()
-    samples.append((time.monotonic() - t0, rss_mb(proc.pid)))
+    final = rss_mb(proc.pid)
+    time.sleep(2.0)
+    rest_end = rss_mb(proc.pid)
     proc.terminate()
     proc.wait(60)
-    warm_at = args.warmup * args.minutes * 60
-    warm = next(r for t, r in samples if t >= warm_at)
-    final = samples[-1][1]
+    warm = next(r for t, r in samples if t >= warm_at - t0)
     peak = max(r for _, r in samples)
     return {
         "config": name,
@@ -113,7 +136,10 @@ def soak(name: str, env: dict, args, payloads) -> dict:
         "rss_warm_mb": round(warm, 1),
         "rss_end_mb": round(final, 1),
         "rss_peak_mb": round(peak, 1),
-        "growth_after_warmup": round(final / warm - 1, 4),
+        "rss_rest_warm_mb": round(rest_warm or warm, 1),
+        "rss_rest_end_mb": round(rest_end, 1),
+        "growth_after_warmup": round(rest_end / (rest_warm or warm) - 1, 4),
+        "growth_under_load": round(final / warm - 1, 4),
         "statuses": dict(statuses),
     }
 
@@ -140,9 +166,11 @@ def main(argv=None) -> int:
     for name, env in configs:
         r = soak(name, env, args, payloads)
         print(
-            f"{name:<10} RSS start {r['rss_start_mb']} MB, after warm-up {r['rss_warm_mb']} MB,"
-            f" end {r['rss_end_mb']} MB (peak {r['rss_peak_mb']}): growth after warm-up "
-            f"{100 * r['growth_after_warmup']:+.1f} %; statuses {r['statuses']}",
+            f"{name:<10} RSS start {r['rss_start_mb']} MB; at rest after warm-up "
+            f"{r['rss_rest_warm_mb']} MB, at rest at the end {r['rss_rest_end_mb']} MB: growth "
+            f"after warm-up {100 * r['growth_after_warmup']:+.1f} %; under load "
+            f"{r['rss_warm_mb']} -> {r['rss_end_mb']} MB ({100 * r['growth_under_load']:+.1f} %),"
+            f" peak {r['rss_peak_mb']} MB; statuses {r['statuses']}",
             flush=True,
         )
         print(json.dumps(r), flush=True)

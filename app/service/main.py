@@ -134,13 +134,18 @@ def _lower_priority(niceness: int = 5) -> None:
 
 
 def _trimmer(points: int):
-    """After a batch of at least `points` points, hand freed heap back to the OS (glibc keeps
-    it in per-thread arenas otherwise: RSS climbs under mixed load; README, Limits)."""
+    """Once the batches since the last trim add up to `points` points, hand freed heap back to
+    the OS (glibc keeps it in its arenas otherwise: RSS climbs under mixed load; README, Limits).
+    Counted over batches, so a stream of small frames is trimmed too, not only large ones."""
     if not points or MALLOC_TRIM is None:
         return None
+    since = 0
 
     def trim(batch_points: int) -> None:
-        if batch_points >= points:
+        nonlocal since  # the worker thread is the only caller
+        since += batch_points
+        if since >= points:
+            since = 0
             MALLOC_TRIM(0)
 
     return trim

@@ -119,3 +119,21 @@ def test_readyz_checks_the_worker_is_alive():
     service.worker.stop(30)
     r = asyncio.run(readyz())
     assert r.status_code == 503 and r.json()["status"] == "worker_dead"
+
+
+def test_heap_trim_counts_points_over_batches(monkeypatch):
+    from app.service import main
+
+    calls = []
+    monkeypatch.setattr(main, "MALLOC_TRIM", lambda pad: calls.append(pad))
+    trim = main._trimmer(100_000)
+    for points in (40_000, 40_000):  # 80k since the last trim: not yet
+        trim(points)
+    assert calls == []
+    trim(30_000)  # 110k: trimmed, and the count starts again
+    assert calls == [0]
+    trim(90_000)
+    assert calls == [0]
+    trim(150_000)  # one large batch alone reaches it
+    assert calls == [0, 0]
+    assert main._trimmer(0) is None  # LIDARSEG_TRIM_AFTER_POINTS=0: off
