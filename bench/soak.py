@@ -116,13 +116,13 @@ def soak(name: str, env: dict, args, payloads) -> dict:
     warm_at = t0 + args.warmup * args.minutes * 60
     rest_warm = None
     while time.monotonic() < end:
+        samples.append((time.monotonic() - t0, rss_mb(proc.pid)))  # under load
         if rest_warm is None and time.monotonic() >= warm_at:
             rest_warm = at_rest()
-        samples.append((time.monotonic() - t0, rss_mb(proc.pid)))
         time.sleep(1.0)
     for t in threads:
         t.join()
-    final = rss_mb(proc.pid)
+    final = samples[-1][1]  # the last sample under load
     time.sleep(2.0)
     rest_end = rss_mb(proc.pid)
     proc.terminate()
