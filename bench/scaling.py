@@ -87,7 +87,8 @@ def main(argv=None) -> int:
     pipeline = build_pipeline(a.weights, "cpu", a.cr, precision=a.precision)
     threads = sorted(set(a.threads))
     print(
-        f"{a.frame}: {len(frame.points)} points, weights {a.weights} (cr {a.cr}), "
+        f"{a.frame}: {len(frame.points)} points, weights {a.weights} "
+        f"(cr {pipeline.model.config.cr}), "
         f"precision {pipeline.precision}, threads {threads}, {a.runs} interleaved runs, "
         f"{time.strftime('%Y-%m-%d %H:%M')}"
     )
