@@ -198,7 +198,7 @@ def env_summary(device: str) -> dict:
 
 
 def start_server(
-    weights: str, cr: float, device: str, env: dict | None = None, stderr=None
+    weights: str, cr: float, device: str, env: dict | None = None, stderr=None, stdout=None
 ) -> tuple[subprocess.Popen, str]:
     """`python -m app serve` on a free loopback port with these weights; (process, base URL)
     once /readyz answers 200."""
@@ -219,6 +219,7 @@ def start_server(
         cwd=REPO_ROOT,
         env=env,
         stderr=stderr,
+        stdout=stdout,
     )
     url = f"http://127.0.0.1:{port}"
     end = time.monotonic() + 300

@@ -99,18 +99,8 @@ def broken_rules(edges: dict[str, set[str]]) -> list[str]:
     return bad
 
 
-# Deliberate exceptions, each with its reason (keep this short).
-EXCEPTIONS = {
-    # measures the service's own observability pieces (tracing, access log, metrics) in-process
-    "bench.observe": {
-        "app.service.observe",
-        "app.service.access_log",
-        "app.service.config",
-        "app.service.metrics",
-        "app.service.routes.deps",
-        "app.service.tracing",
-    },
-}
+# Deliberate exceptions, each with its reason (keep this short): none today.
+EXCEPTIONS: dict[str, set[str]] = {}
 
 
 def test_imports_only_go_down():
