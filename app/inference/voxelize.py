@@ -189,16 +189,21 @@ def _unique_rows(grids: list[np.ndarray]) -> tuple[torch.Tensor, torch.Tensor]:
     heads = packed[head]
     as_pairs = o3c.Tensor(heads.view(np.int32).reshape(-1, 2))
     table = o3c.HashSet(len(heads), key_dtype=o3c.int32, key_element_shape=(2,))
-    first_slot, first = table.insert(as_pairs)  # first: the first occurrence of its key
-    slot, found = table.find(as_pairs)
-    if not bool(found.numpy().all()):
-        raise RuntimeError("Open3D HashSet lost a key it had just inserted")
-    first = first.numpy()
-    distinct, distinct_slot = heads[first], first_slot.numpy()[first]
+    inserted_slot, inserted = table.insert(as_pairs)  # inserted: a key's first occurrence
+    first = inserted.numpy()
+    slot = inserted_slot.numpy()  # valid where inserted; a repeated key is looked up below
+    repeats = np.flatnonzero(~first)
+    if len(repeats):
+        again = o3c.Tensor(np.ascontiguousarray(heads[repeats]).view(np.int32).reshape(-1, 2))
+        repeat_slot, found = table.find(again)
+        if not bool(found.numpy().all()):
+            raise RuntimeError("Open3D HashSet lost a key it had just inserted")
+        slot[repeats] = repeat_slot.numpy()
+    distinct, distinct_slot = heads[first], slot[first]
     order = np.argsort(distinct)
     rank = np.empty(int(distinct_slot.max()) + 1, dtype=np.int64)
     rank[distinct_slot[order]] = np.arange(len(order))
-    voxel_of_point = rank[slot.numpy()][np.cumsum(head) - 1]
+    voxel_of_point = rank[slot][np.cumsum(head) - 1]
     sorted_keys = distinct[order]
     coords = np.empty((len(order), 4), dtype=np.int32)
     for axis in range(3, -1, -1):  # unpack z, y, x, batch
