@@ -49,10 +49,13 @@ class EngineConfig:
         )
         return build_plan(kmap, epsilon, threshold, fused=dataflow == "fused")
 
+    def scratch_cap(self, device: torch.device) -> int:
+        """Scratch bytes a conv may use on `device`: memory_cap, else chunking.default_cap."""
+        return self.memory_cap if self.memory_cap is not None else default_cap(device)
+
     def max_rows(self, cin: int, cout: int, dtype: torch.dtype, device: torch.device) -> int:
         """Buffer rows per chunk under the memory cap."""
-        cap = self.memory_cap if self.memory_cap is not None else default_cap(device)
-        return rows_under_cap(cap, cin, cout, dtype)
+        return rows_under_cap(self.scratch_cap(device), cin, cout, dtype)
 
 
 def _matmul(gathered: torch.Tensor, weight: torch.Tensor, piece: Piece, out: torch.Tensor):
@@ -333,9 +336,15 @@ def sparse_conv(
     ):
         from .bf16 import conv_bf16  # inference in bf16 (kernels/bf16.py)
 
-        cap = config.memory_cap if config.memory_cap is not None else default_cap(feats.device)
         out = conv_bf16(
-            feats.contiguous(), weight, plan, config.workspace, bias, relu, residual, cap
+            feats.contiguous(),
+            weight,
+            plan,
+            config.workspace,
+            bias,
+            relu,
+            residual,
+            config.scratch_cap(feats.device),
         )
         if out is not None:
             return out

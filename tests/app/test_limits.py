@@ -160,6 +160,7 @@ def test_probes_answer_during_a_decode_flood(srv, tmp_path):
                 worst = max(worst, time.perf_counter() - t0)
                 time.sleep(0.05)
     finally:
+        gc.unfreeze()
         flood.kill()
         statuses = [int(line) for line in flood.communicate()[0].split()]
     assert 503 in statuses and set(statuses) <= {422, 503}, statuses  # decoders saturated
