@@ -2,8 +2,9 @@
 
     python -m bench.voxelize [--frames kitti00 nuscenes ouster128] [--runs 15] [--threads N]
 
-Per frame, alternately: app.inference.voxelize.voxelize (valid-point mask, grid keys, Open3D's
-hash set, voxel ids in key order, mean features, per-point mapping) and the floor, a plain numpy
+Per frame, alternately: app.inference.voxelize.voxelize (the kernel pass for validity, keys and
+runs; Open3D's hash set; the kernel ordering the distinct keys; the kernel pass for the mean
+features; every point's voxel) and the floor, a plain numpy
 sort-unique of the same packed 64-bit keys (np.unique(keys, return_inverse=True): the distinct
 voxels in order and every point's voxel, nothing else). Prints both medians with their spread
 (min..max), wall and process CPU time, and the ratio voxelize / floor as the median of the
@@ -24,7 +25,7 @@ from bench import common
 
 
 def packed_keys(points: np.ndarray, voxel: float) -> np.ndarray:
-    """The keys voxelize hashes: (batch 0, x, y, z) grid cells shifted to 0, packed in 64 bits."""
+    """(batch 0, x, y, z) grid cells shifted to 0, packed in 64 bits, as voxelize packs them."""
     grid = np.floor(points[:, :3] / np.float32(voxel)).astype(np.int32)
     shifted = (grid - grid.min(axis=0)).astype(np.int64)
     return (shifted[:, 0] << 17 | shifted[:, 1]) << 17 | shifted[:, 2]
@@ -39,46 +40,54 @@ def main(argv=None) -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     p.add_argument("--frames", nargs="+", default=list(common.DEFAULT_FRAMES))
-    p.add_argument("--voxel", type=float, default=0.05)
+    p.add_argument(
+        "--voxel", type=float, nargs="+", default=[0.1, 0.05]
+    )  # the default model's first
     p.add_argument("--runs", type=int, default=15)
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--data", default=None)
     args = p.parse_args(argv)
     if args.threads:
         common.set_threads(args.threads)
-    config = VoxelizeConfig(voxel_size=args.voxel)
     print(
         f"# bench.voxelize runs={args.runs} threads={torch.get_num_threads()} "
         f"voxel={args.voxel} numpy={np.__version__}"
     )
-    for name in args.frames:
-        points = common.load_frame(name, args.data).points
-        sensor = "nuscenes" if name == "nuscenes" else "kitti"
-        keys = packed_keys(points[np.isfinite(points[:, :3]).all(axis=1)], args.voxel)
-        fns = {
-            "voxelize": lambda: voxelize([points], config, sensor),
-            "floor": lambda: np.unique(keys, return_inverse=True),
-        }
-        wall = {k: [] for k in fns}
-        cpu = {k: [] for k in fns}
-        for fn in fns.values():
-            fn()  # warm-up
-        for _ in range(args.runs):
-            for k, fn in fns.items():
-                c0, t0 = time.process_time(), time.perf_counter()
-                fn()
-                wall[k].append((time.perf_counter() - t0) * 1e3)
-                cpu[k].append((time.process_time() - c0) * 1e3)
-        ratio = [a / b for a, b in zip(wall["voxelize"], wall["floor"])]
-        cpu_ratio = [a / b for a, b in zip(cpu["voxelize"], cpu["floor"])]
-        print(
-            f"{name}: {len(points)} points -> {len(np.unique(keys))} voxels\n"
-            f"  voxelize {spread(wall['voxelize'])} ms (CPU {spread(cpu['voxelize'])} ms)\n"
-            f"  floor    {spread(wall['floor'])} ms (CPU {spread(cpu['floor'])} ms)\n"
-            f"  voxelize / floor: x{spread(ratio)} wall, x{spread(cpu_ratio)} CPU",
-            flush=True,
-        )
+    for voxel in args.voxel:
+        for name in args.frames:
+            compare(name, voxel, args)
     return 0
+
+
+def compare(name: str, voxel: float, args) -> None:
+    """Prints voxelize against the floor for one frame at one voxel size."""
+    config = VoxelizeConfig(voxel_size=voxel)
+    points = common.load_frame(name, args.data).points
+    sensor = "nuscenes" if name == "nuscenes" else "kitti"
+    keys = packed_keys(points[np.isfinite(points[:, :3]).all(axis=1)], voxel)
+    fns = {
+        "voxelize": lambda: voxelize([points], config, sensor),
+        "floor": lambda: np.unique(keys, return_inverse=True),
+    }
+    wall = {k: [] for k in fns}
+    cpu = {k: [] for k in fns}
+    for fn in fns.values():
+        fn()  # warm-up
+    for _ in range(args.runs):
+        for k, fn in fns.items():
+            c0, t0 = time.process_time(), time.perf_counter()
+            fn()
+            wall[k].append((time.perf_counter() - t0) * 1e3)
+            cpu[k].append((time.process_time() - c0) * 1e3)
+    ratio = [a / b for a, b in zip(wall["voxelize"], wall["floor"])]
+    cpu_ratio = [a / b for a, b in zip(cpu["voxelize"], cpu["floor"])]
+    print(
+        f"{name} at {voxel} m: {len(points)} points -> {len(np.unique(keys))} voxels\n"
+        f"  voxelize {spread(wall['voxelize'])} ms (CPU {spread(cpu['voxelize'])} ms)\n"
+        f"  floor    {spread(wall['floor'])} ms (CPU {spread(cpu['floor'])} ms)\n"
+        f"  voxelize / floor: x{spread(ratio)} wall, x{spread(cpu_ratio)} CPU",
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

@@ -57,6 +57,7 @@ class KernelError(RuntimeError):
 POINTEE_DTYPES = {
     "int32_t": torch.int32,
     "int64_t": torch.int64,
+    "uint8_t": torch.uint8,
     "float": torch.float32,
     "double": torch.float64,
     "uint16_t": torch.float16,

@@ -1,5 +1,10 @@
 """Points -> voxels with Open3D's tensor HashSet (its HashMap without values), and back.
 
+One kernel pass over the points (kernels/voxel.py) checks them, packs their cells into 64-bit
+keys and collapses runs of equal keys (consecutive LiDAR points often share a voxel); Open3D's
+hash set finds the distinct keys among the runs; only those are sorted; a second kernel pass sums
+the voxels' features in point order.
+
 Every input point is accounted for: a point is either in a voxel or ignored (non-finite, or
 outside the configured range) and counted as such. Voxels are in ascending (batch, x, y, z)
 order, so the same frame always gives the same voxels in the same order, whatever order Open3D's
@@ -15,12 +20,22 @@ from types import ModuleType
 import numpy as np
 import torch
 
+from kernels import voxel as voxel_kernels
 from models.checkpoints import INTENSITY_NORMALISATION, intensity_scales
 from models.labels import IGNORE_LABEL
 
+# Open3D's CPU hash set (oneTBB) inserts the ~60k keys of a KITTI frame about 2x faster, and
+# frees them about 1.6x faster, on one thread than on two (10.9 vs 5.0 ms and 4.6 vs 2.8 ms on the
+# 2-core AMD EPYC, seq00_000000 at 0.1 m): its threads contend on the shared table. It is the only
+# Open3D call in the process; the limit is process-wide.
+OPEN3D_THREADS = 1
+
 o3c: ModuleType | None
 try:  # Open3D is the voxelizer; hosts without it (a bare GPU box) fall back to torch.unique
+    import open3d
     import open3d.core as o3c
+
+    open3d.utility.set_max_threads(OPEN3D_THREADS)
 except ImportError:  # pragma: no cover - exercised only where Open3D is missing
     o3c = None
 
@@ -110,34 +125,148 @@ def voxelize(
 ) -> VoxelBatch:
     """Voxelize several frames as one batch (batch index = position in `frames`); `sensor` is one
     name for all frames or one per frame (it sets the intensity scale). `valid`: per frame the
-    valid_mask result the caller already has (None: computed here), so it runs once per frame."""
+    valid_mask result the caller already has; the kernel pass finds the same points itself, so
+    only the fallback (no Open3D, or a grid beyond 17 bits per axis) uses it."""
     sensors = [sensor] * len(frames) if isinstance(sensor, str) else list(sensor)
     if len(sensors) != len(frames):
         raise ValueError(f"{len(frames)} frames but {len(sensors)} sensor names")
-    grids, feats, masks, ignored = [], [], [], []
     known: list[Valid | None] = list(valid) if valid is not None else [None] * len(frames)
     if len(known) != len(frames):
         raise ValueError(f"{len(frames)} frames but {len(known)} validity masks")
-    for points, frame_sensor, given in zip(frames, sensors, known):
+    origin = grid_origin(config)
+    if o3c is None or origin is None or len(frames) > 2**voxel_kernels.BATCH_BITS:
+        return _voxelize_by_sorting(frames, config, sensors, device, known)
+    keys, first_run = [], 0
+    for b, points in enumerate(frames):
+        frame_keys = voxel_kernels.voxel_keys(
+            points, config.voxel_size, config.max_xy, config.z_range, origin, b, first_run
+        )
+        keys.append(frame_keys)
+        first_run += len(frame_keys.run_keys)
+    run_keys = np.concatenate([k.run_keys for k in keys]) if keys else np.zeros(0, np.int64)
+    low = np.min([k.low for k in keys], axis=0) if keys else np.zeros(3, np.int64)
+    high = np.max([k.high for k in keys], axis=0) if keys else np.zeros(3, np.int64)
+    voxel_of_run, coords = _distinct_in_order(run_keys, origin, low, high)
+    lookup = np.append(voxel_of_run, -1)  # run -1 (an ignored point) -> voxel -1
+    # numpy's zeros (calloc): torch's would fill 2 MB in parallel and leave OpenMP spinning
+    sums = torch.from_numpy(np.zeros((len(coords), len(config.features)), np.float64))
+    counts = torch.from_numpy(np.zeros(len(coords), np.int64))
+    point_to_voxel = []
+    for points, frame_keys, frame_sensor in zip(frames, keys, sensors):
+        mapping = lookup[frame_keys.run_of_point]
+        columns, scales = _feature_columns(points, config, frame_sensor)
+        voxel_kernels.voxel_sums(points, columns, scales, mapping, sums, counts)
+        point_to_voxel.append(torch.from_numpy(mapping))
+    # float64 means rounded once to float32, in numpy: a torch op here would wake its thread pool
+    feats = torch.from_numpy(
+        (sums.numpy() / np.maximum(counts.numpy(), 1)[:, None]).astype(np.float32)
+    )
+    ignored = [{"non_finite": k.non_finite, "out_of_range": k.out_of_range} for k in keys]
+    return VoxelBatch(
+        torch.from_numpy(coords).to(device), feats.to(device), point_to_voxel, ignored
+    )
+
+
+def grid_origin(config: VoxelizeConfig) -> np.ndarray | None:
+    """int32 [3], the lowest cell of each axis that a kept point can fall in (float32 arithmetic,
+    as the kernel's), or None when the range spans 2^17 cells or more on some axis."""
+    voxel = np.float32(config.voxel_size)
+    lo = np.array([-config.max_xy, -config.max_xy, config.z_range[0]], np.float32) / voxel
+    hi = np.array([config.max_xy, config.max_xy, config.z_range[1]], np.float32) / voxel
+    lo, hi = np.floor(lo), np.floor(hi)
+    if not (np.isfinite(lo).all() and np.isfinite(hi).all()) or np.abs(lo).max() >= 2**30:
+        return None
+    if (hi - lo).max() >= 2**voxel_kernels.AXIS_BITS:
+        return None
+    return lo.astype(np.int32)
+
+
+def _feature_columns(
+    points: np.ndarray, config: VoxelizeConfig, sensor: str
+) -> tuple[list[int], list[float]]:
+    """Per input feature: its column in points (-1: a constant 0, intensity of xyz-only input)
+    and its float32 factor (the sensor's intensity scale, else 1)."""
+    scale = dict(config.intensity_scale).get(sensor, 1.0)
+    columns, scales = [], []
+    for name in config.features:
+        col = FEATURE_COLUMNS[name]
+        if col >= points.shape[1]:
+            if name != "intensity":
+                raise ValueError(
+                    f"feature {name!r} needs column {col}, points have {points.shape[1]}"
+                )
+            col = -1
+        columns.append(col)
+        scales.append(scale if name == "intensity" else 1.0)
+    return columns, scales
+
+
+def _distinct_in_order(
+    run_keys: np.ndarray, origin: np.ndarray, low: np.ndarray, high: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """(voxel id of every run, int32 [M, 4] distinct (batch, x, y, z) in ascending order) for the
+    runs' packed keys (fields between low and high): Open3D's tensor hash set finds the distinct
+    keys, the kernel orders them; only the M distinct keys are sorted, not the N points.
+
+    Open3D sees each key as one int32 where the frame's extent fits 31 bits (a KITTI frame at
+    0.1 m needs 29), else as two int32; its int64 keys are an order of magnitude slower on the
+    CPU, and one int32 fills and frees the table in 6.3 ms against 7.8 ms for two (seq00_000000
+    at 0.1 m)."""
+    assert o3c is not None  # voxelize() takes the sorting fallback without Open3D
+    if len(run_keys) == 0:
+        return np.zeros(0, np.int64), np.zeros((0, 4), np.int32)
+    compact = voxel_kernels.compact_keys(run_keys, low, high)
+    if compact is not None:
+        hashed, width = compact.reshape(-1, 1), 1
+    else:
+        hashed, width = np.ascontiguousarray(run_keys).view(np.int32).reshape(-1, 2), 2
+    table = o3c.HashSet(len(run_keys), key_dtype=o3c.int32, key_element_shape=(width,))
+    keys = o3c.Tensor.from_numpy(hashed)  # shares the array's memory: no copy
+    inserted_slot, inserted = table.insert(keys)
+    first = inserted.numpy().copy()  # a key's first occurrence
+    slot = inserted_slot.numpy().astype(np.int64)  # valid where inserted; repeats looked up:
+    repeats = np.flatnonzero(~first)
+    if len(repeats):
+        repeat_slot, found = table.find(o3c.Tensor(np.ascontiguousarray(hashed[repeats])))
+        if not bool(found.numpy().all()):
+            raise RuntimeError("Open3D HashSet lost a key it had just inserted")
+        slot[repeats] = repeat_slot.numpy()
+    # Open3D's table goes before the ordering pass: freed after it, the pair took 12-14 ms
+    # instead of 10.4 ms on seq00_000000 at 0.1 m (its memory crowds the caches the pass needs)
+    del table, keys, inserted_slot, inserted
+    return voxel_kernels.voxel_order(run_keys, first, slot, origin)
+
+
+def _voxelize_by_sorting(
+    frames: list[np.ndarray],
+    config: VoxelizeConfig,
+    sensors: list[str],
+    device: torch.device,
+    known: list[Valid | None],
+) -> VoxelBatch:
+    """The fallback without Open3D or beyond the packed keys' range: torch.unique sorts the
+    (batch, x, y, z) rows of the kept points and gives every point its voxel."""
+    rows, feats, masks, ignored = [], [], [], []
+    for b, (points, frame_sensor, given) in enumerate(zip(frames, sensors, known)):
         keep, counts = given if given is not None else valid_mask(points, config)
         ignored.append(counts)
-        all_kept = bool(keep.all())
-        masks.append(None if all_kept else keep)
-        kept = points if all_kept else points[keep]
-        cells = kept[:, :3] / np.float32(config.voxel_size)
-        np.floor(cells, out=cells)
-        grids.append(cells.astype(np.int32))
+        masks.append(keep)
+        kept = points[keep]
+        cells = np.floor(kept[:, :3] / np.float32(config.voxel_size)).astype(np.int32)
+        rows.append(np.column_stack([np.full(len(cells), b, np.int32), cells]))
         feats.append(point_features(kept, config, frame_sensor))
+    if not rows or sum(len(r) for r in rows) == 0:
+        coords, inverse = torch.zeros((0, 4), dtype=torch.int32), torch.zeros(0, dtype=torch.int64)
+    else:
+        coords, inverse = torch.unique(
+            torch.from_numpy(np.concatenate(rows)), dim=0, return_inverse=True
+        )
     all_feats = np.concatenate(feats) if feats else np.zeros((0, len(config.features)), np.float32)
-    voxel_of_point, coords = _unique_rows(grids)
-    vfeats = _voxel_means(voxel_of_point.numpy(), all_feats, len(coords))
+    vfeats = _voxel_means(inverse.numpy(), all_feats, len(coords))
     point_to_voxel, start = [], 0
-    for grid, mask in zip(grids, masks):
-        ids = voxel_of_point[start : start + len(grid)]
-        start += len(grid)
-        if mask is None:  # every point in a voxel: the ids are the mapping
-            point_to_voxel.append(ids)
-            continue
+    for mask in masks:
+        ids = inverse[start : start + int(mask.sum())]
+        start += len(ids)
         mapping = torch.full((len(mask),), -1, dtype=torch.int64)
         mapping[torch.from_numpy(np.flatnonzero(mask))] = ids
         point_to_voxel.append(mapping)
@@ -145,71 +274,12 @@ def voxelize(
 
 
 def _voxel_means(voxel_of_point: np.ndarray, feats: np.ndarray, num_voxels: int) -> torch.Tensor:
-    """float32 [M, F] mean feature of each voxel's points: one single-threaded bincount per
-    column (sums in float64), steady on a busy machine where a parallel index_add_ is not."""
+    """float32 [M, F] mean feature of each voxel's points (sums in float64, in point order)."""
     counts = np.maximum(np.bincount(voxel_of_point, minlength=num_voxels), 1)
     out = np.empty((num_voxels, feats.shape[1]), dtype=np.float32)
     for j in range(feats.shape[1]):
         out[:, j] = np.bincount(voxel_of_point, weights=feats[:, j], minlength=num_voxels) / counts
     return torch.from_numpy(out)
-
-
-def _unique_rows(grids: list[np.ndarray]) -> tuple[torch.Tensor, torch.Tensor]:
-    """(voxel id of every point, int32 [M, 4] distinct (batch, x, y, z) in ascending order) for
-    the int32 [N_b, 3] grid cells of each frame b: Open3D's tensor hash set finds the distinct
-    cells, ids follow the ascending key order.
-
-    Each cell is hashed as one packed 64-bit key (batch 12 bits, x, y, z 17 bits each, shifted to
-    their minimum) seen by Open3D as two int32 (its int64 keys are an order of magnitude slower
-    on the CPU); a run of equal keys (LiDAR points in scan order often repeat a voxel) is hashed
-    once; only the M distinct keys are sorted, not the N points."""
-    cells = np.concatenate(grids) if grids else np.zeros((0, 3), np.int32)
-    if len(cells) == 0:
-        return torch.zeros(0, dtype=torch.int64), torch.zeros(0, 4, dtype=torch.int32)
-    lo = np.concatenate([[0], cells.min(axis=0)]).astype(np.int64)
-    span = cells.max(axis=0).astype(np.int64) - lo[1:]
-    if o3c is None or len(grids) > 2**12 or span.max() >= 2**17:
-        # no Open3D, or beyond 12 + 3 x 17 bits: torch.unique sorts its rows, the inverse follows
-        rows = np.concatenate(
-            [np.column_stack([np.full(len(g), b, np.int32), g]) for b, g in enumerate(grids)]
-        )
-        coords, inverse = torch.unique(torch.from_numpy(rows), dim=0, return_inverse=True)
-        return inverse, coords
-    shifted = cells - cells.min(axis=0)
-    packed = (
-        shifted[:, 0].astype(np.int64) << 34 | shifted[:, 1].astype(np.int64) << 17 | shifted[:, 2]
-    )
-    start = 0
-    for b, grid in enumerate(grids):
-        packed[start : start + len(grid)] |= b << 51
-        start += len(grid)
-    head = np.empty(len(packed), dtype=bool)  # first point of each run of equal keys
-    head[0] = True
-    np.not_equal(packed[1:], packed[:-1], out=head[1:])
-    heads = packed[head]
-    as_pairs = o3c.Tensor(heads.view(np.int32).reshape(-1, 2))
-    table = o3c.HashSet(len(heads), key_dtype=o3c.int32, key_element_shape=(2,))
-    inserted_slot, inserted = table.insert(as_pairs)  # inserted: a key's first occurrence
-    first = inserted.numpy()
-    slot = inserted_slot.numpy()  # valid where inserted; a repeated key is looked up below
-    repeats = np.flatnonzero(~first)
-    if len(repeats):
-        again = o3c.Tensor(np.ascontiguousarray(heads[repeats]).view(np.int32).reshape(-1, 2))
-        repeat_slot, found = table.find(again)
-        if not bool(found.numpy().all()):
-            raise RuntimeError("Open3D HashSet lost a key it had just inserted")
-        slot[repeats] = repeat_slot.numpy()
-    distinct, distinct_slot = heads[first], slot[first]
-    order = np.argsort(distinct)
-    rank = np.empty(int(distinct_slot.max()) + 1, dtype=np.int64)
-    rank[distinct_slot[order]] = np.arange(len(order))
-    voxel_of_point = rank[slot][np.cumsum(head) - 1]
-    sorted_keys = distinct[order]
-    coords = np.empty((len(order), 4), dtype=np.int32)
-    for axis in range(3, -1, -1):  # unpack z, y, x, batch
-        coords[:, axis] = (sorted_keys & (2**17 - 1)) + lo[axis]
-        sorted_keys = sorted_keys >> 17
-    return torch.from_numpy(voxel_of_point), torch.from_numpy(coords)
 
 
 def devoxelize(

@@ -146,6 +146,38 @@ LS_API int ls_sorted_downsample_cpu(const int32_t* coords, int64_t n, int32_t st
                                     int64_t* counts, int64_t* num_out, int64_t* applied,
                                     int64_t* err);
 
+// ---- The voxelizer's per-point passes (voxel_cpu.cpp; host only: the voxelizer runs on the host).
+// One frame's points [n, cols] (x, y, z first); params = {voxel_size, max_xy, z_lo, z_hi}. A point
+// is kept when x, y, z are finite, |x| and |y| <= max_xy and z_lo <= z <= z_hi (float32
+// comparisons); its cell is floor(coord / voxel_size) (float32 division), packed as batch << 51 |
+// (x - origin[0]) << 34 | (y - origin[1]) << 17 | (z - origin[2]) (the origin covers the range:
+// a cell outside [0, 2^17) fails with kStatusOutOfRange and its row in err). run_keys receives
+// the key of each run of equal consecutive kept keys, run_of_point[i] first_run + that run's index
+// (-1: point ignored), counts [9] {non-finite points, out-of-range points, runs, the lowest x, y,
+// z fields of the kept points' keys, the highest} (no kept point: lowest 2^17, highest -1).
+LS_API int ls_voxel_keys_cpu(const float* points, int64_t n, int64_t cols, const float* params,
+                             const int32_t* origin, int64_t batch, int64_t first_run,
+                             int64_t* run_keys, int64_t* run_of_point, int64_t* counts,
+                             int64_t* err);
+// For every point i with v = voxel_of_point[i] >= 0, in point order: sums[v, j] += feature j
+// (points[i, feature_cols[j]] * feature_scales[j] in float32; a column < 0 is 0) as float64, and
+// counts[v] += 1: the sums numpy's bincount makes. sums [num_voxels, num_features].
+LS_API int ls_voxel_sums_cpu(const float* points, int64_t n, int64_t cols,
+                             const int32_t* feature_cols, const float* feature_scales,
+                             int64_t num_features, const int64_t* voxel_of_point,
+                             int64_t num_voxels, double* sums, int64_t* counts);
+// order [n] such that keys[order] ascends, equal keys in row order (a stable LSD radix sort by
+// 13-bit digits, as many as the largest key needs); keys must be >= 0 (kStatusBadArgument).
+LS_API int ls_argsort_keys_cpu(const int64_t* keys, int64_t n, int64_t* order);
+// The voxels of a batch from its runs (ls_voxel_keys_cpu) once a hash set has given each run's
+// key a slot (slot[r], the same for equal keys) and marked the first run of each key (first[r]
+// != 0; num_voxels of them): coords [num_voxels, 4] the distinct (batch, x, y, z) in ascending
+// key order (fields plus origin), voxel_of_run[r] the row of run r's voxel there.
+// kStatusBadArgument when the slots and marks disagree.
+LS_API int ls_voxel_order_cpu(const int64_t* run_keys, int64_t runs, const uint8_t* first,
+                              const int64_t* slot, const int32_t* origin, int64_t num_voxels,
+                              int64_t* voxel_of_run, int32_t* coords);
+
 // ---- CUDA error reporting (cuda/status_cuda.cu). Every CUDA entry point records the text of a
 // CUDA error it meets; ls_last_error_cuda copies the last one this host thread saw (the failing
 // CUDA call and cudaGetErrorString) into buf (NUL-terminated, size bytes at most) and returns its

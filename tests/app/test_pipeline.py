@@ -6,7 +6,7 @@ import torch
 
 from app.codecs.files import read_frame
 from app.inference.pipeline import IGNORE_LABEL, SegmentationPipeline
-from app.inference.voxelize import VoxelizeConfig, voxelize
+from app.inference.voxelize import VoxelizeConfig, valid_mask, voxelize
 from models.minkunet import MinkUNet
 from tests.conftest import FRAMES, REAL_DATA, frame_id, require_real_data
 
@@ -24,20 +24,48 @@ def kitti_frame():
     return read_frame(path)[0]
 
 
-def test_voxelize_matches_numpy_oracle():
-    points = kitti_frame()[:20000]
-    batch = voxelize([points], VoxelizeConfig(voxel_size=0.1))
-    grid = np.floor(points[:, :3] / np.float32(0.1)).astype(np.int32)
-    uniq, inverse = np.unique(grid, axis=0, return_inverse=True)
-    assert len(batch.coords) == len(uniq)
-    # Voxels in ascending (x, y, z) order, as np.unique sorts them; features are the mean of
-    # their points.
-    assert np.array_equal(batch.coords[:, 1:].numpy(), uniq)
-    mean = np.zeros((len(uniq), 4))
-    np.add.at(mean, inverse.ravel(), points[:, :4])
-    mean /= np.bincount(inverse.ravel())[:, None]
-    np.testing.assert_allclose(batch.feats.numpy(), mean, rtol=1e-5, atol=1e-5)
-    assert np.array_equal(batch.point_to_voxel[0].numpy(), inverse.ravel())
+def oracle_voxelize(frames, config):
+    """numpy alone: the kept points' cells, np.unique over (batch, x, y, z) rows, float64 means
+    by bincount, float32 intensity scaled as for KITTI."""
+    rows, feats, keeps = [], [], []
+    for b, points in enumerate(frames):
+        keep, _ = valid_mask(points, config)
+        cells = np.floor(points[keep, :3] / np.float32(config.voxel_size)).astype(np.int32)
+        rows.append(np.column_stack([np.full(len(cells), b, np.int32), cells]))
+        f = np.zeros((int(keep.sum()), 4), np.float32)
+        f[:, : min(4, points.shape[1])] = points[keep, :4]
+        f[:, 3] *= np.float32(dict(config.intensity_scale)["kitti"])
+        feats.append(f)
+        keeps.append(keep)
+    uniq, inverse = np.unique(np.concatenate(rows), axis=0, return_inverse=True)
+    inverse, feats = inverse.ravel(), np.concatenate(feats)
+    counts = np.maximum(np.bincount(inverse, minlength=len(uniq)), 1)
+    means = np.stack([np.bincount(inverse, f, len(uniq)) / counts for f in feats.T], 1)
+    mappings, start = [], 0
+    for keep in keeps:
+        mapping = np.full(len(keep), -1, np.int64)
+        mapping[keep] = inverse[start : start + keep.sum()]
+        start += keep.sum()
+        mappings.append(mapping)
+    return uniq, means.astype(np.float32), mappings
+
+
+@pytest.mark.parametrize("voxel_size", [0.05, 0.1, 0.0015])  # the last: beyond 17 bits an axis
+@pytest.mark.parametrize("name", [name for name, _ in FRAMES], ids=frame_id)
+def test_voxelize_matches_numpy_oracle_bit_for_bit(name, voxel_size):
+    points = read_frame(require_real_data() / name)[0]
+    bad = points.copy()
+    bad[:7, 0], bad[7:9, 2], bad[9:14, 0] = np.nan, np.inf, 5000.0
+    config = VoxelizeConfig(voxel_size=voxel_size)
+    for frames in ([points], [bad[::2], points[1::3, :3].copy()]):
+        batch = voxelize(frames, config)
+        coords, feats, mappings = oracle_voxelize(frames, config)
+        assert np.array_equal(batch.coords.numpy(), coords)
+        assert np.array_equal(batch.feats.numpy(), feats)
+        for got, want in zip(batch.point_to_voxel, mappings):
+            assert np.array_equal(got.numpy(), want)
+        assert batch.ignored == [valid_mask(f, config)[1] for f in frames]
+    assert batch.ignored[0]["non_finite"] == 5  # bad[::2]: rows 0, 2, 4, 6 (NaN x) and 8 (inf z)
 
 
 def test_voxels_come_sorted_so_maps_take_the_merge_path():

@@ -1,0 +1,178 @@
+// The voxelizer's per-point passes (app/inference/voxelize.py): validity, cells, packed keys and
+// runs in one pass, the voxels' feature sums in another. Host only, without a CUDA twin: the
+// voxelizer runs on the host, where Open3D's hash set finds the distinct keys. Single-threaded and
+// in point order, so the sums are the ones numpy's bincount makes, bit for bit.
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "api.h"
+#include "cpu_common.h"
+
+using namespace lidarseg;
+
+namespace {
+
+constexpr int kAxisBits = 17;  // per axis, as app/inference/voxelize.py packs keys
+constexpr int kBatchShift = 3 * kAxisBits;
+constexpr int64_t kAxisCells = int64_t(1) << kAxisBits;
+
+// counts[]: two tallies, the runs, then the lowest and the highest kept cell of each axis
+enum Count { kNonFinite = 0, kOutOfRange = 1, kRuns = 2, kLow = 3, kHigh = 6 };
+
+// floor(v / voxel) as an offset from origin, or -1 outside [0, 2^17).
+inline int64_t axis_cell(float v, float voxel, int32_t origin) {
+  const int64_t cell = (int64_t)std::floor(v / voxel) - origin;
+  return (cell >= 0 && cell < kAxisCells) ? cell : -1;
+}
+
+// order[n] such that keys[order] ascends, equal keys in row order: an LSD radix sort by 13-bit
+// digits, as many as the largest key needs (keys >= 0).
+void radix_argsort(const int64_t* keys, int64_t n, int64_t* order) {
+  constexpr int kDigitBits = 13;
+  constexpr int64_t kBuckets = int64_t(1) << kDigitBits;
+  int64_t top = 0;
+  for (int64_t i = 0; i < n; ++i) top |= keys[i];
+  std::vector<int64_t> key_a(keys, keys + n), key_b(n), row_a(n), row_b(n), count(kBuckets);
+  for (int64_t i = 0; i < n; ++i) row_a[i] = i;
+  for (int shift = 0; shift < 63 && (top >> shift) != 0; shift += kDigitBits) {
+    std::fill(count.begin(), count.end(), 0);
+    for (int64_t i = 0; i < n; ++i) ++count[(key_a[i] >> shift) & (kBuckets - 1)];
+    int64_t sum = 0;
+    for (int64_t b = 0; b < kBuckets; ++b) {
+      const int64_t c = count[b];
+      count[b] = sum;
+      sum += c;
+    }
+    for (int64_t i = 0; i < n; ++i) {  // stable: equal digits keep their order
+      const int64_t at = count[(key_a[i] >> shift) & (kBuckets - 1)]++;
+      key_b[at] = key_a[i];
+      row_b[at] = row_a[i];
+    }
+    key_a.swap(key_b);
+    row_a.swap(row_b);
+  }
+  std::copy(row_a.begin(), row_a.end(), order);
+}
+
+}  // namespace
+
+LS_API int ls_voxel_keys_cpu(const float* points, int64_t n, int64_t cols, const float* params,
+                             const int32_t* origin, int64_t batch, int64_t first_run,
+                             int64_t* run_keys, int64_t* run_of_point, int64_t* counts,
+                             int64_t* err) {
+  if (n < 0 || cols < 3 || batch < 0 || batch >= (int64_t(1) << (63 - kBatchShift)) ||
+      first_run < 0) {
+    return kStatusBadArgument;
+  }
+  const float voxel = params[0], max_xy = params[1], z_lo = params[2], z_hi = params[3];
+  const int64_t batch_bits = batch << kBatchShift;
+  int64_t non_finite = 0, out_of_range = 0, runs = 0, last = -1;
+  int64_t low[3] = {kAxisCells, kAxisCells, kAxisCells}, high[3] = {-1, -1, -1};
+  for (int64_t i = 0; i < n; ++i) {
+    const float* p = points + i * cols;
+    run_of_point[i] = -1;
+    if (!(std::isfinite(p[0]) && std::isfinite(p[1]) && std::isfinite(p[2]))) {
+      ++non_finite;
+      continue;
+    }
+    if (!(std::fabs(p[0]) <= max_xy && std::fabs(p[1]) <= max_xy && p[2] >= z_lo &&
+          p[2] <= z_hi)) {
+      ++out_of_range;
+      continue;
+    }
+    const int64_t x = axis_cell(p[0], voxel, origin[0]), y = axis_cell(p[1], voxel, origin[1]);
+    const int64_t z = axis_cell(p[2], voxel, origin[2]);
+    if (x < 0 || y < 0 || z < 0) {  // the caller's origin does not cover its range
+      report_error(err, kStatusOutOfRange, i);
+      return kStatusOutOfRange;
+    }
+    const int64_t key = batch_bits | x << (2 * kAxisBits) | y << kAxisBits | z;
+    const int64_t cell[3] = {x, y, z};
+    for (int a = 0; a < 3; ++a) {
+      low[a] = std::min(low[a], cell[a]);
+      high[a] = std::max(high[a], cell[a]);
+    }
+    if (runs == 0 || key != last) {  // a LiDAR scan often repeats a voxel point after point
+      run_keys[runs++] = key;
+      last = key;
+    }
+    run_of_point[i] = first_run + runs - 1;
+  }
+  counts[kNonFinite] = non_finite;
+  counts[kOutOfRange] = out_of_range;
+  counts[kRuns] = runs;
+  for (int a = 0; a < 3; ++a) {
+    counts[kLow + a] = low[a];
+    counts[kHigh + a] = high[a];
+  }
+  return kStatusOk;
+}
+
+LS_API int ls_voxel_sums_cpu(const float* points, int64_t n, int64_t cols,
+                             const int32_t* feature_cols, const float* feature_scales,
+                             int64_t num_features, const int64_t* voxel_of_point,
+                             int64_t num_voxels, double* sums, int64_t* counts) {
+  if (n < 0 || num_features < 1 || num_voxels < 0) return kStatusBadArgument;
+  for (int64_t j = 0; j < num_features; ++j) {
+    if (feature_cols[j] >= cols) return kStatusBadArgument;
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t v = voxel_of_point[i];
+    if (v < 0) continue;
+    if (v >= num_voxels) return kStatusBadArgument;
+    const float* p = points + i * cols;
+    double* s = sums + v * num_features;
+    for (int64_t j = 0; j < num_features; ++j) {  // a column < 0 is a constant 0 (xyz only)
+      const float f = feature_cols[j] < 0 ? 0.0f : p[feature_cols[j]] * feature_scales[j];
+      s[j] += (double)f;
+    }
+    ++counts[v];
+  }
+  return kStatusOk;
+}
+
+LS_API int ls_argsort_keys_cpu(const int64_t* keys, int64_t n, int64_t* order) {
+  if (n < 0) return kStatusBadArgument;
+  for (int64_t i = 0; i < n; ++i) {
+    if (keys[i] < 0) return kStatusBadArgument;
+  }
+  radix_argsort(keys, n, order);
+  return kStatusOk;
+}
+
+LS_API int ls_voxel_order_cpu(const int64_t* run_keys, int64_t runs, const uint8_t* first,
+                              const int64_t* slot, const int32_t* origin, int64_t num_voxels,
+                              int64_t* voxel_of_run, int32_t* coords) {
+  if (runs < 0 || num_voxels < 0) return kStatusBadArgument;
+  std::vector<int64_t> distinct, distinct_slot;
+  distinct.reserve(num_voxels);
+  distinct_slot.reserve(num_voxels);
+  int64_t top_slot = -1;
+  for (int64_t r = 0; r < runs; ++r) {
+    if (run_keys[r] < 0 || slot[r] < 0) return kStatusBadArgument;
+    top_slot = std::max(top_slot, slot[r]);
+    if (!first[r]) continue;
+    if ((int64_t)distinct.size() == num_voxels) return kStatusBadArgument;
+    distinct.push_back(run_keys[r]);
+    distinct_slot.push_back(slot[r]);
+  }
+  if ((int64_t)distinct.size() != num_voxels) return kStatusBadArgument;
+  std::vector<int64_t> order(num_voxels), rank(top_slot + 1, -1);
+  radix_argsort(distinct.data(), num_voxels, order.data());
+  const int64_t axis_mask = kAxisCells - 1;
+  for (int64_t v = 0; v < num_voxels; ++v) {
+    const int64_t key = distinct[order[v]];
+    rank[distinct_slot[order[v]]] = v;
+    int32_t* c = coords + 4 * v;
+    c[0] = (int32_t)(key >> kBatchShift);
+    c[1] = (int32_t)((key >> (2 * kAxisBits)) & axis_mask) + origin[0];
+    c[2] = (int32_t)((key >> kAxisBits) & axis_mask) + origin[1];
+    c[3] = (int32_t)(key & axis_mask) + origin[2];
+  }
+  for (int64_t r = 0; r < runs; ++r) {
+    voxel_of_run[r] = rank[slot[r]];
+    if (voxel_of_run[r] < 0) return kStatusBadArgument;  // a slot no first occurrence had
+  }
+  return kStatusOk;
+}

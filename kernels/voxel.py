@@ -1,0 +1,165 @@
+"""The voxelizer's per-point passes on the host (csrc/voxel_cpu.cpp): packed cell keys with their
+runs, and per-voxel feature sums. app/inference/voxelize.py hands the runs to Open3D's hash set
+and orders the distinct keys; these two passes replace a dozen numpy passes over the points.
+
+Keys pack (batch, x, y, z) as batch << 51 | x << 34 | y << 17 | z, each axis taken from `origin`
+(AXIS_BITS bits per axis, BATCH_BITS for the batch), so ascending keys are ascending
+(batch, x, y, z).
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from kernels import backend
+from kernels.hashtable import ERROR_ROW_BITS, new_error_buffer
+
+AXIS_BITS = 17
+BATCH_BITS = 12
+
+
+def _read_only_points(points: np.ndarray) -> torch.Tensor:
+    """float32 [N, C] points as a tensor sharing their memory; the kernels only read it, so a
+    read-only array (a decoded request body) is fine, and torch's warning about it is not."""
+    array = np.ascontiguousarray(points, dtype=np.float32)
+    if array.flags.writeable:
+        return torch.from_numpy(array)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        return torch.from_numpy(array)
+
+
+@dataclass
+class FrameKeys:
+    run_keys: np.ndarray  # int64 [runs]: the key of each run of equal consecutive kept points
+    run_of_point: np.ndarray  # int64 [N]: first_run + the point's run, -1 for an ignored point
+    non_finite: int
+    out_of_range: int
+    low: np.ndarray  # int64 [3]: the lowest x, y, z field of the kept points' keys (2^17: none)
+    high: np.ndarray  # int64 [3]: the highest (-1: none)
+
+
+def voxel_keys(
+    points: np.ndarray,
+    voxel_size: float,
+    max_xy: float,
+    z_range: tuple[float, float],
+    origin: np.ndarray,
+    batch: int = 0,
+    first_run: int = 0,
+) -> FrameKeys:
+    """Validity, cells, keys and runs of one frame's float32 points [N, >=3] in one pass (see
+    csrc/api.h, ls_voxel_keys_cpu). origin: int32 [3], the lowest cell of each axis."""
+    pts = _read_only_points(points)
+    n, cols = pts.shape
+    params = torch.tensor([voxel_size, max_xy, z_range[0], z_range[1]], dtype=torch.float32)
+    run_keys = torch.empty(n, dtype=torch.int64)
+    run_of_point = torch.empty(n, dtype=torch.int64)
+    counts = torch.zeros(9, dtype=torch.int64)
+    err = new_error_buffer(torch.device("cpu"))
+    try:
+        backend.call(
+            "voxel_keys",
+            "cpu",
+            pts,
+            n,
+            cols,
+            params,
+            torch.from_numpy(np.ascontiguousarray(origin, dtype=np.int32)),
+            batch,
+            first_run,
+            run_keys,
+            run_of_point,
+            counts,
+            err,
+        )
+    except backend.KernelError as e:
+        row = int(err) & ((1 << ERROR_ROW_BITS) - 1)
+        raise ValueError(f"{e}: point {row} {points[row, :3].tolist()} is outside the grid") from e
+    c = counts.numpy()
+    return FrameKeys(
+        run_keys[: c[2]].numpy(), run_of_point.numpy(), int(c[0]), int(c[1]), c[3:6], c[6:9]
+    )
+
+
+def compact_keys(run_keys: np.ndarray, low: np.ndarray, high: np.ndarray) -> np.ndarray | None:
+    """The keys re-packed into 31 bits (batch, then each axis's field minus low, in as few bits as
+    its span needs: equal keys stay equal, order is kept), or None when they need more. A hash
+    set of 32-bit keys is cheaper to fill and to free than one of 64-bit keys."""
+    bits = [int(h - lo).bit_length() for lo, h in zip(low, high)]
+    batch_bits = int(run_keys[-1] >> (3 * AXIS_BITS)).bit_length() if len(run_keys) else 0
+    if batch_bits + sum(bits) > 31:
+        return None
+    mask = (1 << AXIS_BITS) - 1
+    out = run_keys >> (3 * AXIS_BITS)
+    for axis in range(3):
+        field = (run_keys >> ((2 - axis) * AXIS_BITS)) & mask
+        out = (out << bits[axis]) | (field - low[axis])
+    return out.astype(np.int32)
+
+
+def voxel_sums(
+    points: np.ndarray,
+    feature_cols: list[int],
+    feature_scales: list[float],
+    voxel_of_point: np.ndarray,
+    sums: torch.Tensor,
+    counts: torch.Tensor,
+) -> None:
+    """Adds one frame's point features to float64 sums [M, F] and point counts int64 [M], in point
+    order (ls_voxel_sums_cpu); feature j is points[:, feature_cols[j]] * feature_scales[j] in
+    float32, 0 for a column of -1."""
+    pts = _read_only_points(points)
+    n, cols = pts.shape
+    backend.call(
+        "voxel_sums",
+        "cpu",
+        pts,
+        n,
+        cols,
+        torch.tensor(feature_cols, dtype=torch.int32),
+        torch.tensor(feature_scales, dtype=torch.float32),
+        len(feature_cols),
+        torch.from_numpy(np.ascontiguousarray(voxel_of_point, dtype=np.int64)),
+        len(sums),
+        sums,
+        counts,
+    )
+
+
+def argsort_keys(keys: np.ndarray) -> np.ndarray:
+    """np.argsort(keys, kind="stable") for non-negative int64 keys, by a radix sort
+    (ls_argsort_keys_cpu): about 6x faster than numpy's on a frame's distinct voxel keys."""
+    src = torch.from_numpy(np.ascontiguousarray(keys, dtype=np.int64))
+    order = torch.empty(len(src), dtype=torch.int64)
+    backend.call("argsort_keys", "cpu", src, len(src), order)
+    return order.numpy()
+
+
+def voxel_order(
+    run_keys: np.ndarray, first: np.ndarray, slot: np.ndarray, origin: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """(voxel row of every run, int32 [M, 4] distinct (batch, x, y, z) ascending) once a hash set
+    has given each run's key a slot (equal keys, equal slots) and marked each key's first run
+    (ls_voxel_order_cpu)."""
+    first_u8 = np.ascontiguousarray(first).view(np.uint8)
+    num_voxels = int(np.count_nonzero(first_u8))
+    voxel_of_run = torch.empty(len(run_keys), dtype=torch.int64)
+    coords = torch.empty((num_voxels, 4), dtype=torch.int32)
+    backend.call(
+        "voxel_order",
+        "cpu",
+        torch.from_numpy(np.ascontiguousarray(run_keys, dtype=np.int64)),
+        len(run_keys),
+        torch.from_numpy(first_u8),
+        torch.from_numpy(np.ascontiguousarray(slot, dtype=np.int64)),
+        torch.from_numpy(np.ascontiguousarray(origin, dtype=np.int32)),
+        num_voxels,
+        voxel_of_run,
+        coords,
+    )
+    return voxel_of_run.numpy(), coords.numpy()

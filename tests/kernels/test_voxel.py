@@ -1,0 +1,123 @@
+"""The voxelizer's host kernels (kernels/voxel.py) against numpy oracles, bit for bit."""
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings, strategies as st
+
+from kernels import voxel
+from kernels.backend import KernelError
+
+VOXEL, MAX_XY, Z_RANGE = 0.1, 30.0, (-3.0, 5.0)
+ORIGIN = np.floor(np.array([-MAX_XY, -MAX_XY, Z_RANGE[0]], np.float32) / np.float32(VOXEL))
+
+
+def hostile_points(n: int, seed: int) -> np.ndarray:
+    """Points with runs of repeated voxels, non-finite values and points out of range."""
+    rng = np.random.default_rng(seed)
+    pts = rng.uniform(-35, 35, (n, 4)).astype(np.float32)
+    pts[:, 2] = rng.uniform(-4, 6, n)
+    pts[1::3] = pts[::3][: len(pts[1::3])] + np.float32(0.001)  # mostly the same voxel again
+    pts[rng.random(n) < 0.02, rng.integers(0, 3)] = np.nan
+    pts[rng.random(n) < 0.01, 2] = np.inf
+    return pts
+
+
+def oracle_keys(points: np.ndarray, batch: int):
+    finite = np.isfinite(points[:, :3]).all(axis=1)
+    with np.errstate(invalid="ignore"):
+        inside = (np.abs(points[:, 0]) <= MAX_XY) & (np.abs(points[:, 1]) <= MAX_XY)
+        inside &= (points[:, 2] >= Z_RANGE[0]) & (points[:, 2] <= Z_RANGE[1])
+    keep = finite & inside
+    cells = np.floor(points[keep, :3] / np.float32(VOXEL)).astype(np.int64) - ORIGIN.astype(int)
+    keys = batch << 51 | cells[:, 0] << 34 | cells[:, 1] << 17 | cells[:, 2]
+    head = np.ones(len(keys), bool)
+    head[1:] = keys[1:] != keys[:-1]
+    run_of_point = np.full(len(points), -1, np.int64)
+    run_of_point[keep] = np.cumsum(head) - 1
+    counts = (int((~finite).sum()), int((finite & ~inside).sum()))
+    return keys[head], run_of_point, counts, cells
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_keys_runs_and_counts_match_numpy(seed):
+    pts = hostile_points(5000, seed)
+    got = voxel.voxel_keys(pts, VOXEL, MAX_XY, Z_RANGE, ORIGIN.astype(np.int32), batch=3)
+    keys, run_of_point, (non_finite, out_of_range), cells = oracle_keys(pts, 3)
+    assert np.array_equal(got.run_keys, keys)
+    assert np.array_equal(got.run_of_point, run_of_point)
+    assert (got.non_finite, got.out_of_range) == (non_finite, out_of_range) and non_finite > 0
+    assert got.low.tolist() == cells.min(0).tolist() and got.high.tolist() == cells.max(0).tolist()
+    later = voxel.voxel_keys(pts, VOXEL, MAX_XY, Z_RANGE, ORIGIN.astype(np.int32), 3, 100)
+    assert np.array_equal(later.run_of_point, np.where(run_of_point < 0, -1, run_of_point + 100))
+
+
+def test_no_kept_point_and_a_grid_that_does_not_cover_the_range():
+    none = voxel.voxel_keys(np.full((4, 3), np.nan, np.float32), VOXEL, MAX_XY, Z_RANGE, ORIGIN)
+    assert len(none.run_keys) == 0 and none.non_finite == 4 and none.high.tolist() == [-1] * 3
+    pts = np.array([[1.0, 1.0, 1.0], [29.0, 1.0, 1.0]], np.float32)
+    with pytest.raises(ValueError, match=r"point 1 \[29.0, 1.0, 1.0\] is outside the grid"):
+        voxel.voxel_keys(pts, VOXEL, MAX_XY, Z_RANGE, np.array([100 - 2**17, 0, 0], np.int32))
+
+
+def test_feature_sums_are_bincounts_bit_for_bit():
+    rng = np.random.default_rng(0)
+    pts = rng.normal(size=(3000, 4)).astype(np.float32)
+    ids = rng.integers(-1, 200, 3000)
+    sums = torch.zeros((200, 3), dtype=torch.float64)
+    counts = torch.zeros(200, dtype=torch.int64)
+    voxel.voxel_sums(pts, [3, 0, -1], [0.25, 1.0, 1.0], ids, sums, counts)
+    kept = ids >= 0
+    scaled = pts[:, 3] * np.float32(0.25)
+    want = np.bincount(ids[kept], weights=scaled[kept], minlength=200)
+    assert np.array_equal(sums[:, 0].numpy(), want)
+    assert np.array_equal(sums[:, 1].numpy(), np.bincount(ids[kept], pts[kept, 0], 200))
+    assert not sums[:, 2].any()
+    assert np.array_equal(counts.numpy(), np.bincount(ids[kept], minlength=200))
+    with pytest.raises(KernelError, match="bad argument"):
+        voxel.voxel_sums(pts, [0], [1.0], np.full(3000, 200), sums[:, :1].contiguous(), counts)
+
+
+@given(st.lists(st.integers(0, 2**62), max_size=300), st.integers(0, 3))
+@settings(max_examples=60, deadline=None)
+def test_radix_argsort_is_a_stable_argsort(keys, repeat):
+    keys = np.array(keys * (repeat + 1), dtype=np.int64)
+    assert np.array_equal(voxel.argsort_keys(keys), np.argsort(keys, kind="stable"))
+
+
+def test_radix_argsort_refuses_negative_keys():
+    with pytest.raises(KernelError, match="bad argument"):
+        voxel.argsort_keys(np.array([3, -1], np.int64))
+
+
+def test_order_gives_sorted_voxels_and_every_runs_row():
+    rng = np.random.default_rng(1)
+    distinct = rng.choice(2**20, 500, replace=False).astype(np.int64) | (1 << 51)
+    runs = rng.choice(distinct, 1200)
+    slots, first, slot = {}, np.zeros(len(runs), bool), np.empty(len(runs), np.int64)
+    for r, key in enumerate(runs):  # a hash set's answer: a slot per key, its first run marked
+        first[r] = key not in slots
+        slot[r] = slots.setdefault(key, 7 * len(slots) % 1009)
+    origin = np.array([-5, 10, -20], np.int32)
+    voxel_of_run, coords = voxel.voxel_order(runs, first, slot, origin)
+    uniq = np.unique(runs)
+    assert np.array_equal(voxel_of_run, np.searchsorted(uniq, runs))
+    mask = (1 << 17) - 1
+    fields = [uniq >> 51, (uniq >> 34 & mask) - 5, (uniq >> 17 & mask) + 10, (uniq & mask) - 20]
+    assert np.array_equal(coords, np.stack(fields, 1).astype(np.int32))
+    first[np.flatnonzero(first)[0]] = False  # a key without its first run
+    with pytest.raises(KernelError, match="bad argument"):
+        voxel.voxel_order(runs, first, slot, origin)
+
+
+def test_compact_keys_keep_equality_and_order():
+    rng = np.random.default_rng(2)
+    fields = rng.integers([100, 2000, 7], [1700, 3000, 150], (4000, 3))
+    keys = np.sort(2 << 51 | fields[:, 0] << 34 | fields[:, 1] << 17 | fields[:, 2])
+    small = voxel.compact_keys(keys, fields.min(0), fields.max(0))
+    assert small is not None and small.dtype == np.int32 and small.min() >= 0
+    assert np.array_equal(
+        np.unique(small, return_inverse=True)[1], np.unique(keys, return_inverse=True)[1]
+    )
+    assert (np.diff(small.astype(np.int64)) >= 0).all()
+    assert voxel.compact_keys(keys, np.zeros(3, int), np.full(3, 2**11)) is None  # 2 + 36 bits
