@@ -33,6 +33,20 @@ def _read_only_points(points: np.ndarray) -> torch.Tensor:
         return torch.from_numpy(array)
 
 
+def valid_points(
+    points: np.ndarray, max_xy: float, z_range: tuple[float, float]
+) -> tuple[np.ndarray, int, int]:
+    """(keep mask, non-finite count, out-of-range count) of float32 points [N, >=3] by the rule
+    voxel_keys applies (ls_valid_points_cpu)."""
+    pts = _read_only_points(points)
+    keep = torch.empty(len(pts), dtype=torch.uint8)
+    counts = torch.zeros(2, dtype=torch.int64)
+    params = torch.tensor([1.0, max_xy, z_range[0], z_range[1]], dtype=torch.float32)
+    backend.call("valid_points", "cpu", pts, pts.shape[0], pts.shape[1], params, keep, counts)
+    non_finite, out_of_range = counts.tolist()
+    return keep.numpy().view(np.bool_), non_finite, out_of_range
+
+
 @dataclass
 class FrameKeys:
     run_keys: np.ndarray  # int64 [runs]: the key of each run of equal consecutive kept points

@@ -101,16 +101,14 @@ def point_features(points: np.ndarray, config: VoxelizeConfig, sensor: str) -> n
 
 
 def valid_mask(points: np.ndarray, config: VoxelizeConfig) -> tuple[np.ndarray, dict[str, int]]:
-    finite = np.isfinite(points[:, :3]).all(axis=1)
-    with np.errstate(invalid="ignore"):
-        inside = (
-            (np.abs(points[:, 0]) <= config.max_xy)
-            & (np.abs(points[:, 1]) <= config.max_xy)
-            & (points[:, 2] >= config.z_range[0])
-            & (points[:, 2] <= config.z_range[1])
-        )
-    keep = finite & inside
-    return keep, {"non_finite": int((~finite).sum()), "out_of_range": int((finite & ~inside).sum())}
+    """(keep mask, ignored counts): kept are points with finite x, y, z inside the configured
+    range, by the rule the voxelizer's kernel pass applies (float32 comparisons)."""
+    if points.ndim != 2 or points.shape[1] < 3:
+        raise ValueError(f"points must be [N, >=3], got {points.shape}")
+    keep, non_finite, out_of_range = voxel_kernels.valid_points(
+        points, config.max_xy, config.z_range
+    )
+    return keep, {"non_finite": non_finite, "out_of_range": out_of_range}
 
 
 Valid = tuple[np.ndarray, dict[str, int]]  # valid_mask's (keep mask, ignored counts)
@@ -285,8 +283,7 @@ def _voxel_means(voxel_of_point: np.ndarray, feats: np.ndarray, num_voxels: int)
 def devoxelize(
     voxel_labels: torch.Tensor, point_to_voxel: torch.Tensor, ignore_label: int = IGNORE_LABEL
 ) -> np.ndarray:
-    """Per-point labels (uint8) from per-voxel labels; ignored points get ignore_label."""
-    labels = torch.full((len(point_to_voxel),), ignore_label, dtype=torch.uint8)
-    inside = point_to_voxel >= 0
-    labels[inside] = voxel_labels.cpu()[point_to_voxel[inside]].to(torch.uint8)  # no-op on host
-    return labels.numpy()
+    """Per-point labels (uint8) from per-voxel labels; ignored points (voxel -1) get
+    ignore_label: one gather from the labels with ignore_label appended, where -1 lands."""
+    table = np.append(voxel_labels.cpu().numpy().astype(np.uint8), np.uint8(ignore_label))
+    return table[point_to_voxel.numpy()]

@@ -105,12 +105,15 @@ class InferenceWorker:
         max_wait_s: float = 0.0,
         stats: WorkerStats | None = None,
         after_batch=None,
+        on_idle=None,
+        idle_s: float = 0.5,
     ):
         self.pipeline, self.queue_size = pipeline, queue_size
         self.max_batch, self.max_wait_s = max_batch, max_wait_s
         self.stats = stats or WorkerStats()
         self.cost = CostModel()
-        self.after_batch = after_batch  # callback(points in the batch), e.g. a heap trim
+        self.after_batch = after_batch  # callback(points in the batch): counts for the trim
+        self.on_idle, self.idle_s = on_idle, idle_s  # callback() once no job came for idle_s
         self.restarts = 0
         self._jobs: collections.deque[Job] = collections.deque()
         self._cond = threading.Condition()
@@ -253,6 +256,7 @@ class InferenceWorker:
     def _loop(self):
         while True:
             try:
+                self._wait_idle()
                 batch = self._take_batch()
                 if batch is None:
                     return
@@ -269,6 +273,19 @@ class InferenceWorker:
             finally:
                 with self._cond:
                     self._busy, self._busy_until = [], 0.0
+
+    def _wait_idle(self) -> None:
+        """Calls on_idle (a heap trim) outside the lock once the queue has stayed empty for
+        idle_s: work that would slow the next frame waits for a pause in the stream."""
+        if self.on_idle is None:
+            return
+        with self._cond:
+            if self._jobs or self._stopping:
+                return
+            self._cond.wait(self.idle_s)
+            if self._jobs or self._stopping:
+                return
+        self.on_idle()
 
     def _run(self, batch: list[Job]):
         now = time.monotonic()

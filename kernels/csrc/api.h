@@ -155,6 +155,9 @@ LS_API int ls_sorted_downsample_cpu(const int32_t* coords, int64_t n, int32_t st
 // the key of each run of equal consecutive kept keys, run_of_point[i] first_run + that run's index
 // (-1: point ignored), counts [9] {non-finite points, out-of-range points, runs, the lowest x, y,
 // z fields of the kept points' keys, the highest} (no kept point: lowest 2^17, highest -1).
+// keep[i] = whether point i is kept by the rule above; counts [2] {non-finite, out of range}.
+LS_API int ls_valid_points_cpu(const float* points, int64_t n, int64_t cols, const float* params,
+                               uint8_t* keep, int64_t* counts);
 LS_API int ls_voxel_keys_cpu(const float* points, int64_t n, int64_t cols, const float* params,
                              const int32_t* origin, int64_t batch, int64_t first_run,
                              int64_t* run_keys, int64_t* run_of_point, int64_t* counts,

@@ -20,6 +20,17 @@ constexpr int64_t kAxisCells = int64_t(1) << kAxisBits;
 // counts[]: two tallies, the runs, then the lowest and the highest kept cell of each axis
 enum Count { kNonFinite = 0, kOutOfRange = 1, kRuns = 2, kLow = 3, kHigh = 6 };
 
+// Whether a point is kept (kKept), or why not: x, y, z finite, |x|, |y| <= max_xy, z in
+// [z_lo, z_hi], compared in float32 (params: {voxel_size, max_xy, z_lo, z_hi}).
+enum PointState { kKept = 0, kNotFinite = 1, kOutside = 2 };
+inline PointState point_state(const float* p, const float* params) {
+  if (!(std::isfinite(p[0]) && std::isfinite(p[1]) && std::isfinite(p[2]))) return kNotFinite;
+  const float max_xy = params[1], z_lo = params[2], z_hi = params[3];
+  const bool inside =
+      std::fabs(p[0]) <= max_xy && std::fabs(p[1]) <= max_xy && p[2] >= z_lo && p[2] <= z_hi;
+  return inside ? kKept : kOutside;
+}
+
 // floor(v / voxel) as an offset from origin, or -1 outside [0, 2^17).
 inline int64_t axis_cell(float v, float voxel, int32_t origin) {
   const int64_t cell = (int64_t)std::floor(v / voxel) - origin;
@@ -65,20 +76,17 @@ LS_API int ls_voxel_keys_cpu(const float* points, int64_t n, int64_t cols, const
       first_run < 0) {
     return kStatusBadArgument;
   }
-  const float voxel = params[0], max_xy = params[1], z_lo = params[2], z_hi = params[3];
+  const float voxel = params[0];
   const int64_t batch_bits = batch << kBatchShift;
   int64_t non_finite = 0, out_of_range = 0, runs = 0, last = -1;
   int64_t low[3] = {kAxisCells, kAxisCells, kAxisCells}, high[3] = {-1, -1, -1};
   for (int64_t i = 0; i < n; ++i) {
     const float* p = points + i * cols;
     run_of_point[i] = -1;
-    if (!(std::isfinite(p[0]) && std::isfinite(p[1]) && std::isfinite(p[2]))) {
-      ++non_finite;
-      continue;
-    }
-    if (!(std::fabs(p[0]) <= max_xy && std::fabs(p[1]) <= max_xy && p[2] >= z_lo &&
-          p[2] <= z_hi)) {
-      ++out_of_range;
+    const PointState state = point_state(p, params);
+    if (state != kKept) {
+      non_finite += state == kNotFinite;
+      out_of_range += state == kOutside;
       continue;
     }
     const int64_t x = axis_cell(p[0], voxel, origin[0]), y = axis_cell(p[1], voxel, origin[1]);
@@ -106,6 +114,20 @@ LS_API int ls_voxel_keys_cpu(const float* points, int64_t n, int64_t cols, const
     counts[kLow + a] = low[a];
     counts[kHigh + a] = high[a];
   }
+  return kStatusOk;
+}
+
+LS_API int ls_valid_points_cpu(const float* points, int64_t n, int64_t cols, const float* params,
+                               uint8_t* keep, int64_t* counts) {
+  if (n < 0 || cols < 3) return kStatusBadArgument;
+  int64_t tally[3] = {0, 0, 0};
+  for (int64_t i = 0; i < n; ++i) {
+    const PointState state = point_state(points + i * cols, params);
+    keep[i] = state == kKept;
+    ++tally[state];
+  }
+  counts[kNonFinite] = tally[kNotFinite];
+  counts[kOutOfRange] = tally[kOutside];
   return kStatusOk;
 }
 

@@ -25,11 +25,17 @@ def kitti_frame():
 
 
 def oracle_voxelize(frames, config):
-    """numpy alone: the kept points' cells, np.unique over (batch, x, y, z) rows, float64 means
-    by bincount, float32 intensity scaled as for KITTI."""
-    rows, feats, keeps = [], [], []
+    """numpy alone: finite points inside the range, their cells, np.unique over (batch, x, y, z)
+    rows, float64 means by bincount, float32 intensity scaled as for KITTI."""
+    rows, feats, keeps, ignored = [], [], [], []
     for b, points in enumerate(frames):
-        keep, _ = valid_mask(points, config)
+        finite = np.isfinite(points[:, :3]).all(axis=1)
+        with np.errstate(invalid="ignore"):
+            inside = (np.abs(points[:, :2]) <= config.max_xy).all(axis=1)
+            inside &= (points[:, 2] >= config.z_range[0]) & (points[:, 2] <= config.z_range[1])
+        keep = finite & inside
+        ignored.append({"non_finite": int((~finite).sum()), "out_of_range": int((~keep).sum())})
+        ignored[-1]["out_of_range"] -= ignored[-1]["non_finite"]
         cells = np.floor(points[keep, :3] / np.float32(config.voxel_size)).astype(np.int32)
         rows.append(np.column_stack([np.full(len(cells), b, np.int32), cells]))
         f = np.zeros((int(keep.sum()), 4), np.float32)
@@ -47,7 +53,7 @@ def oracle_voxelize(frames, config):
         mapping[keep] = inverse[start : start + keep.sum()]
         start += keep.sum()
         mappings.append(mapping)
-    return uniq, means.astype(np.float32), mappings
+    return uniq, means.astype(np.float32), mappings, ignored
 
 
 @pytest.mark.parametrize("voxel_size", [0.05, 0.1, 0.0015])  # the last: beyond 17 bits an axis
@@ -59,12 +65,13 @@ def test_voxelize_matches_numpy_oracle_bit_for_bit(name, voxel_size):
     config = VoxelizeConfig(voxel_size=voxel_size)
     for frames in ([points], [bad[::2], points[1::3, :3].copy()]):
         batch = voxelize(frames, config)
-        coords, feats, mappings = oracle_voxelize(frames, config)
+        coords, feats, mappings, ignored = oracle_voxelize(frames, config)
         assert np.array_equal(batch.coords.numpy(), coords)
         assert np.array_equal(batch.feats.numpy(), feats)
         for got, want in zip(batch.point_to_voxel, mappings):
             assert np.array_equal(got.numpy(), want)
-        assert batch.ignored == [valid_mask(f, config)[1] for f in frames]
+        assert batch.ignored == ignored
+        assert [valid_mask(f, config)[1] for f in frames] == ignored
     assert batch.ignored[0]["non_finite"] == 5  # bad[::2]: rows 0, 2, 4, 6 (NaN x) and 8 (inf z)
 
 

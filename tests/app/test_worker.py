@@ -121,19 +121,26 @@ def test_readyz_checks_the_worker_is_alive():
     assert r.status_code == 503 and r.json()["status"] == "worker_dead"
 
 
-def test_heap_trim_counts_points_over_batches(monkeypatch):
+def test_heap_trim_waits_for_a_pause_and_counts_points_over_batches(monkeypatch):
     from app.service import main
 
     calls = []
-    monkeypatch.setattr(main, "MALLOC_TRIM", lambda pad: calls.append(pad))
-    trim = main._trimmer(100_000)
-    for points in (40_000, 40_000):  # 80k since the last trim: not yet
-        trim(points)
+    monkeypatch.setattr(main, "MALLOC_TRIM", lambda pad: calls.append((pad, time.monotonic())))
+    pipe = FakePipeline(ms_per_point=0.001)
+    w = InferenceWorker(pipe, queue_size=16, **main._heap_trim(100_000, idle_s=0.3))
+    jobs = [w.submit(frame(tag), "kitti", time.monotonic() + 30) for tag in range(6)]
+    jobs[-1].future.result(30)  # 120k points back to back: no trim between the frames
+    done = time.monotonic()
     assert calls == []
-    trim(30_000)  # 110k: trimmed, and the count starts again
-    assert calls == [0]
-    trim(90_000)
-    assert calls == [0]
-    trim(150_000)  # one large batch alone reaches it
-    assert calls == [0, 0]
-    assert main._trimmer(0) is None  # LIDARSEG_TRIM_AFTER_POINTS=0: off
+    deadline = time.monotonic() + 10
+    while not calls and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(calls) == 1 and calls[0][0] == 0 and calls[0][1] >= done + 0.25  # after the pause
+    w.submit(frame(9, 90_000), "kitti", time.monotonic() + 30).future.result(30)
+    time.sleep(0.8)
+    assert len(calls) == 1  # 90k since the last trim: below the count, no trim
+    w.submit(frame(10), "kitti", time.monotonic() + 30).future.result(30)
+    time.sleep(0.8)
+    assert len(calls) == 2  # 110k counted over two batches
+    w.stop(30)
+    assert main._heap_trim(0, 0.5) == {}  # LIDARSEG_TRIM_AFTER_POINTS=0: off

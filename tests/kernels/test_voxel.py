@@ -48,6 +48,8 @@ def test_keys_runs_and_counts_match_numpy(seed):
     assert np.array_equal(got.run_of_point, run_of_point)
     assert (got.non_finite, got.out_of_range) == (non_finite, out_of_range) and non_finite > 0
     assert got.low.tolist() == cells.min(0).tolist() and got.high.tolist() == cells.max(0).tolist()
+    keep, *tallies = voxel.valid_points(pts, MAX_XY, Z_RANGE)
+    assert np.array_equal(keep, run_of_point >= 0) and tallies == [non_finite, out_of_range]
     later = voxel.voxel_keys(pts, VOXEL, MAX_XY, Z_RANGE, ORIGIN.astype(np.int32), 3, 100)
     assert np.array_equal(later.run_of_point, np.where(run_of_point < 0, -1, run_of_point + 100))
 
