@@ -35,7 +35,8 @@ try:  # Open3D is the voxelizer; hosts without it (a bare GPU box) fall back to 
     import open3d
     import open3d.core as o3c
 
-    open3d.utility.set_max_threads(OPEN3D_THREADS)
+    if hasattr(open3d.utility, "set_max_threads"):  # Open3D >= 0.20; older ones use every core
+        open3d.utility.set_max_threads(OPEN3D_THREADS)
 except ImportError:  # pragma: no cover - exercised only where Open3D is missing
     o3c = None
 
