@@ -12,7 +12,8 @@ own decode / queue / encode stages (Server-Timing) say where it goes. On a loade
 pipeline itself varies more than the overhead: "service layer" (round trip minus the server's
 own pipeline stages) isolates what HTTP, decoding, queueing and encoding cost. Each run also posts
 the frame asking for JSON; per run it prints HTTP total (binary) / the server's network stage of
-the same request, and JSON round trip - binary round trip (issue 16's two ratios).
+the same request, and JSON round trip - binary round trip (issue 16's two ratios), the latter
+over the runs plus --json-pairs more (binary, JSON) pairs.
 """
 
 from __future__ import annotations
@@ -42,6 +43,20 @@ def _spread(values: list[float]) -> str:
     return f"{statistics.median(values):.3g} [{min(values):.3g}..{max(values):.3g}]"
 
 
+def json_pairs(remote, pairs: int) -> list[float]:
+    """JSON round trip - binary round trip (ms) of `pairs` back-to-back pairs of the same frame,
+    the order flipped every other pair so drift within a pair cancels."""
+    diffs = []
+    for i in range(pairs):
+        ms = {}
+        for accept in ("application/octet-stream", "application/json")[:: 1 if i % 2 else -1]:
+            t = time.perf_counter()
+            remote(accept)
+            ms[accept] = (time.perf_counter() - t) * 1e3
+        diffs.append(ms["application/json"] - ms["application/octet-stream"])
+    return diffs
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -52,6 +67,12 @@ def main(argv=None) -> int:
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--runs", type=int, default=7)
     ap.add_argument("--url", default=None)
+    ap.add_argument(
+        "--json-pairs",
+        type=int,
+        default=20,
+        help="more (binary, JSON) request pairs per frame for the JSON - binary figure",
+    )
     ap.add_argument("--json", default=None)
     ap.add_argument(
         "--observe",
@@ -157,6 +178,7 @@ def main(argv=None) -> int:
                 # stage, and a JSON response's round trip minus the binary one before it
                 per_net = [r / s["network"] for r, s in zip(remote_ms, stages)]
                 json_extra = [j - b for j, b in zip(json_ms, remote_ms)]
+                json_extra += json_pairs(remote, args.json_pairs)
                 enc = [s["encode"] for s in json_stages]
                 row.update(
                     http_over_network=per_net, json_minus_binary_ms=json_extra, json_encode_ms=enc
