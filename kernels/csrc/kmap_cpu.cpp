@@ -23,6 +23,17 @@ LS_API int ls_sort_entries_by_out_cpu(const int32_t* in_idx, const int32_t* out_
       }
       continue;
     }
+    // Already ascending and in range (a stride-2 downsampling's map transposed: per offset,
+    // parents and children come in the same order): a copy.
+    bool ascending = out_idx[lo] >= 0 && out_idx[hi - 1] < num_out;
+    for (int64_t e = lo + 1; e < hi && ascending; ++e) ascending = out_idx[e - 1] < out_idx[e];
+    if (ascending) {
+      for (int64_t e = lo; e < hi; ++e) {
+        in_sorted[e] = in_idx[e];
+        out_sorted[e] = out_idx[e];
+      }
+      continue;
+    }
     // Segments hold distinct outputs, so "sorting" is placing each entry by its output's rank.
     std::vector<int32_t> slot((std::size_t)num_out, -1);
     for (int64_t e = lo; e < hi; ++e) {

@@ -176,3 +176,28 @@ def test_bad_coords_dtype():
 
     with pytest.raises(CoordinateError, match="int32"):
         CoordHashTable.build(torch.zeros(3, 4, dtype=torch.int64))
+
+
+@pytest.mark.parametrize("kernel", [2, 3])  # k2 s2: already in order (a copy); k3 s2: re-sorted
+def test_transposed_maps_are_sorted_by_output_per_offset(kernel):
+    cloud = torch.unique(torch.randint(-30, 30, (4000, 4), dtype=torch.int32), dim=0)
+    cloud[:, 0] = cloud[:, 0].abs() % 2
+    cloud = torch.unique(cloud, dim=0)
+    _, _, kmap = downsample(cloud, CoordHashTable.build(cloud), kernel, 2)
+    inverse = kmap.transposed
+    assert map_entries(inverse) == {(q, p, k) for p, q, k in map_entries(kmap)}
+    for k in range(inverse.kernel_volume):
+        outs = inverse.entries(k)[1]
+        assert bool((outs[1:] > outs[:-1]).all()), f"offset {k} not ascending"
+
+
+def test_sort_by_out_refuses_an_output_out_of_range_or_twice():
+    from kernels.backend import KernelError
+    from kernels.kmap import sort_by_out
+
+    ins = torch.tensor([5, 6, 7], dtype=torch.int32)
+    for outs in ([0, 1, 9], [2, 0, 2]):  # 9 >= num_out; 2 twice (not ascending: the slow path)
+        with pytest.raises(KernelError, match="bad argument"):
+            sort_by_out(ins, torch.tensor(outs, dtype=torch.int32), (0, 3), 4)
+    got = sort_by_out(ins, torch.tensor([3, 0, 1], dtype=torch.int32), (0, 3), 4)
+    assert got[0].tolist() == [6, 7, 5] and got[1].tolist() == [0, 1, 3]
