@@ -169,9 +169,6 @@ LS_API int ls_voxel_sums_cpu(const float* points, int64_t n, int64_t cols,
                              const int32_t* feature_cols, const float* feature_scales,
                              int64_t num_features, const int64_t* voxel_of_point,
                              int64_t num_voxels, double* sums, int64_t* counts);
-// order [n] such that keys[order] ascends, equal keys in row order (a stable LSD radix sort by
-// 13-bit digits, as many as the largest key needs); keys must be >= 0 (kStatusBadArgument).
-LS_API int ls_argsort_keys_cpu(const int64_t* keys, int64_t n, int64_t* order);
 // The voxels of a batch from its runs (ls_voxel_keys_cpu) once a hash set has given each run's
 // key a slot (slot[r], the same for equal keys) and marked the first run of each key (first[r]
 // != 0; num_voxels of them): coords [num_voxels, 4] the distinct (batch, x, y, z) in ascending

@@ -154,15 +154,6 @@ LS_API int ls_voxel_sums_cpu(const float* points, int64_t n, int64_t cols,
   return kStatusOk;
 }
 
-LS_API int ls_argsort_keys_cpu(const int64_t* keys, int64_t n, int64_t* order) {
-  if (n < 0) return kStatusBadArgument;
-  for (int64_t i = 0; i < n; ++i) {
-    if (keys[i] < 0) return kStatusBadArgument;
-  }
-  radix_argsort(keys, n, order);
-  return kStatusOk;
-}
-
 LS_API int ls_voxel_order_cpu(const int64_t* run_keys, int64_t runs, const uint8_t* first,
                               const int64_t* slot, const int32_t* origin, int64_t num_voxels,
                               int64_t* voxel_of_run, int32_t* coords) {

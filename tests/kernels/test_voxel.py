@@ -80,26 +80,29 @@ def test_feature_sums_are_bincounts_bit_for_bit():
         voxel.voxel_sums(pts, [0], [1.0], np.full(3000, 200), sums[:, :1].contiguous(), counts)
 
 
-@given(st.lists(st.integers(0, 2**62), max_size=300), st.integers(0, 3))
+def hash_set_answer(runs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """What a hash set says of the runs' keys: a slot per key, each key's first run marked."""
+    slots, first, slot = {}, np.zeros(len(runs), bool), np.empty(len(runs), np.int64)
+    for r, key in enumerate(runs.tolist()):
+        first[r] = key not in slots
+        slot[r] = slots.setdefault(key, 7 * len(slots) % 1009)
+    return first, slot
+
+
+@given(st.lists(st.integers(0, 2**62), min_size=1, max_size=300), st.integers(0, 3))
 @settings(max_examples=60, deadline=None)
-def test_radix_argsort_is_a_stable_argsort(keys, repeat):
-    keys = np.array(keys * (repeat + 1), dtype=np.int64)
-    assert np.array_equal(voxel.argsort_keys(keys), np.argsort(keys, kind="stable"))
-
-
-def test_radix_argsort_refuses_negative_keys():
-    with pytest.raises(KernelError, match="bad argument"):
-        voxel.argsort_keys(np.array([3, -1], np.int64))
+def test_order_sorts_any_keys_the_radix_sort_meets(keys, repeat):
+    runs = np.array(keys * (repeat + 1), dtype=np.int64)  # up to five 13-bit digits
+    first, slot = hash_set_answer(runs)
+    voxel_of_run, _ = voxel.voxel_order(runs, first, slot, np.zeros(3, np.int32))
+    assert np.array_equal(voxel_of_run, np.searchsorted(np.unique(runs), runs))
 
 
 def test_order_gives_sorted_voxels_and_every_runs_row():
     rng = np.random.default_rng(1)
     distinct = rng.choice(2**20, 500, replace=False).astype(np.int64) | (1 << 51)
     runs = rng.choice(distinct, 1200)
-    slots, first, slot = {}, np.zeros(len(runs), bool), np.empty(len(runs), np.int64)
-    for r, key in enumerate(runs):  # a hash set's answer: a slot per key, its first run marked
-        first[r] = key not in slots
-        slot[r] = slots.setdefault(key, 7 * len(slots) % 1009)
+    first, slot = hash_set_answer(runs)
     origin = np.array([-5, 10, -20], np.int32)
     voxel_of_run, coords = voxel.voxel_order(runs, first, slot, origin)
     uniq = np.unique(runs)
@@ -107,6 +110,8 @@ def test_order_gives_sorted_voxels_and_every_runs_row():
     mask = (1 << 17) - 1
     fields = [uniq >> 51, (uniq >> 34 & mask) - 5, (uniq >> 17 & mask) + 10, (uniq & mask) - 20]
     assert np.array_equal(coords, np.stack(fields, 1).astype(np.int32))
+    with pytest.raises(KernelError, match="bad argument"):  # keys are never negative
+        voxel.voxel_order(np.where(np.arange(len(runs)) == 3, -1, runs), first, slot, origin)
     first[np.flatnonzero(first)[0]] = False  # a key without its first run
     with pytest.raises(KernelError, match="bad argument"):
         voxel.voxel_order(runs, first, slot, origin)
