@@ -74,31 +74,16 @@ class VoxelBatch:
 
 
 def point_features(points: np.ndarray, config: VoxelizeConfig, sensor: str) -> np.ndarray:
-    """[N, F] float32 input features, intensity scaled to 0..1 for the sensor."""
+    """[N, F] float32 input features, intensity scaled for the sensor (the sorting fallback's
+    counterpart of the kernel's sums; both take the columns from _feature_columns)."""
     if points.ndim != 2 or points.shape[1] < 3:
         raise ValueError(f"points must be [N, >=3], got {points.shape}")
-    wanted = [FEATURE_COLUMNS[name] for name in config.features]
-    scale = np.float32(dict(config.intensity_scale).get(sensor, 1.0))
-    if wanted == list(range(len(wanted))) and len(wanted) <= points.shape[1]:
-        out = np.array(
-            points[:, : len(wanted)], dtype=np.float32
-        )  # one copy of the leading columns
-        if "intensity" in config.features:
-            out[:, FEATURE_COLUMNS["intensity"]] *= scale
-        return out
-    cols = []
-    for name in config.features:
-        col = FEATURE_COLUMNS[name]
-        if col >= points.shape[1]:
-            if name == "intensity":  # xyz-only input: a constant intensity
-                cols.append(np.zeros(len(points), np.float32))
-                continue
-            raise ValueError(f"feature {name!r} needs column {col}, points have {points.shape[1]}")
-        value = points[:, col].astype(np.float32)
-        if name == "intensity":
-            value = value * scale
-        cols.append(value)
-    return np.stack(cols, axis=1)
+    columns, scales = _feature_columns(points, config, sensor)
+    out = np.zeros((len(points), len(columns)), np.float32)
+    for j, (col, scale) in enumerate(zip(columns, scales)):
+        if col >= 0:  # -1: xyz-only input, a constant intensity of 0
+            out[:, j] = points[:, col].astype(np.float32) * np.float32(scale)
+    return out
 
 
 def valid_mask(points: np.ndarray, config: VoxelizeConfig) -> tuple[np.ndarray, dict[str, int]]:
