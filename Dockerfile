@@ -104,8 +104,7 @@ ENV PATH=/opt/venv/bin:$PATH \
     LIDARSEG_HOST=0.0.0.0 \
     LIDARSEG_PORT=8000 \
     LIDARSEG_BUILD_DIR=/opt/lidarseg/lib \
-    LIDARSEG_KERNEL_BUILD=never \
-    MALLOC_ARENA_MAX=2
+    LIDARSEG_KERNEL_BUILD=never
 EXPOSE 8000
 HEALTHCHECK --interval=30s --timeout=5s --start-period=120s --retries=3 \
   CMD ["python", "-c", "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:%s/healthz' % os.environ.get('LIDARSEG_PORT', '8000'), timeout=4)"]

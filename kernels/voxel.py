@@ -146,11 +146,11 @@ def voxel_sums(
 
 
 def voxel_order(
-    run_keys: np.ndarray, first: np.ndarray, slot: np.ndarray, origin: np.ndarray
+    run_keys: np.ndarray, first: np.ndarray, origin: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
     """(voxel row of every run, int32 [M, 4] distinct (batch, x, y, z) ascending) once a hash set
-    has given each run's key a slot (equal keys, equal slots) and marked each key's first run
-    (ls_voxel_order_cpu)."""
+    has marked each distinct key's first run (ls_voxel_order_cpu: only those M keys are sorted;
+    a repeated key finds its row among them by binary search)."""
     first_u8 = np.ascontiguousarray(first).view(np.uint8)
     num_voxels = int(np.count_nonzero(first_u8))
     voxel_of_run = torch.empty(len(run_keys), dtype=torch.int64)
@@ -161,7 +161,6 @@ def voxel_order(
         torch.from_numpy(np.ascontiguousarray(run_keys, dtype=np.int64)),
         len(run_keys),
         torch.from_numpy(first_u8),
-        torch.from_numpy(np.ascontiguousarray(slot, dtype=np.int64)),
         torch.from_numpy(np.ascontiguousarray(origin, dtype=np.int32)),
         num_voxels,
         voxel_of_run,

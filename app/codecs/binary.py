@@ -26,7 +26,7 @@ def decode(body: bytes, fmt: str, max_points: int | None = None) -> Frame:
             f"({fields} float32 = {size} bytes)",
         )
     check_count(len(body) // size, max_points, fmt)
-    return Frame(np.frombuffer(body, dtype="<f4").reshape(-1, fields).copy(), sensor, fmt)
+    return Frame(np.frombuffer(body, dtype="<f4").reshape(-1, fields), sensor, fmt)
 
 
 def encode(points: np.ndarray, fmt: str) -> tuple[bytes, str]:

@@ -205,20 +205,12 @@ def _distinct_in_order(
     else:
         hashed, width = np.ascontiguousarray(run_keys).view(np.int32).reshape(-1, 2), 2
     table = o3c.HashSet(len(run_keys), key_dtype=o3c.int32, key_element_shape=(width,))
-    keys = o3c.Tensor.from_numpy(hashed)  # shares the array's memory: no copy
-    inserted_slot, inserted = table.insert(keys)
+    _, inserted = table.insert(o3c.Tensor.from_numpy(hashed))  # shares the array: no copy
     first = inserted.numpy().copy()  # a key's first occurrence
-    slot = inserted_slot.numpy().astype(np.int64)  # valid where inserted; repeats looked up:
-    repeats = np.flatnonzero(~first)
-    if len(repeats):
-        repeat_slot, found = table.find(o3c.Tensor(np.ascontiguousarray(hashed[repeats])))
-        if not bool(found.numpy().all()):
-            raise RuntimeError("Open3D HashSet lost a key it had just inserted")
-        slot[repeats] = repeat_slot.numpy()
     # Open3D's table goes before the ordering pass: freed after it, the pair took 12-14 ms
     # instead of 10.4 ms on seq00_000000 at 0.1 m (its memory crowds the caches the pass needs)
-    del table, keys, inserted_slot, inserted
-    return voxel_kernels.voxel_order(run_keys, first, slot, origin)
+    del table, inserted
+    return voxel_kernels.voxel_order(run_keys, first, origin)
 
 
 def _voxelize_by_sorting(

@@ -7,8 +7,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-import ctypes
-import ctypes.util
 import gc
 import logging
 import os
@@ -23,6 +21,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from app.heap import heap_trim
 from app.service import observe
 from app.service.config import Settings
 from app.service.routes import ROUTERS
@@ -35,16 +34,6 @@ _REQUEST_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 DOC_PATHS = ("/docs", "/openapi.json")
 
 
-def _malloc_trim():
-    """glibc's malloc_trim(0), or None where there is no glibc."""
-    name = ctypes.util.find_library("c")
-    try:
-        return ctypes.CDLL(name).malloc_trim if name else None
-    except (OSError, AttributeError):
-        return None
-
-
-MALLOC_TRIM = _malloc_trim()
 
 
 def warmup_frame(n: int = 4000, seed: int = 0) -> np.ndarray:
@@ -94,7 +83,7 @@ def load_service(service: ServiceState) -> None:
             on_restart=metrics.worker_restarts.inc,
             on_run=service.observe.on_run if service.observe else None,
         ),
-        **_heap_trim(settings.trim_after_points, settings.trim_idle_s),
+        **heap_trim(settings.trim_after_points, settings.trim_idle_s),
     )
     metrics.model.info(
         {
@@ -131,34 +120,6 @@ def _lower_priority(niceness: int = 5) -> None:
     are decoded); Linux gives each thread its own nice value."""
     with contextlib.suppress(AttributeError, OSError):
         os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), niceness)
-
-
-class HeapTrim:
-    """Hands freed heap back to the OS (glibc keeps it in its arenas otherwise: RSS climbs under
-    mixed load; README, Limits) once the batches since the last trim add up to `points` points
-    (counted over batches, so a stream of small frames counts too) and the worker has had no job
-    for a while. Trimming between two frames of a stream cost the next frame about 55 ms of page
-    faults (the pipeline's freed buffers are mapped again): 225 against 169 ms over HTTP for
-    seq00_000000 with the default model."""
-
-    def __init__(self, points: int):
-        self.points, self.since = points, 0
-
-    def after_batch(self, batch_points: int) -> None:
-        self.since += batch_points  # the worker thread is the only caller
-
-    def when_idle(self) -> None:
-        if self.since >= self.points:
-            self.since = 0
-            MALLOC_TRIM(0)
-
-
-def _heap_trim(points: int, idle_s: float) -> dict:
-    """The worker's trim arguments: none when the trim is off or there is no glibc."""
-    if not points or MALLOC_TRIM is None:
-        return {}
-    trim = HeapTrim(points)
-    return {"after_batch": trim.after_batch, "on_idle": trim.when_idle, "idle_s": idle_s}
 
 
 def _load_in_background(service: ServiceState) -> None:

@@ -169,14 +169,15 @@ LS_API int ls_voxel_sums_cpu(const float* points, int64_t n, int64_t cols,
                              const int32_t* feature_cols, const float* feature_scales,
                              int64_t num_features, const int64_t* voxel_of_point,
                              int64_t num_voxels, double* sums, int64_t* counts);
-// The voxels of a batch from its runs (ls_voxel_keys_cpu) once a hash set has given each run's
-// key a slot (slot[r], the same for equal keys) and marked the first run of each key (first[r]
-// != 0; num_voxels of them): coords [num_voxels, 4] the distinct (batch, x, y, z) in ascending
-// key order (fields plus origin), voxel_of_run[r] the row of run r's voxel there.
-// kStatusBadArgument when the slots and marks disagree.
+// The voxels of a batch from its runs (ls_voxel_keys_cpu) once a hash set has marked the first
+// run of each distinct key (first[r] != 0; num_voxels of them): coords [num_voxels, 4] the
+// distinct (batch, x, y, z) in ascending key order (fields plus origin), voxel_of_run[r] the row
+// of run r's voxel there (a repeated key's by binary search among the sorted distinct keys).
+// kStatusBadArgument for a negative key, a key marked first twice, or a repeated key with no
+// marked run.
 LS_API int ls_voxel_order_cpu(const int64_t* run_keys, int64_t runs, const uint8_t* first,
-                              const int64_t* slot, const int32_t* origin, int64_t num_voxels,
-                              int64_t* voxel_of_run, int32_t* coords);
+                              const int32_t* origin, int64_t num_voxels, int64_t* voxel_of_run,
+                              int32_t* coords);
 
 // ---- CUDA error reporting (cuda/status_cuda.cu). Every CUDA entry point records the text of a
 // CUDA error it meets; ls_last_error_cuda copies the last one this host thread saw (the failing

@@ -122,12 +122,12 @@ def test_readyz_checks_the_worker_is_alive():
 
 
 def test_heap_trim_waits_for_a_pause_and_counts_points_over_batches(monkeypatch):
-    from app.service import main
+    from app import heap
 
     calls = []
-    monkeypatch.setattr(main, "MALLOC_TRIM", lambda pad: calls.append((pad, time.monotonic())))
+    monkeypatch.setattr(heap, "MALLOC_TRIM", lambda pad: calls.append((pad, time.monotonic())))
     pipe = FakePipeline(ms_per_point=0.001)
-    w = InferenceWorker(pipe, queue_size=16, **main._heap_trim(100_000, idle_s=0.3))
+    w = InferenceWorker(pipe, queue_size=16, **heap.heap_trim(100_000, idle_s=0.3))
     jobs = [w.submit(frame(tag), "kitti", time.monotonic() + 30) for tag in range(6)]
     jobs[-1].future.result(30)  # 120k points back to back: no trim between the frames
     done = time.monotonic()
@@ -143,4 +143,4 @@ def test_heap_trim_waits_for_a_pause_and_counts_points_over_batches(monkeypatch)
     time.sleep(0.8)
     assert len(calls) == 2  # 110k counted over two batches
     w.stop(30)
-    assert main._heap_trim(0, 0.5) == {}  # LIDARSEG_TRIM_AFTER_POINTS=0: off
+    assert heap.heap_trim(0, 0.5) == {}  # LIDARSEG_TRIM_AFTER_POINTS=0: off

@@ -80,41 +80,58 @@ def test_feature_sums_are_bincounts_bit_for_bit():
         voxel.voxel_sums(pts, [0], [1.0], np.full(3000, 200), sums[:, :1].contiguous(), counts)
 
 
-def hash_set_answer(runs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """What a hash set says of the runs' keys: a slot per key, each key's first run marked."""
-    slots, first, slot = {}, np.zeros(len(runs), bool), np.empty(len(runs), np.int64)
+def first_runs(runs: np.ndarray) -> np.ndarray:
+    """What a hash set says of the runs' keys: each key's first run marked."""
+    seen, first = set(), np.zeros(len(runs), bool)
     for r, key in enumerate(runs.tolist()):
-        first[r] = key not in slots
-        slot[r] = slots.setdefault(key, 7 * len(slots) % 1009)
-    return first, slot
+        first[r] = key not in seen
+        seen.add(key)
+    return first
 
 
 @given(st.lists(st.integers(0, 2**62), min_size=1, max_size=300), st.integers(0, 3))
 @settings(max_examples=60, deadline=None)
 def test_order_sorts_any_keys_the_radix_sort_meets(keys, repeat):
-    runs = np.array(keys * (repeat + 1), dtype=np.int64)  # up to five 13-bit digits
-    first, slot = hash_set_answer(runs)
-    voxel_of_run, _ = voxel.voxel_order(runs, first, slot, np.zeros(3, np.int32))
+    runs = np.array(keys * (repeat + 1), dtype=np.int64)  # up to 62 bits: four 16-bit digits
+    voxel_of_run, coords = voxel.voxel_order(runs, first_runs(runs), np.zeros(3, np.int32))
+    uniq = np.unique(runs)
+    assert np.array_equal(voxel_of_run, np.searchsorted(uniq, runs))
+    assert np.array_equal(coords[:, 0], (uniq >> 51).astype(np.int32))
+
+
+def test_order_sorts_tight_fields_and_one_key():
+    """Fields spanning a few bits each (one pass) and a single key (no bits at all)."""
+    rng = np.random.default_rng(3)
+    fields = rng.integers([0, 900, 40, 3], [2, 905, 44, 9], (700, 4))
+    runs = fields[:, 0] << 51 | fields[:, 1] << 34 | fields[:, 2] << 17 | fields[:, 3]
+    voxel_of_run, _ = voxel.voxel_order(runs, first_runs(runs), np.zeros(3, np.int32))
     assert np.array_equal(voxel_of_run, np.searchsorted(np.unique(runs), runs))
+    one = np.full(5, 12345, np.int64)
+    voxel_of_run, coords = voxel.voxel_order(one, first_runs(one), np.zeros(3, np.int32))
+    assert not voxel_of_run.any() and len(coords) == 1
 
 
 def test_order_gives_sorted_voxels_and_every_runs_row():
     rng = np.random.default_rng(1)
     distinct = rng.choice(2**20, 500, replace=False).astype(np.int64) | (1 << 51)
     runs = rng.choice(distinct, 1200)
-    first, slot = hash_set_answer(runs)
+    first = first_runs(runs)
     origin = np.array([-5, 10, -20], np.int32)
-    voxel_of_run, coords = voxel.voxel_order(runs, first, slot, origin)
+    voxel_of_run, coords = voxel.voxel_order(runs, first, origin)
     uniq = np.unique(runs)
     assert np.array_equal(voxel_of_run, np.searchsorted(uniq, runs))
     mask = (1 << 17) - 1
     fields = [uniq >> 51, (uniq >> 34 & mask) - 5, (uniq >> 17 & mask) + 10, (uniq & mask) - 20]
     assert np.array_equal(coords, np.stack(fields, 1).astype(np.int32))
     with pytest.raises(KernelError, match="bad argument"):  # keys are never negative
-        voxel.voxel_order(np.where(np.arange(len(runs)) == 3, -1, runs), first, slot, origin)
+        voxel.voxel_order(np.where(np.arange(len(runs)) == 3, -1, runs), first, origin)
+    twice = first.copy()
+    twice[np.flatnonzero(~first)[0]] = True  # a key marked first twice
+    with pytest.raises(KernelError, match="bad argument"):
+        voxel.voxel_order(runs, twice, origin)
     first[np.flatnonzero(first)[0]] = False  # a key without its first run
     with pytest.raises(KernelError, match="bad argument"):
-        voxel.voxel_order(runs, first, slot, origin)
+        voxel.voxel_order(runs, first, origin)
 
 
 def test_compact_keys_keep_equality_and_order():
