@@ -129,7 +129,7 @@ def add_serve_options(p: argparse.ArgumentParser, default=None) -> None:
 
 PRECISION_HELP = (
     "LIDARSEG_PRECISION on the CPU: auto (bf16 where the CPU has AVX512_BF16 or AMX, "
-    "else fp32; the default), fp32, bf16; int8 is refused"
+    "else int8 where it has AVX512_VNNI, else fp32; the default), fp32, bf16, int8"
 )
 
 
@@ -180,6 +180,6 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return args.func(args)
-    except PrecisionError as e:  # int8, or a name only the environment could have given
+    except PrecisionError as e:  # int8 without AVX512_VNNI, or a name from the environment
         print(f"lidarseg: {e}", file=sys.stderr)
         return 2

@@ -38,6 +38,8 @@ FRAMES = {
     "ouster128": ("ouster/os1-128_lb_n3_scan0_xyzr.bin", 4),
 }
 DEFAULT_FRAMES = ("kitti00", "nuscenes", "ouster128")
+# the sensor (intensity convention) of the named frames that are not KITTI's
+SENSOR = {"nuscenes": "nuscenes", "ouster128": "ouster"}
 
 
 @dataclass

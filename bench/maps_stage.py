@@ -29,9 +29,6 @@ from app.inference.pipeline import SegmentationPipeline
 from bench import common
 from kernels.hashtable import CoordHashTable
 
-SENSOR = {"nuscenes": "nuscenes", "ouster128": "ouster"}
-
-
 def _before_submanifold_map(coords, table=None, kernel_size=3, dilation=1):
     """The 1x1 path as it was: a hash table of the level, then a look-up of zero offsets."""
     if kernel_size != 1:
@@ -79,7 +76,7 @@ def main(argv=None) -> int:
     now = build_pipeline(args.weights, args.device, args.cr)
     old = BeforePipeline(now.model, now.voxel_config, args.device, meta=now.meta)
     points = np.ascontiguousarray(common.load_frame(args.frame).points)
-    sensor = SENSOR.get(args.frame, "kitti")
+    sensor = common.SENSOR.get(args.frame, "kitti")
     keys = ("maps", "network", "maps+network", "total", "cpu")
     times: dict[str, dict[str, list[float]]] = {
         "before": {k: [] for k in keys},

@@ -85,13 +85,14 @@ def main(argv=None) -> int:
     print(
         f"# bench.precision weights={args.weights} threads={torch.get_num_threads()} "
         f"runs={args.runs} torch={torch.__version__}; CPU features {info['cpu_features']}; "
-        f"auto -> {info['running']}; bf16 kernel: {info['bf16_kernel']}"
+        f"auto -> {info['running']}; bf16 kernel: {info['bf16_kernel']}; "
+        f"int8 kernel: {info['int8_kernel']}"
     )
     report = {"cpu": info, "frames": {}}
     base = args.precisions[0]
     for frame_name in args.frames:
         frame = common.load_frame(frame_name, args.data)
-        sensor = "nuscenes" if frame_name == "nuscenes" else "kitti"
+        sensor = common.SENSOR.get(frame_name, "kitti")
         times, cpu = time_networks(pipes, frame.points, sensor, args.runs)
         labels = {name: pipe.segment(frame.points, sensor).labels for name, pipe in pipes.items()}
         row = {"points": len(frame.points)}

@@ -32,6 +32,9 @@ by more than --margin.
 
 --precision bf16 tunes the entries the engine reads in bf16 (keyed cpu/bf16/..., kernels/tuning.py):
 the grouped candidates then run torch's bf16 matmul, the fused one csrc/fused_bf16_cpu.cpp.
+--precision int8 has two candidates per shape: the int8 kernel (csrc/fused_int8_cpu.cpp, "int8")
+and the fallback precision (bf16 where the CPU has it natively, else fp32) with the setting the
+file already holds for it (tune that precision first); the entry keeps whichever is faster.
 
 The output follows kernels/tuning.py (version 1); this device's measured shapes are replaced, every
 other entry (other devices, other shapes) is kept. The engine reads the file at start-up
@@ -77,6 +80,8 @@ def s_text(s: float) -> str | int:
 
 
 def cand_name(eps: float, s: float, dataflow: str = "grouped") -> str:
+    if dataflow == "int8":
+        return "int8"
     if dataflow == "fused":
         return "fused" if (eps, s) == (0.0, 0.0) else f"fused(eps={eps:g},S={s_text(s)})"
     return f"eps={eps:g},S={s_text(s)}"
@@ -91,6 +96,12 @@ def fused_applies(device: torch.device, cin: int, cout: int, precision: str = "f
     """Whether the engine runs the fused dataflow for this shape (CPU; kernels/bf16.py for bf16)."""
     if device.type != "cpu":
         return False
+    if precision == "int8":
+        from kernels.bf16 import FP32_MAX_CIN
+        from kernels.precision import fused_int8_lanes
+
+        lanes = fused_int8_lanes()
+        return bool(lanes) and cout % lanes == 0 and cin % 4 == 0 and cin > FP32_MAX_CIN
     if precision == "bf16":
         from kernels.bf16 import FP32_MAX_CIN
         from kernels.precision import fused_bf16_lanes
@@ -107,6 +118,16 @@ def is_key_of(key: str, device_type: str, precision: str) -> bool:
     if precision == "fp32":
         return parts[0] == device_type and parts[1].startswith("k")
     return parts[:2] == [device_type, precision]
+
+
+def int8_candidates(table: GroupingTable, device, volume: int, cin: int, cout: int):
+    """--precision int8: the int8 kernel (where it takes the shape) and the fallback precision
+    with the file's setting for it, as [(representative, [members])]."""
+    from kernels.precision import fallback
+
+    other = as_setting(table.choose(device.type, volume, cin, cout, fallback("int8")))
+    kernel = [((0.0, 0.0, "int8"), [(0.0, 0.0, "int8")])]
+    return (kernel if fused_applies(device, cin, cout, "int8") else []) + [(other, [other])]
 
 
 def entry_of(setting) -> dict:
@@ -152,6 +173,8 @@ def measure_shape(kmaps, cin, cout, cands, device, runs, workspace, precision="f
     volume = kmaps[0].kernel_volume
     weight = (torch.randn(volume, cin, cout, generator=gen) / math.sqrt(volume * cin)).to(device)
     feats = [torch.randn(k.num_in, cin, generator=gen).to(device) for k in kmaps]
+    if precision == "int8":  # the layers int8 takes read ReLU outputs (kernels/int8.py)
+        feats = [f.relu_() for f in feats]
     configs = {
         rep: EngineConfig(
             precision=precision,
@@ -234,7 +257,7 @@ def main(argv=None) -> int:
     p.add_argument("--out", type=Path, default=DEFAULT_PATH)
     p.add_argument(
         "--precision",
-        choices=["fp32", "bf16"],
+        choices=["fp32", "bf16", "int8"],
         default="fp32",
         help="CPU arithmetic the entries are for (kernels/precision.py); bf16 entries "
         "are keyed cpu/bf16/...",
@@ -262,7 +285,7 @@ def main(argv=None) -> int:
             dev_key, file_defaults.get(device.type, BUILTIN_DEFAULTS.get(device.type, (0.0, 0.0)))
         )
     )
-    use_fused = device.type == "cpu" and not args.no_fused
+    use_fused = device.type == "cpu" and not args.no_fused and args.precision != "int8"
     if default[2] == "fused" and not use_fused:
         default = (default[0], default[1], "grouped")  # not a candidate here: its grouped form
     # One fused candidate: its offset order is the same for every (epsilon, S). It takes the
@@ -298,12 +321,18 @@ def main(argv=None) -> int:
             t0 = time.perf_counter()
             fused_here = bool(fused_cands) and fused_applies(device, cin, cout, args.precision)
             cands = grouped + (fused_cands if fused_here else [])
+            if args.precision == "int8":
+                cands = int8_candidates(
+                    GroupingTable.from_json(existing), device, volume, cin, cout
+                )
             score = measure_shape(
                 kmaps, cin, cout, cands, device, args.runs, workspace, args.precision
             )
             best = min(score, key=score.get)
             shape_default = (
-                default
+                cands[0][0]  # int8: the kernel where it applies, else the fallback
+                if args.precision == "int8"
+                else default
                 if (default[2] == "grouped" or fused_here)
                 else (default[0], default[1], "grouped")
             )
@@ -325,7 +354,7 @@ def main(argv=None) -> int:
                 measured[key][fused] = measured[key][(fused[0], fused[1], "grouped")]
             order = sorted(score, key=score.get)
             top = ", ".join(f"{cand_name(*r)} {score[r] * 1e3:.2f}" for r in order[:3])
-            sep = grouped[0][0]
+            sep = grouped[0][0] if args.precision != "int8" else cands[-1][0]
             extra = (
                 f", fused {score[fused] * 1e3:.2f} ms = {score[fused] / score[sep]:.2f}x separate"
                 if fused_here

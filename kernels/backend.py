@@ -58,6 +58,7 @@ POINTEE_DTYPES = {
     "int32_t": torch.int32,
     "int64_t": torch.int64,
     "uint8_t": torch.uint8,
+    "int8_t": torch.int8,
     "float": torch.float32,
     "double": torch.float64,
     "uint16_t": torch.float16,

@@ -19,52 +19,29 @@ Inference only: nothing here records autograd history.
 
 from __future__ import annotations
 
-import threading
-import weakref
-
 import torch
 
 from . import backend
 from .chunking import chunks
+from .derived import derived
 from .grouping import ExecutionPlan
 from .precision import fused_bf16_lanes
 from .rows import gather_rows, scatter_add_unique
 
 FP32_MAX_CIN = 8
 
-_lock = threading.RLock()  # re-entrant: a weakref callback may run inside a locked section
-_cache: dict[int, tuple] = {}  # id(weight) -> (weakref, version, data_ptr, plain, pairs)
-
 
 def bf16_weights(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
     """(plain [K, Cin, Cout] bf16, pairs [K, Cin/2, Cout, 2] bf16 or None for odd Cin), cached
     per weight tensor until it changes."""
-    key = id(weight)
-    with _lock:
-        hit = _cache.get(key)
-        if (
-            hit is not None
-            and hit[0]() is weight
-            and hit[1:3] == (weight._version, weight.data_ptr())
-        ):
-            return hit[3], hit[4]
+    return derived(weight, "bf16", _bf16_copies)
+
+
+def _bf16_copies(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
     plain = weight.detach().to(torch.bfloat16).contiguous()
     k, cin, cout = plain.shape
     pairs = None if cin % 2 else plain.view(k, cin // 2, 2, cout).transpose(2, 3).contiguous()
-    with _lock:
-        _cache[key] = (
-            weakref.ref(weight, lambda _r, key=key: _forget(key)),  # type: ignore[misc]
-            weight._version,
-            weight.data_ptr(),
-            plain,
-            pairs,
-        )
     return plain, pairs
-
-
-def _forget(key: int) -> None:
-    with _lock:
-        _cache.pop(key, None)
 
 
 def conv_bf16(

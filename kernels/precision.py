@@ -1,13 +1,19 @@
 """Which arithmetic precision the CPU engine runs, chosen at run time from the CPU's features.
 
     auto  (default) bf16 where the CPU multiplies bf16 natively (AVX512_BF16 dot products, or
-          AMX tiles, which torch's bf16 matmul uses), else fp32
+          AMX tiles, which torch's bf16 matmul uses), else int8 where it has AVX512_VNNI, else
+          fp32
     fp32  everything in fp32
     bf16  inputs and weights of every sparse conv rounded to bf16, products summed in fp32
           (the fused kernel, csrc/fused_bf16_cpu.cpp, or torch's bf16 matmul on the grouped
           path); outputs, biases, residuals and the head stay fp32. Pinned on a CPU without
           native bf16 it still runs (torch's bf16 matmul, slower than fp32).
-    int8  refused: not offered (see INT8_REFUSAL)
+    int8  input rows of every sparse conv as uint8 with one scale per row (measured as the row is
+          quantized: nothing to calibrate), weights as int8 with one scale per offset and output
+          channel, products summed exactly in int32 by AVX512_VNNI dot products
+          (csrc/fused_int8_cpu.cpp); outputs, biases, residuals and the head stay fp32. Convs it
+          does not apply to (the input layer, negative inputs) run in the fallback precision:
+          bf16 where the CPU has it natively, else fp32. Refused on a CPU without AVX512_VNNI.
 
 On CUDA the precision is the model's dtype (fp16 models run fp16); this setting is CPU-only and
 `resolve` answers fp32 for other devices.
@@ -21,13 +27,7 @@ from pathlib import Path
 import torch
 
 PRECISIONS = ("auto", "fp32", "bf16", "int8")
-RUNNABLE = ("fp32", "bf16")
-INT8_REFUSAL = (
-    "int8 is not offered: it needs per-channel activation scales calibrated on "
-    "training frames and an accuracy check against the bar (labels >= 99.5 % equal to "
-    "fp32 on every real frame, mIoU within 0.005), and neither exists yet; "
-    "use auto, fp32 or bf16"
-)
+RUNNABLE = ("fp32", "bf16", "int8")
 # /proc/cpuinfo flag -> the name reported (and printed in the README's precision table)
 FEATURE_FLAGS = {
     "amx_bf16": "AMX_BF16",
@@ -84,29 +84,66 @@ def fused_bf16_lanes() -> int:
     return int(backend.library("cpu").ls_fused_bf16_lanes_cpu())
 
 
+@functools.lru_cache(maxsize=1)
+def fused_int8_lanes() -> int:
+    """16 where the fused int8 kernel runs on this CPU (AVX512_VNNI, found at run time by the
+    library itself), else 0."""
+    from . import backend
+
+    return int(backend.library("cpu").ls_fused_int8_lanes_cpu())
+
+
 def native_bf16() -> bool:
     """Whether this CPU multiplies bf16 natively (our fused kernel or torch's AMX matmul)."""
     return fused_bf16_lanes() > 0 or "AMX_BF16" in cpu_features()
 
 
 def validate(name: str | None) -> str:
-    """The canonical name of a requested precision; PrecisionError for unknown names or int8."""
+    """The canonical name of a requested precision; PrecisionError for unknown names."""
     value = (name or "auto").strip().lower()
     if value not in PRECISIONS:
         raise PrecisionError(f"unknown precision {name!r}: one of {', '.join(PRECISIONS)}")
-    if value == "int8":
-        raise PrecisionError(INT8_REFUSAL)
     return value
 
 
+INT8_FEATURES = ("AVX512F", "AVX512_VNNI")  # what the int8 kernel needs (FEATURE_FLAGS names)
+
+
+def offered(name: str | None) -> str:
+    """validate(name), and for int8 whether this CPU has what the int8 kernel needs, by its
+    /proc/cpuinfo flags (no kernel library loaded: the settings check at start-up)."""
+    value = validate(name)
+    if value == "int8" and not set(INT8_FEATURES) <= set(cpu_features()):
+        raise PrecisionError(_no_int8())
+    return value
+
+
+def _no_int8() -> str:
+    return (
+        "int8 needs AVX512_VNNI, which this CPU lacks "
+        f"(it has: {', '.join(cpu_features()) or 'none of them'}); use auto, fp32 or bf16"
+    )
+
+
 def resolve(name: str | None, device: str | torch.device = "cpu") -> str:
-    """What runs for a requested precision on a device: fp32 or bf16."""
+    """What runs for a requested precision on a device: fp32, bf16 or int8 (PrecisionError for
+    int8 on a CPU without AVX512_VNNI)."""
     value = validate(name)
     if torch.device(device).type != "cpu":
         return "fp32"
     if value == "auto":
-        return "bf16" if native_bf16() else "fp32"
+        return "bf16" if native_bf16() else "int8" if fused_int8_lanes() else "fp32"
+    if value == "int8" and not fused_int8_lanes():
+        raise PrecisionError(_no_int8())
     return value
+
+
+def fallback(precision: str) -> str:
+    """What a conv runs in where `precision` does not apply to it: int8's is bf16 where the CPU
+    multiplies bf16 natively, else fp32; the others are their own."""
+    if precision == "int8":
+        return "bf16" if native_bf16() else "fp32"
+    return precision
 
 
 def describe(requested: str | None, running: str) -> dict:
@@ -122,4 +159,5 @@ def describe(requested: str | None, running: str) -> dict:
             if "AMX_BF16" in cpu_features()
             else "torch bf16 matmul (no native bf16: slower than fp32)"
         ),
+        "int8_kernel": "fused AVX512_VNNI" if fused_int8_lanes() > 0 else "none (no AVX512_VNNI)",
     }

@@ -8,12 +8,14 @@ File format (JSON):
      "entries": {"cpu/k27/64x64": {"epsilon": 0.0, "S": 0, "ms": {...measurements...}}, ...}}
 S may be the string "inf". "dataflow" is "grouped" (gather, grouped mm/bmm, scatter: the default)
 or "fused" (CPU only: fetch-on-demand gather-GEMM-scatter in one kernel, offsets in the order the
-grouping gives). A shape missing from `entries` takes the entry of the same device and
+grouping gives); int8 entries (below) say "int8" where the int8 kernel runs the shape, else the
+setting of their fallback precision, which then runs it (kernels/precision.py, fallback). A shape missing from `entries` takes the entry of the same device and
 kernel volume with the nearest Cin * Cout, then the device default.
 
 Precision (kernels/precision.py) is part of the device: fp32 entries and defaults are keyed by
 the device type alone ("cpu/k27/64x64", "cpu"), the others by device type and precision
-("cpu/bf16/k27/64x64", "cpu/bf16"); a precision with no default of its own takes the device's.
+("cpu/bf16/k27/64x64", "cpu/bf16"); a precision with no default of its own takes the built-in
+one (cpu/int8: the int8 kernel), else the device's.
 """
 
 from __future__ import annotations
@@ -33,7 +35,9 @@ DEFAULT_PATH = Path(__file__).resolve().parent / "tuned" / "grouping.json"
 BUILTIN_DEFAULTS: dict[str, tuple[float, float, str]] = {
     "cpu": (0.0, 0.0, "fused"),
     "cuda": (0.3, 65536.0, "grouped"),
+    "cpu/int8": (0.0, 0.0, "int8"),
 }
+DATAFLOWS = ("grouped", "fused", "int8")
 
 
 def device_key(device_type: str, precision: str = "fp32") -> str:
@@ -52,8 +56,8 @@ def _threshold(value) -> float:
 
 def _setting(v: dict, fallback: str = "grouped") -> tuple[float, float, str]:
     dataflow = v.get("dataflow", fallback)
-    if dataflow not in ("grouped", "fused"):
-        raise ValueError(f"unknown dataflow {dataflow!r} (grouped or fused)")
+    if dataflow not in DATAFLOWS:
+        raise ValueError(f"unknown dataflow {dataflow!r} (one of {', '.join(DATAFLOWS)})")
     return float(v["epsilon"]), _threshold(v["S"]), dataflow
 
 
@@ -82,7 +86,8 @@ class GroupingTable:
                 if near
                 else self.defaults.get(
                     device_key(device_type, precision),
-                    self.defaults.get(device_type, BUILTIN_DEFAULTS["cpu"]),
+                    BUILTIN_DEFAULTS.get(device_key(device_type, precision))
+                    or self.defaults.get(device_type, BUILTIN_DEFAULTS["cpu"]),
                 )
             )
         return (*found, "grouped") if len(found) == 2 else found

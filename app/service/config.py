@@ -77,9 +77,9 @@ class Settings(BaseSettings):
     @field_validator("precision")
     @classmethod
     def _precision_offered(cls, v):
-        from kernels.precision import validate
+        from kernels.precision import offered
 
-        return validate(v)  # int8 is refused here, at start-up, with the reason
+        return offered(v)  # int8 on a CPU without AVX512_VNNI is refused here, at start-up
 
     @model_validator(mode="after")
     def _cuda_available(self):

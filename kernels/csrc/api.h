@@ -104,6 +104,28 @@ LS_API int ls_fused_conv_bf16_cpu(const ls_bf16* x, int64_t cin, const ls_bf16* 
                                   const float* residual, int32_t relu, int64_t num_out,
                                   float* out);
 
+// The int8 twin (fused_int8_cpu.cpp): q [n_in, cin] uint8 input rows with row_scale [n_in]
+// (x ~ q * row_scale), w_packed int8 in quads of input channels, w_packed[k][g][o][j] =
+// wq[k][4g + j][o] (g < cin / 4), with w_scale [num_kernels, cout] (w ~ wq * w_scale); each
+// entry's products summed exactly in int32 (AVX512_VNNI), times row_scale * w_scale in fp32,
+// added into out; bias, residual and out in fp32 as above. cin a multiple of 4, cout of 16.
+// ls_fused_int8_lanes_cpu() is 16 where this CPU has AVX512_VNNI (checked at run time) and 0
+// where it has not; the conv then returns kStatusBadArgument.
+// ls_quantize_rows_u8_cpu: per row of x [n, c], q = rint(x * (255 / row max)) and scale =
+// row max / 255 (a row of zeros: q 0, scale 0); *negative = 1 when some value is negative, NaN
+// or inf (q then means nothing: the caller keeps another precision); AVX512_VNNI CPUs only, as
+// the conv.
+LS_API int ls_fused_int8_lanes_cpu(void);
+LS_API int ls_quantize_rows_u8_cpu(const float* x, int64_t n, int64_t c, uint8_t* q,
+                                   float* scale, int64_t* negative);
+LS_API int ls_fused_conv_int8_cpu(const uint8_t* q, const float* row_scale, int64_t cin,
+                                  const int8_t* w_packed, const float* w_scale, int64_t cout,
+                                  const int32_t* in_idx, const int32_t* out_idx,
+                                  const int64_t* bounds, const int32_t* kernel_order,
+                                  int64_t num_kernels, int32_t identity, const float* bias,
+                                  const float* residual, int32_t relu, int64_t num_out,
+                                  float* out);
+
 // Per kernel index, the entries reordered by output row (each offset's outputs are distinct).
 LS_API int ls_sort_entries_by_out_cpu(const int32_t* in_idx, const int32_t* out_idx,
                                       const int64_t* bounds, int64_t num_kernels, int64_t num_out,

@@ -244,7 +244,7 @@ def test_bad_settings_fail_fast():
         **__import__("os").environ,
         "LIDARSEG_QUEUE_SIZE": "0",
         "LIDARSEG_RANGE_POLICY": "maybe",
-        "LIDARSEG_PRECISION": "int8",
+        "LIDARSEG_PRECISION": "fp8",
     }
     proc = subprocess.run(
         [sys.executable, "-m", "app", "serve", "--port", "1"],
@@ -256,4 +256,4 @@ def test_bad_settings_fail_fast():
     )
     assert proc.returncode == 2
     assert "queue_size" in proc.stderr and "range_policy" in proc.stderr
-    assert "int8 is not offered" in proc.stderr
+    assert "precision" in proc.stderr and "'fp8'" in proc.stderr

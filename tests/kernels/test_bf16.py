@@ -122,8 +122,6 @@ def test_precision_names():
     assert precision.resolve("auto") == ("bf16" if precision.native_bf16() else "fp32")
     assert precision.resolve(None) == precision.resolve("auto")
     assert precision.resolve("bf16", "cuda") == "fp32"  # CPU-only setting
-    with pytest.raises(precision.PrecisionError, match="int8 is not offered"):
-        precision.resolve("int8")
     with pytest.raises(precision.PrecisionError, match="unknown precision"):
         precision.resolve("fp8")
 
@@ -134,6 +132,8 @@ def test_auto_follows_the_cpu_features():
         assert precision.fused_bf16_lanes() == 16
     if "AVX512_BF16" in features or "AMX_BF16" in features:
         assert precision.resolve("auto") == "bf16"
+    elif precision.fused_int8_lanes():
+        assert precision.resolve("auto") == "int8"
     else:
         assert precision.resolve("auto") == "fp32"
 

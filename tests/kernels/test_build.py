@@ -1,8 +1,9 @@
 """Portable kernel builds: named ISA levels, keys that see the resolved target, prebuilt look-up.
 
 The ISA checks disassemble the built libraries (objdump): an x86-64-v3 library must hold no
-AVX-512 (zmm) instruction whatever the build host has, except in the run-time dispatched bf16
-kernel (fused_bf16_cpu.cpp, reached only after the CPU feature check); the v4 one must. The CUDA
+AVX-512 (zmm) instruction whatever the build host has, except in the run-time dispatched bf16 and
+int8 kernels (fused_bf16_cpu.cpp, fused_int8_cpu.cpp, reached only after the CPU feature check);
+the v4 one must. The CUDA
 build runs without a GPU and its fat binary is read back for the machine code it holds.
 """
 
@@ -25,9 +26,11 @@ needs_objdump = pytest.mark.skipif(shutil.which("objdump") is None, reason="objd
 needs_nvcc = pytest.mark.skipif(build.nvcc_path() is None, reason="nvcc not found")
 
 
-# The one translation unit allowed AVX-512 in a portable library: its functions carry target
+# The translation units allowed AVX-512 in a portable library: their functions carry target
 # attributes and run only after the run-time CPU feature check (kernels/precision.py).
-RUNTIME_DISPATCHED = Path(build.__file__).parent / "csrc" / "fused_bf16_cpu.cpp"
+RUNTIME_DISPATCHED = tuple(
+    Path(build.__file__).parent / "csrc" / name for name in ("fused_bf16_cpu.cpp", "fused_int8_cpu.cpp")
+)
 
 
 def _zmm_by_function(lib: Path) -> dict[str, int]:
@@ -51,7 +54,7 @@ def _zmm_by_function(lib: Path) -> dict[str, int]:
 
 
 def _zmm_outside_dispatch(lib: Path) -> dict[str, int]:
-    dispatched = RUNTIME_DISPATCHED.read_text()
+    dispatched = "".join(path.read_text() for path in RUNTIME_DISPATCHED)
     return {f: n for f, n in _zmm_by_function(lib).items() if f" {f}(" not in dispatched}
 
 

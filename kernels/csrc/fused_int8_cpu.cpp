@@ -1,0 +1,194 @@
+// The int8 twin of fused_cpu.cpp: input rows as uint8 with one scale per row, weights as int8 with
+// one scale per (offset, output channel), products summed exactly in int32 by AVX512_VNNI dot
+// products (vpdpbusd: per int32 lane, acc += four u8 * s8 products), each entry's sum then scaled
+// to fp32 and added into the fp32 output; bias, residual and epilogue in fp32; the same walk over
+// the map (fused_driver.h).
+//
+// Rows are quantized at run time (ls_quantize_rows_u8_cpu): q = rint(x * (255 / max of the row)),
+// scale = max / 255, so a row is its own calibration and nothing is calibrated ahead. Only rows
+// without negative values are taken (every MinkUNet conv after the first reads ReLU outputs);
+// the quantizer says when it met one, and the caller keeps bf16 or fp32 for that conv.
+//
+// As in fused_bf16_cpu.cpp, only the functions below that use AVX512_VNNI are compiled for it
+// (target attributes), and they run only after ls_fused_int8_lanes_cpu() has found it.
+//
+// Weights come packed in quads of input channels (the layout vpdpbusd reads):
+//   wq[k][g][o][j] = q(w[k][4g + j][o]),  g < cin / 4, j < 4
+// so one 64-byte load holds 16 output channels of four input channels, and one input row's four
+// channels are one 32-bit broadcast. cin must be a multiple of 4, cout of 16.
+#include <string.h>
+
+#include "api.h"
+#include "fused_driver.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#define LS_HAVE_INT8_DOT 1
+#define LS_VNNI_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni")))
+#else
+#define LS_HAVE_INT8_DOT 0
+#endif
+
+namespace {
+
+constexpr int kLanes = 16;  // int32 accumulators per vector
+constexpr int64_t kQuantizeParallel = 1 << 18;  // values below which one thread quantizes
+
+#if LS_HAVE_INT8_DOT
+constexpr int kRows = 6;  // map entries per tile: 6 x 4 accumulators + 4 weights + 1 input
+constexpr int kVecs = 4;  // up to 4 vectors (64 output channels) per tile
+
+inline __mmask16 lane_mask(int64_t left) {
+  return left >= kLanes ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1);
+}
+
+// One tile: rows in[0..rows) of q times wq[:, :, col .. col + NV * 16), scaled by the row's scale
+// and the weight's, added into (or stored in, when kStore) the out rows.
+template <int NV, bool kStore>
+__attribute__((always_inline)) LS_VNNI_TARGET inline void tile(
+    const uint8_t* q, const float* row_scale, int64_t cin, const int8_t* wq,
+    const float* w_scale, int64_t cout, int64_t col, const int32_t* in,
+    const int32_t* out_rows, int rows, float* out) {
+  __m512i acc[kRows][NV];
+  for (int r = 0; r < kRows; ++r)
+    for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_setzero_si512();
+  const uint8_t* src[kRows];
+  for (int r = 0; r < kRows; ++r) src[r] = q + (int64_t)in[r < rows ? r : 0] * cin;
+  for (int64_t g = 0; g < cin / 4; ++g) {
+    __m512i wv[NV];
+    for (int v = 0; v < NV; ++v) wv[v] = _mm512_loadu_si512(wq + (g * cout + col + v * kLanes) * 4);
+    for (int r = 0; r < kRows; ++r) {
+      int32_t quad;
+      memcpy(&quad, src[r] + 4 * g, sizeof(quad));
+      const __m512i s = _mm512_set1_epi32(quad);
+      for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_dpbusd_epi32(acc[r][v], s, wv[v]);
+    }
+  }
+  __m512 ws[NV];
+  for (int v = 0; v < NV; ++v) ws[v] = _mm512_loadu_ps(w_scale + col + v * kLanes);
+  for (int r = 0; r < rows; ++r) {
+    const __m512 rs = _mm512_set1_ps(row_scale[in[r]]);
+    float* dst = out + (int64_t)out_rows[r] * cout + col;
+    for (int v = 0; v < NV; ++v) {
+      const __m512 sum = _mm512_cvtepi32_ps(acc[r][v]), scale = _mm512_mul_ps(ws[v], rs);
+      const __m512 value = kStore ? _mm512_mul_ps(sum, scale)
+                                  : _mm512_fmadd_ps(sum, scale, _mm512_loadu_ps(dst + v * kLanes));
+      _mm512_storeu_ps(dst + v * kLanes, value);
+    }
+  }
+}
+
+// One row of x quantized: q = rint(x * (255 / max)) (round to nearest even, as MXCSR's default
+// and rintf), scale = max / 255; false when the row has a negative value, NaN or inf.
+LS_VNNI_TARGET bool quantize_row(const float* row, int64_t c, uint8_t* q, float* scale) {
+  const __m512 zero = _mm512_setzero_ps(), big = _mm512_set1_ps(3.40282347e38f);
+  __m512 top = zero;
+  __mmask16 bad = 0;
+  for (int64_t j = 0; j < c; j += kLanes) {
+    const __mmask16 m = lane_mask(c - j);
+    const __m512 v = _mm512_maskz_loadu_ps(m, row + j);
+    bad |= _mm512_mask_cmp_ps_mask(m, v, zero, _CMP_NGE_UQ);  // negative or NaN
+    bad |= _mm512_mask_cmp_ps_mask(m, v, big, _CMP_GT_OQ);    // +inf
+    top = _mm512_max_ps(top, v);
+  }
+  const float most = _mm512_reduce_max_ps(top);
+  const __m512 inv = _mm512_set1_ps(most > 0.0f ? 255.0f / most : 0.0f);
+  for (int64_t j = 0; j < c; j += kLanes) {
+    const __mmask16 m = lane_mask(c - j);
+    const __m512i v = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_maskz_loadu_ps(m, row + j), inv));
+    _mm512_mask_cvtusepi32_storeu_epi8(q + j, m, v);  // 0..255 for the rows that count
+  }
+  *scale = most / 255.0f;
+  return bad == 0;
+}
+
+// Entries [0, m) of one offset (outputs owned by this thread) times that offset's packed weight.
+template <bool kStore>
+LS_VNNI_TARGET void entries_times_weight(const uint8_t* q, const float* row_scale, int64_t cin,
+                                         const int8_t* wq, const float* w_scale, int64_t cout,
+                                         const int32_t* in, const int32_t* out_rows, int64_t m,
+                                         float* out) {
+  for (int64_t first = 0; first < m; first += kRows) {
+    const int rows = (int)((m - first) < kRows ? (m - first) : kRows);
+    // ask for the next tile's scattered input and output rows while this one computes
+    for (int64_t e = first + kRows; e < first + 2 * kRows && e < m; ++e) {
+      const char* src_row = (const char*)(q + (int64_t)in[e] * cin);
+      const char* dst_row = (const char*)(out + (int64_t)out_rows[e] * cout);
+      for (int64_t b = 0; b < cin; b += 64) __builtin_prefetch(src_row + b);
+      for (int64_t b = 0; b < cout * 4; b += 64) __builtin_prefetch(dst_row + b, 1);
+    }
+    for (int64_t col = 0; col < cout; col += kVecs * kLanes) {
+      const int64_t vecs = (cout - col) / kLanes;
+      const int32_t* i = in + first;
+      const int32_t* o = out_rows + first;
+      if (vecs >= 4) {
+        tile<4, kStore>(q, row_scale, cin, wq, w_scale, cout, col, i, o, rows, out);
+      } else if (vecs == 3) {
+        tile<3, kStore>(q, row_scale, cin, wq, w_scale, cout, col, i, o, rows, out);
+      } else if (vecs == 2) {
+        tile<2, kStore>(q, row_scale, cin, wq, w_scale, cout, col, i, o, rows, out);
+      } else {
+        tile<1, kStore>(q, row_scale, cin, wq, w_scale, cout, col, i, o, rows, out);
+      }
+    }
+  }
+}
+
+bool cpu_has_int8_dot() {
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
+}
+#else
+bool cpu_has_int8_dot() { return false; }
+#endif
+
+}  // namespace
+
+LS_API int ls_fused_int8_lanes_cpu(void) { return cpu_has_int8_dot() ? kLanes : 0; }
+
+LS_API int ls_quantize_rows_u8_cpu(const float* x, int64_t n, int64_t c, uint8_t* q,
+                                   float* scale, int64_t* negative) {
+  if (!cpu_has_int8_dot() || n < 0 || c <= 0) return lidarseg::kStatusBadArgument;
+#if LS_HAVE_INT8_DOT
+  int64_t found = 0;
+#pragma omp parallel for schedule(static) reduction(| : found) if (n * c >= kQuantizeParallel)
+  for (int64_t r = 0; r < n; ++r) found |= !quantize_row(x + r * c, c, q + r * c, scale + r);
+  *negative = found;
+  return lidarseg::kStatusOk;
+#else
+  (void)x, (void)q, (void)scale, (void)negative;
+  return lidarseg::kStatusBadArgument;  // unreachable: no int8 dot product on this architecture
+#endif
+}
+
+LS_API int ls_fused_conv_int8_cpu(const uint8_t* q, const float* row_scale, int64_t cin,
+                                  const int8_t* w_packed, const float* w_scale, int64_t cout,
+                                  const int32_t* in_idx, const int32_t* out_idx,
+                                  const int64_t* bounds, const int32_t* kernel_order,
+                                  int64_t num_kernels, int32_t identity, const float* bias,
+                                  const float* residual, int32_t relu, int64_t num_out,
+                                  float* out) {
+  if (!cpu_has_int8_dot() || cout % kLanes != 0 || cin <= 0 || cin % 4 != 0 || num_out < 0) {
+    return lidarseg::kStatusBadArgument;
+  }
+#if LS_HAVE_INT8_DOT
+  lidarseg::run_fused(
+      w_packed, cin * cout, cin, cout, in_idx, out_idx, bounds, kernel_order, num_kernels,
+      identity, bias, residual, relu, num_out, out,
+      [=](bool store, const int8_t* w_k, const int32_t* in, const int32_t* rows, int64_t m,
+          float* dst) {
+        const float* s_k = w_scale + (w_k - w_packed) / cin;  // (k * cin * cout) / cin
+        if (store) {
+          entries_times_weight<true>(q, row_scale, cin, w_k, s_k, cout, in, rows, m, dst);
+        } else {
+          entries_times_weight<false>(q, row_scale, cin, w_k, s_k, cout, in, rows, m, dst);
+        }
+      });
+  return lidarseg::kStatusOk;
+#else
+  (void)q, (void)row_scale, (void)w_packed, (void)w_scale, (void)in_idx, (void)out_idx;
+  (void)bounds, (void)kernel_order, (void)num_kernels, (void)identity, (void)bias;
+  (void)residual, (void)relu, (void)out;
+  return lidarseg::kStatusBadArgument;  // unreachable: no int8 dot product on this architecture
+#endif
+}

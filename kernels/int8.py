@@ -1,0 +1,104 @@
+"""int8 inference on the CPU (kernels/precision.py says when it runs): a sparse conv's input rows
+as uint8 with one scale per row, its weights as int8 with one scale per (offset, output channel),
+products summed exactly in int32 by AVX512_VNNI dot products (csrc/fused_int8_cpu.cpp), each
+map entry's sum scaled to fp32 and added into the fp32 output (bias, residual, ReLU in fp32).
+
+Nothing is calibrated ahead of time: a row's scale is its own maximum / 255, measured as the row
+is quantized (one pass, ls_quantize_rows_u8_cpu), so a frame from another sensor or scene gets
+scales that fit it. Weights: scale = max |w| / 127 over the input channels of one offset and
+output channel, values rounded to the nearest int8. On the default model this keeps labels
+99.6-99.9 % equal to fp32 on every real frame in shared/ (README, precision table).
+
+Where it does not apply the conv runs as bf16 would (kernels/bf16.py: the fused bf16 kernel,
+else fp32): the input layer (at most FP32_MAX_CIN channels: raw point features, some negative),
+input rows with a negative value (every MinkUNet conv after the first reads ReLU outputs),
+widths the kernel does not take (Cin not a multiple of 4, Cout not of 16), a CPU without
+AVX512_VNNI. The int8 kernel is the fused dataflow only; the tuner's grouped / fused choice
+does not apply to it.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from . import backend
+from .bf16 import FP32_MAX_CIN
+from .derived import derived
+from .grouping import ExecutionPlan
+from .precision import fused_int8_lanes
+
+LANES = 16  # output channels per vector in the kernel: Cout must be a multiple
+
+
+def int8_weights(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(packed int8 [K, Cin/4, Cout, 4], scales fp32 [K, Cout]) of a [K, Cin, Cout] weight (Cin a
+    multiple of 4), cached per weight tensor until it changes."""
+    return derived(weight, "int8", quantize_weight)
+
+
+def quantize_weight(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Symmetric int8 per (offset, output channel): w ~ q * scale, q in [-127, 127]."""
+    w = weight.detach().float()
+    k, cin, cout = w.shape
+    scale = w.abs().amax(dim=1) / 127  # [K, Cout]
+    q = torch.round(w / scale.clamp_min(torch.finfo(torch.float32).tiny)[:, None, :])
+    q = q.clamp(-127, 127).to(torch.int8)
+    packed = q.view(k, cin // 4, 4, cout).transpose(2, 3).contiguous()
+    return packed, scale.contiguous()
+
+
+def quantize_rows(src: torch.Tensor, q: torch.Tensor, scale: torch.Tensor) -> bool:
+    """Fills q (uint8 [N, C]) and scale (fp32 [N]) from src (fp32 [N, C]); False (q unusable)
+    when src has a negative, NaN or infinite value."""
+    negative = torch.zeros(1, dtype=torch.int64)
+    n, c = src.shape
+    backend.call("quantize_rows_u8", "cpu", src, n, c, q, scale, negative)
+    return not bool(negative.item())
+
+
+def conv_int8(
+    src: torch.Tensor,
+    weight: torch.Tensor,
+    plan: ExecutionPlan,
+    workspace,
+    bias=None,
+    relu: bool = False,
+    residual=None,
+) -> torch.Tensor | None:
+    """The forward conv of engine.sparse_conv in int8 (src [N, Cin] fp32 -> [num_out, Cout]
+    fp32), or None where it does not apply (see the module doc)."""
+    n, cin = src.shape
+    cout = weight.shape[2]
+    lanes = fused_int8_lanes()
+    if cin <= FP32_MAX_CIN or cin % 4 or not lanes or cout % lanes:
+        return None
+    q = workspace.get(6, n, cin, torch.uint8, src.device)
+    row_scale = workspace.get(7, n, 1, torch.float32, src.device).view(n)
+    if not quantize_rows(src, q, row_scale):
+        return None
+    packed, w_scale = int8_weights(weight)
+    identity = -1 if plan.identity is None else plan.identity
+    dst = (torch.empty if identity >= 0 else torch.zeros)(plan.num_out, cout)
+    order = plan.kernel_order
+    backend.call(
+        "fused_conv_int8",
+        src.device,
+        q,
+        row_scale,
+        cin,
+        packed,
+        w_scale,
+        cout,
+        plan.kmap.in_idx,
+        plan.kmap.out_idx,
+        plan.bounds,
+        order,
+        order.numel(),
+        identity,
+        None if bias is None else bias.float().contiguous(),
+        None if residual is None else residual.float().contiguous(),
+        int(relu),
+        plan.num_out,
+        dst,
+    )
+    return dst
