@@ -1,7 +1,8 @@
 """HTTP round trip vs the in-process pipeline on the same frames, side by side.
 
     python -m bench.service [--frames kitti00 nuscenes ouster128] [--weights default]
-                            [--cr 1.0] [--device cpu] [--runs 7] [--url URL] [--json OUT]
+                            [--cr 1.0] [--device cpu] [--runs 7] [--precision auto]
+                            [--url URL] [--json OUT]
 
 Starts `python -m app serve` on a loopback port (unless --url points at a running one, which must
 serve the same model), posts each frame as raw binary asking for binary labels
@@ -24,14 +25,19 @@ import signal
 import statistics
 import time
 
-import httpx
-import numpy as np
-import torch
+from app.threads import configure_env
 
-from app.client import server_timing
-from app.inference.builder import build_pipeline
-from app.inference.pipeline import PIPELINE_STAGES, STAGES
-from bench import common
+configure_env()  # before torch loads libgomp: the in-process pipeline's OpenMP waits as the
+# server's does (passive); spinning threads left over from it would take the server's cores
+
+import httpx  # noqa: E402
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+from app.client import server_timing  # noqa: E402
+from app.inference.builder import build_pipeline  # noqa: E402
+from app.inference.pipeline import PIPELINE_STAGES, STAGES  # noqa: E402
+from bench import common  # noqa: E402
 
 # what the server's codec reports for the raw format: a raw kitti-layout body is sensor "kitti"
 # (the wire carries no intensity convention), so the Ouster frame runs as "kitti" on both sides
@@ -66,6 +72,11 @@ def main(argv=None) -> int:
     ap.add_argument("--cr", type=float, default=1.0, help="channel ratio of --weights random")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--runs", type=int, default=7)
+    ap.add_argument(
+        "--precision",
+        default="auto",
+        help="CPU precision of the server (LIDARSEG_PRECISION) and of the in-process pipeline",
+    )
     ap.add_argument("--url", default=None)
     ap.add_argument(
         "--json-pairs",
@@ -87,14 +98,18 @@ def main(argv=None) -> int:
         return observe.service_main(args)
 
     proc, url = (
-        (None, args.url) if args.url else common.start_server(args.weights, args.cr, args.device)
+        (None, args.url)
+        if args.url
+        else common.start_server(
+            args.weights, args.cr, args.device, env={"LIDARSEG_PRECISION": args.precision}
+        )
     )
-    pipeline = build_pipeline(args.weights, args.device, args.cr)
+    pipeline = build_pipeline(args.weights, args.device, args.cr, precision=args.precision)
     rows = []
     try:
         with httpx.Client(base_url=url, timeout=300) as http:
             print(
-                f"device {args.device}, weights {args.weights}, "
+                f"device {args.device}, weights {args.weights}, precision {pipeline.precision}, "
                 f"torch threads {torch.get_num_threads()}, "
                 f"median of {args.runs} runs, binary in and out"
             )
