@@ -17,7 +17,8 @@ PACKAGES = ("app", "models", "kernels", "train", "bench", "synth")
 
 # layer -> layers it may import (its own layer always allowed)
 ALLOWED: dict[str, set[str]] = {
-    "runtime": set(),  # app/threads.py: process set-up (thread counts), imports nothing of ours
+    # app/threads.py, app/heap.py: process set-up (thread counts, glibc's heap), nothing of ours
+    "runtime": set(),
     "kernels": set(),
     "models": {"kernels"},
     "codecs": set(),
@@ -25,7 +26,7 @@ ALLOWED: dict[str, set[str]] = {
     "service": {"inference", "codecs", "models", "kernels", "runtime"},
     "client": set(),
     "cli": {"inference", "codecs", "models", "kernels", "client", "runtime"},  # + SERVER_ENTRY
-    "app": {"cli", "runtime"},  # app/__main__.py sets up threads, then runs the command line
+    "app": {"cli", "runtime"},  # app/__main__.py sets up the process, then runs the command line
     "synth": {"models"},
     "train": {"inference", "codecs", "models", "kernels", "synth"},
     "bench": {"inference", "codecs", "models", "kernels", "client", "runtime"},
@@ -46,6 +47,7 @@ def layer(module: str) -> str:
         "client": "client",
         "cli": "cli",
         "threads": "runtime",
+        "heap": "runtime",
     }[parts[1]]
 
 
