@@ -29,6 +29,7 @@ from app.inference.pipeline import SegmentationPipeline
 from bench import common
 from kernels.hashtable import CoordHashTable
 
+
 def _before_submanifold_map(coords, table=None, kernel_size=3, dilation=1):
     """The 1x1 path as it was: a hash table of the level, then a look-up of zero offsets."""
     if kernel_size != 1:

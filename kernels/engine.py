@@ -39,7 +39,9 @@ class EngineConfig:
     """How sparse convolutions execute. Load the tuned grouping once at start-up and share it."""
 
     deterministic: bool = False
-    precision: str = "fp32"  # CPU inference: fp32, bf16 or int8 (kernels/precision.py resolves auto)
+    precision: str = (
+        "fp32"  # CPU inference: fp32, bf16 or int8 (kernels/precision.py resolves auto)
+    )
     grouping: GroupingTable = field(default_factory=GroupingTable.load_default)
     workspace: Workspace = field(default_factory=Workspace, compare=False, repr=False)
     memory_cap: int | None = None  # scratch bytes per conv; None: chunking.default_cap(device)

@@ -9,8 +9,9 @@ File format (JSON):
 S may be the string "inf". "dataflow" is "grouped" (gather, grouped mm/bmm, scatter: the default)
 or "fused" (CPU only: fetch-on-demand gather-GEMM-scatter in one kernel, offsets in the order the
 grouping gives); int8 entries (below) say "int8" where the int8 kernel runs the shape, else the
-setting of their fallback precision, which then runs it (kernels/precision.py, fallback). A shape missing from `entries` takes the entry of the same device and
-kernel volume with the nearest Cin * Cout, then the device default.
+setting of their fallback precision, which then runs it (kernels/precision.py, fallback).
+A shape missing from `entries` takes the entry of the same device and kernel volume with the
+nearest Cin * Cout, then the device default.
 
 Precision (kernels/precision.py) is part of the device: fp32 entries and defaults are keyed by
 the device type alone ("cpu/k27/64x64", "cpu"), the others by device type and precision

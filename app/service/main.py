@@ -34,8 +34,6 @@ _REQUEST_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 DOC_PATHS = ("/docs", "/openapi.json")
 
 
-
-
 def warmup_frame(n: int = 4000, seed: int = 0) -> np.ndarray:
     """A small synthetic KITTI-like frame: a ground plane and a few boxes, with intensity."""
     rng = np.random.default_rng(seed)

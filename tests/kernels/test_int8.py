@@ -88,7 +88,9 @@ def oracle(kmap, x, w, bias, res):
 def test_fused_int8_sums_int8_products_exactly(kind, cin, cout):
     kmap, x, w, bias, res = case(kind, cin, cout)
     with torch.no_grad():
-        out = sparse_conv(x, w, kmap, EngineConfig(precision="int8", grouping=INT8), bias, True, res)
+        out = sparse_conv(
+            x, w, kmap, EngineConfig(precision="int8", grouping=INT8), bias, True, res
+        )
     # int32 sums are exact; only the fp32 scaling and the fp32 sum over entries round
     torch.testing.assert_close(out.double(), oracle(kmap, x, w, bias, res), rtol=1e-5, atol=1e-5)
 
