@@ -24,6 +24,7 @@ import torch
 from . import backend
 from .chunking import chunks
 from .derived import derived
+from .fused import fused_output, walk_args
 from .grouping import ExecutionPlan
 from .precision import fused_bf16_lanes
 from .rows import gather_rows, scatter_add_unique
@@ -76,10 +77,8 @@ def conv_bf16(
 
 
 def _fused(xb, pairs, plan: ExecutionPlan, bias, relu, residual) -> torch.Tensor:
-    identity = -1 if plan.identity is None else plan.identity
     cout = pairs.shape[2]
-    dst = (torch.empty if identity >= 0 else torch.zeros)(plan.num_out, cout)
-    order = plan.kernel_order
+    dst = fused_output(plan, plan.num_out, cout)
     backend.call(
         "fused_conv_bf16",
         xb.device,
@@ -87,17 +86,7 @@ def _fused(xb, pairs, plan: ExecutionPlan, bias, relu, residual) -> torch.Tensor
         xb.shape[1],
         pairs,
         cout,
-        plan.kmap.in_idx,
-        plan.kmap.out_idx,
-        plan.bounds,
-        order,
-        order.numel(),
-        identity,
-        None if bias is None else bias.float().contiguous(),
-        None if residual is None else residual.float().contiguous(),
-        int(relu),
-        plan.num_out,
-        dst,
+        *walk_args(plan.kmap, plan, bias, residual, relu, dst),
     )
     return dst
 

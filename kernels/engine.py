@@ -27,6 +27,7 @@ import torch
 
 from . import backend
 from .chunking import Chunk, Piece, Workspace, chunks, default_cap, rows_under_cap
+from .fused import fused_output, walk_args
 from .grouping import ExecutionPlan, build_plan
 from .kmap import KernelMap
 from .precision import fallback
@@ -189,14 +190,7 @@ def _fused_conv(
     if src.dtype != torch.float32 or weight.shape[2] % lib.ls_fused_lanes_cpu() != 0:
         return None
     kmap = plan.kmap.transposed if transposed else plan.kmap  # entries sorted by output
-    order = plan.kernel_order
-    num_dst = plan.num_in if transposed else plan.num_out
-    identity = -1 if plan.identity is None else plan.identity
-    dst = (
-        src.new_empty(num_dst, weight.shape[2])
-        if identity >= 0
-        else src.new_zeros(num_dst, weight.shape[2])
-    )
+    dst = fused_output(plan, plan.num_in if transposed else plan.num_out, weight.shape[2])
     backend.call(
         "fused_conv_f32",
         src.device,
@@ -204,17 +198,7 @@ def _fused_conv(
         src.shape[1],
         weight,
         weight.shape[2],
-        kmap.in_idx,
-        kmap.out_idx,
-        plan.bounds,
-        order,
-        order.numel(),
-        identity,
-        None if bias is None else bias.contiguous(),
-        None if residual is None else residual.contiguous(),
-        int(relu),
-        num_dst,
-        dst,
+        *walk_args(kmap, plan, bias, residual, relu, dst),
     )
     return dst
 

@@ -24,6 +24,7 @@ import torch
 from . import backend
 from .bf16 import FP32_MAX_CIN
 from .derived import derived
+from .fused import fused_output, walk_args
 from .grouping import ExecutionPlan
 from .precision import fused_int8_lanes
 
@@ -77,9 +78,7 @@ def conv_int8(
     if not quantize_rows(src, q, row_scale):
         return None
     packed, w_scale = int8_weights(weight)
-    identity = -1 if plan.identity is None else plan.identity
-    dst = (torch.empty if identity >= 0 else torch.zeros)(plan.num_out, cout)
-    order = plan.kernel_order
+    dst = fused_output(plan, plan.num_out, cout)
     backend.call(
         "fused_conv_int8",
         src.device,
@@ -89,16 +88,6 @@ def conv_int8(
         packed,
         w_scale,
         cout,
-        plan.kmap.in_idx,
-        plan.kmap.out_idx,
-        plan.bounds,
-        order,
-        order.numel(),
-        identity,
-        None if bias is None else bias.float().contiguous(),
-        None if residual is None else residual.float().contiguous(),
-        int(relu),
-        plan.num_out,
-        dst,
+        *walk_args(plan.kmap, plan, bias, residual, relu, dst),
     )
     return dst

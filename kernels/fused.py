@@ -1,0 +1,37 @@
+"""What the fused CPU kernels (csrc/fused_cpu.cpp, fused_bf16_cpu.cpp, fused_int8_cpu.cpp) take
+after their inputs and weights: one walk over the map (csrc/fused_driver.h), the same for the
+three precisions."""
+
+from __future__ import annotations
+
+import torch
+
+from .grouping import ExecutionPlan
+from .kmap import KernelMap
+
+
+def fused_output(plan: ExecutionPlan, num_dst: int, cout: int) -> torch.Tensor:
+    """The fp32 output [num_dst, cout]: uninitialised where the identity offset stores each row
+    first, else zeros."""
+    return (torch.empty if plan.identity is not None else torch.zeros)(num_dst, cout)
+
+
+def walk_args(
+    kmap: KernelMap, plan: ExecutionPlan, bias, residual, relu: bool, dst: torch.Tensor
+) -> tuple:
+    """The map, offset order, identity offset, epilogue and output arguments of a fused conv
+    (kmap: the plan's map, or its transpose; entries sorted by output row)."""
+    order = plan.kernel_order
+    return (
+        kmap.in_idx,
+        kmap.out_idx,
+        plan.bounds,
+        order,
+        order.numel(),
+        -1 if plan.identity is None else plan.identity,
+        None if bias is None else bias.float().contiguous(),
+        None if residual is None else residual.float().contiguous(),
+        int(relu),
+        dst.shape[0],
+        dst,
+    )
