@@ -20,15 +20,20 @@ over the runs plus --json-pairs more (binary, JSON) pairs.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import signal
 import statistics
 import time
 
+from app.heap import configure_malloc
 from app.threads import configure_env
 
-configure_env()  # before torch loads libgomp: the in-process pipeline's OpenMP waits as the
-# server's does (passive); spinning threads left over from it would take the server's cores
+# Before torch loads libgomp and before any thread starts: the in-process pipeline runs under
+# the server's settings. Its OpenMP waits passively (spinning threads left over from it would
+# take the server's cores), and glibc's heap is set as the server's is (app/heap.py).
+configure_env()
+configure_malloc()
 
 import httpx  # noqa: E402
 import numpy as np  # noqa: E402
@@ -142,6 +147,8 @@ def main(argv=None) -> int:
 
                 local_ms, remote_ms, stages, json_ms, json_stages = [], [], [], [], []
                 labels = local()  # warm-up
+                gc.collect()
+                gc.freeze()  # as the server does after its warm-up (app/service/main.py)
                 r = remote()
                 assert np.array_equal(np.frombuffer(r.content, np.uint8), labels), name
                 for _ in range(args.runs):  # interleaved: drift hits both alike
