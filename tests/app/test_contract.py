@@ -12,6 +12,7 @@ from app.inference import pipeline as pipeline_module
 from app.inference.builder import build_pipeline
 from app.inference.pipeline import STAGES
 from app.service.routes.segment import wants_binary
+from kernels.precision import fused_int8_lanes
 from tests.app.contract_helpers import (
     BIN,
     KITTI,
@@ -280,6 +281,21 @@ def test_model_probes_and_docs(http):
     assert {"413", "415", "422", "503", "504"} <= set(ok)
     assert {"/v1/model", "/healthz", "/readyz", "/metrics"} <= set(spec["paths"])
     assert http.get("/docs").status_code == 200
+
+
+@pytest.mark.skipif(not fused_int8_lanes(), reason="this CPU has no AVX512_VNNI")
+def test_a_pinned_precision_is_what_runs_and_what_is_reported():
+    """LIDARSEG_PRECISION=int8: /v1/model and /metrics say int8, and frames are segmented."""
+    require_real_data()
+    with serving(precision="int8") as client:
+        engine = client.get("/v1/model").json()["engine"]
+        assert engine["precision"] == engine["precision_requested"] == "int8"
+        info = client.get("/metrics").text.split("lidarseg_model_info{", 1)[1]
+        assert 'precision="int8"' in info.split("}", 1)[0]
+        r = client.post(
+            "/v1/segment?format=nuscenes", content=frame_bytes(NUSCENES), headers=WANT_BIN
+        )
+        assert r.status_code == 200 and len(r.content) == 34688
 
 
 def test_metrics_move(http):
