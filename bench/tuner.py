@@ -279,7 +279,8 @@ def main(argv=None) -> int:
     existing = load_existing(args.out)
     # the file's default as the engine reads it (a missing "dataflow" -> the built-in one's)
     dev_key = device_key(device.type, args.precision)
-    file_defaults = GroupingTable.from_json(existing).defaults
+    file_table = GroupingTable.from_json(existing)  # int8's fallback settings come from it
+    file_defaults = file_table.defaults
     default = as_setting(
         file_defaults.get(
             dev_key, file_defaults.get(device.type, BUILTIN_DEFAULTS.get(device.type, (0.0, 0.0)))
@@ -322,9 +323,7 @@ def main(argv=None) -> int:
             fused_here = bool(fused_cands) and fused_applies(device, cin, cout, args.precision)
             cands = grouped + (fused_cands if fused_here else [])
             if args.precision == "int8":
-                cands = int8_candidates(
-                    GroupingTable.from_json(existing), device, volume, cin, cout
-                )
+                cands = int8_candidates(file_table, device, volume, cin, cout)
             score = measure_shape(
                 kmaps, cin, cout, cands, device, args.runs, workspace, args.precision
             )

@@ -40,25 +40,22 @@ class EngineConfig:
     """How sparse convolutions execute. Load the tuned grouping once at start-up and share it."""
 
     deterministic: bool = False
-    precision: str = (
-        "fp32"  # CPU inference: fp32, bf16 or int8 (kernels/precision.py resolves auto)
-    )
+    # CPU inference: fp32, bf16 or int8 (kernels/precision.py resolves auto)
+    precision: str = "fp32"
     grouping: GroupingTable = field(default_factory=GroupingTable.load_default)
     workspace: Workspace = field(default_factory=Workspace, compare=False, repr=False)
     memory_cap: int | None = None  # scratch bytes per conv; None: chunking.default_cap(device)
 
-    def plan(self, kmap: KernelMap, cin: int, cout: int, device: torch.device) -> ExecutionPlan:
+    def plan(
+        self, kmap: KernelMap, cin: int, cout: int, device: torch.device
+    ) -> tuple[ExecutionPlan, bool]:
+        """The plan of one conv shape (its tuned grouping), and whether the int8 kernel runs it
+        (int8 precision and the shape's entry says "int8"; else the fallback precision does)."""
         epsilon, threshold, dataflow = self.grouping.choose(
             device.type, kmap.kernel_volume, cin, cout, self.precision
         )
-        return build_plan(kmap, epsilon, threshold, fused=dataflow in ("fused", "int8"))
-
-    def runs_int8(self, kernel_volume: int, cin: int, cout: int) -> bool:
-        """Whether an int8 conv of this shape takes the int8 kernel (its tuned entry says
-        "int8"), rather than its fallback precision."""
-        return self.precision == "int8" and (
-            self.grouping.choose("cpu", kernel_volume, cin, cout, "int8")[2] == "int8"
-        )
+        plan = build_plan(kmap, epsilon, threshold, fused=dataflow in ("fused", "int8"))
+        return plan, self.precision == "int8" and dataflow == "int8"
 
     def scratch_cap(self, device: torch.device) -> int:
         """Scratch bytes a conv may use on `device`: memory_cap, else chunking.default_cap."""
@@ -304,14 +301,14 @@ def _check_args(feats, weight, kmap: KernelMap, bias, residual) -> None:
         )
 
 
-def _reduced_precision(src, weight, plan, config: EngineConfig, bias, relu, residual):
+def _reduced_precision(src, weight, plan, int8: bool, config: EngineConfig, bias, relu, residual):
     """The CPU inference conv in int8 or bf16 where config.precision asks for it and the conv
     takes it (kernels/int8.py, kernels/bf16.py; an int8 conv whose shape the tuner gave to the
     fallback precision, or that the int8 kernel does not take, runs as that precision does),
     else None: fp32."""
     precision = config.precision
     if precision == "int8":
-        if config.runs_int8(weight.shape[0], weight.shape[1], weight.shape[2]):
+        if int8:
             from .int8 import conv_int8
 
             out = conv_int8(src, weight, plan, config.workspace, bias, relu, residual)
@@ -341,12 +338,14 @@ def sparse_conv(
     the CPU kernel's epilogue in inference)."""
     _check_args(feats, weight, kmap, bias, residual)
     cin, cout = weight.shape[1], weight.shape[2]
-    plan = config.plan(kmap, cin, cout, feats.device)
+    plan, int8 = config.plan(kmap, cin, cout, feats.device)
     max_rows = config.max_rows(cin, cout, feats.dtype, feats.device)
     extras = [t for t in (bias, residual) if t is not None]
     grads = torch.is_grad_enabled() and any(t.requires_grad for t in [feats, weight, *extras])
     if not grads and feats.device.type == "cpu" and feats.dtype == torch.float32:
-        out = _reduced_precision(feats.contiguous(), weight, plan, config, bias, relu, residual)
+        out = _reduced_precision(
+            feats.contiguous(), weight, plan, int8, config, bias, relu, residual
+        )
         if out is not None:
             return out
     if not grads:
