@@ -40,9 +40,8 @@ def main(argv=None) -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     p.add_argument("--frames", nargs="+", default=list(common.DEFAULT_FRAMES))
-    p.add_argument(
-        "--voxel", type=float, nargs="+", default=[0.1, 0.05]
-    )  # the default model's first
+    # the default model's voxel size first
+    p.add_argument("--voxel", type=float, nargs="+", default=[0.1, 0.05])
     p.add_argument("--runs", type=int, default=15)
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--data", default=None)
@@ -63,7 +62,7 @@ def compare(name: str, voxel: float, args) -> None:
     """Prints voxelize against the floor for one frame at one voxel size."""
     config = VoxelizeConfig(voxel_size=voxel)
     points = common.load_frame(name, args.data).points
-    sensor = "nuscenes" if name == "nuscenes" else "kitti"
+    sensor = common.SENSOR.get(name, "kitti")
     keys = packed_keys(points[np.isfinite(points[:, :3]).all(axis=1)], voxel)
     fns = {
         "voxelize": lambda: voxelize([points], config, sensor),
