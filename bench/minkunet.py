@@ -130,8 +130,8 @@ def main(argv=None) -> int:
                         net = ours["maps"] + ours["network"]
                         line += (
                             f" | spconv[1 thr] maps+network {sp['maps+network']:8.1f} ms |"
-                            f" ours maps+network {net:.1f} ms = "
-                            f"{sp['maps+network'] / net:.2f}x faster"
+                            f" ours maps+network {net:.1f} ms | ours/spconv = "
+                            f"{net / sp['maps+network']:.2f}x time"
                         )
                     print(line, flush=True)
     if args.json:

@@ -89,6 +89,15 @@ def _first_duplicate_rows(coords: torch.Tensor) -> list[int]:
     return (inverse == inverse[first]).nonzero().flatten().tolist()
 
 
+def raise_duplicates(coords: torch.Tensor) -> None:
+    """Raises DuplicateCoordinateError naming the first row that has a twin, and its twins."""
+    same = _first_duplicate_rows(coords)
+    raise DuplicateCoordinateError(
+        f"duplicate coordinate {coords[same[0]].tolist()} (batch, x, y, z) at rows {same}:"
+        " voxelize first so each voxel appears once"
+    )
+
+
 def raise_for_status(err: torch.Tensor, coords: torch.Tensor, what: str = "coordinate") -> None:
     """Raises the error the kernels recorded in err: the lowest status and, for it, the smallest
     row, so the same input raises the same error on every path and device. Which of two equal
@@ -106,11 +115,7 @@ def raise_for_status(err: torch.Tensor, coords: torch.Tensor, what: str = "coord
             f" x, y, z in [{COORD_MIN}, {COORD_MAX}]"
         )
     if status == backend.Status.DUPLICATE:
-        same = _first_duplicate_rows(coords)
-        raise DuplicateCoordinateError(
-            f"duplicate coordinate {coords[same[0]].tolist()} (batch, x, y, z) at rows {same}:"
-            " voxelize first so each voxel appears once"
-        )
+        raise_duplicates(coords)
     if status == backend.Status.PROBE_LIMIT:
         raise HashProbeError(
             f"hash insert of {value} (row {row}) needed more than {MAX_PROBES} probes"

@@ -29,7 +29,14 @@ from itertools import product
 import torch
 
 from . import backend
-from .hashtable import INT32_MAX, CoordHashTable, check_coords, new_error_buffer, raise_for_status
+from .hashtable import (
+    INT32_MAX,
+    CoordHashTable,
+    check_coords,
+    new_error_buffer,
+    raise_duplicates,
+    raise_for_status,
+)
 
 
 def kernel_offsets(kernel_size: int, padding: int, dilation: int = 1) -> torch.Tensor:
@@ -362,6 +369,8 @@ def downsample(
     else:
         nbr, counts = _parent_nbr(coords, values[slot_of_row], stride, num_out)
     in_idx, out_idx, count_list = _compact(nbr, counts)
+    if not downsample_needs_table(kernel_size, stride, padding) and sum(count_list) != n:
+        raise_duplicates(coords)  # equal rows took one (parent, position) cell: one was lost
     kmap = KernelMap(
         in_idx=in_idx,
         out_idx=out_idx,

@@ -8,7 +8,7 @@ from kernels.engine import EngineConfig
 
 from .layers import BatchNorm, ReLU, SparseConv3d, SparseInverseConv3d, SubMConv3d, cat
 from .sparse_tensor import CoordinateManager, SparseTensor
-from .spconv_compat import weight_from_spconv, weight_to_spconv
+from .spconv_compat import native_algo, weight_from_spconv, weight_to_spconv
 
 __all__ = [
     "BatchNorm",
@@ -20,6 +20,7 @@ __all__ = [
     "SparseTensor",
     "SubMConv3d",
     "cat",
+    "native_algo",
     "weight_from_spconv",
     "weight_to_spconv",
 ]

@@ -40,3 +40,12 @@ def weight_to_spconv(w: torch.Tensor) -> torch.Tensor:
     if k == 1:
         return w.contiguous().view(cout, 1, 1, 1, cin).clone()
     return w.reshape(k, k, k, cin, cout).permute(4, 0, 1, 2, 3).contiguous()
+
+
+def native_algo():
+    """spconv's Native algorithm (gather, GEMM, scatter), the one that runs on both the CPU and
+    CUDA. A build of spconv with CUDA picks implicit GEMM by default, which refuses CPU tensors,
+    so every spconv layer we build as a reference names this algorithm."""
+    import spconv.pytorch as spconv  # lazy: spconv is an optional dependency
+
+    return spconv.ConvAlgo.Native

@@ -27,7 +27,7 @@ import torch
 from torch import nn
 
 from .minkunet import MinkUNetConfig
-from .spconv_compat import weight_from_spconv, weight_to_spconv
+from .spconv_compat import native_algo, weight_from_spconv, weight_to_spconv
 
 # 4 stride-2 downsamplings: coordinates must be shifted by, and the spatial shape rounded to,
 # multiples of 2**4 so every level's floor(c / 2**k) agrees with ours and no voxel is dropped.
@@ -56,16 +56,18 @@ class SpconvResidualBlock(nn.Module):
         sp = _spconv()
         key = f"subm{stride}"
         self.net = sp.SparseSequential(
-            sp.SubMConv3d(cin, cout, 3, bias=False, indice_key=key),
+            sp.SubMConv3d(cin, cout, 3, bias=False, algo=native_algo(), indice_key=key),
             _bn(cout, config),
             nn.ReLU(),
-            sp.SubMConv3d(cout, cout, 3, bias=False, indice_key=key),
+            sp.SubMConv3d(cout, cout, 3, bias=False, algo=native_algo(), indice_key=key),
             _bn(cout, config),
         )
         self.shortcut = (
             nn.Identity()
             if cin == cout
-            else sp.SparseSequential(sp.SubMConv3d(cin, cout, 1, bias=False), _bn(cout, config))
+            else sp.SparseSequential(
+                sp.SubMConv3d(cin, cout, 1, bias=False, algo=native_algo()), _bn(cout, config)
+            )
         )
         self.relu = nn.ReLU()
 
@@ -88,7 +90,11 @@ class SpconvEncoderStage(nn.Module):
         super().__init__()
         sp = _spconv()
         self.down = _conv_bn_relu(
-            sp.SparseConv3d(cin, cin, 2, 2, bias=False, indice_key=f"down{stride}"), cin, config
+            sp.SparseConv3d(
+                cin, cin, 2, 2, bias=False, algo=native_algo(), indice_key=f"down{stride}"
+            ),
+            cin,
+            config,
         )
         self.blocks = _residual_stack(cin, cout, blocks, 2 * stride, config)
 
@@ -104,7 +110,9 @@ class SpconvDecoderStage(nn.Module):
         super().__init__()
         sp = _spconv()
         self.up = _conv_bn_relu(
-            sp.SparseInverseConv3d(cin, cout, 2, bias=False, indice_key=f"down{stride}"),
+            sp.SparseInverseConv3d(
+                cin, cout, 2, bias=False, algo=native_algo(), indice_key=f"down{stride}"
+            ),
             cout,
             config,
         )
@@ -129,10 +137,16 @@ class SpconvMinkUNet(nn.Module):
         cfg, cs = config, config.channels
         self.stem = sp.SparseSequential(
             _conv_bn_relu(
-                sp.SubMConv3d(cfg.in_channels, cs[0], 3, bias=False, indice_key="subm1"), cs[0], cfg
+                sp.SubMConv3d(
+                    cfg.in_channels, cs[0], 3, bias=False, algo=native_algo(), indice_key="subm1"
+                ),
+                cs[0],
+                cfg,
             ),
             _conv_bn_relu(
-                sp.SubMConv3d(cs[0], cs[0], 3, bias=False, indice_key="subm1"), cs[0], cfg
+                sp.SubMConv3d(cs[0], cs[0], 3, bias=False, algo=native_algo(), indice_key="subm1"),
+                cs[0],
+                cfg,
             ),
         )
         self.encoder = nn.ModuleList(

@@ -26,6 +26,7 @@ from collections import OrderedDict
 import torch
 from torch import nn
 
+from .spconv_compat import native_algo
 from .spunet import SpUNetConfig
 
 
@@ -47,16 +48,31 @@ class SpconvBasicBlock(nn.Module):
             sp.SparseSequential(nn.Identity())
             if cin == cout
             else sp.SparseSequential(
-                sp.SubMConv3d(cin, cout, kernel_size=1, bias=False), _bn(cout, config)
+                sp.SubMConv3d(cin, cout, kernel_size=1, bias=False, algo=native_algo()),
+                _bn(cout, config),
             )
         )
         self.conv1 = sp.SubMConv3d(
-            cin, cout, kernel_size=3, stride=1, padding=1, bias=False, indice_key=indice_key
+            cin,
+            cout,
+            kernel_size=3,
+            stride=1,
+            padding=1,
+            bias=False,
+            algo=native_algo(),
+            indice_key=indice_key,
         )
         self.bn1 = _bn(cout, config)
         self.relu = nn.ReLU()
         self.conv2 = sp.SubMConv3d(
-            cout, cout, kernel_size=3, stride=1, padding=1, bias=False, indice_key=indice_key
+            cout,
+            cout,
+            kernel_size=3,
+            stride=1,
+            padding=1,
+            bias=False,
+            algo=native_algo(),
+            indice_key=indice_key,
         )
         self.bn2 = _bn(cout, config)
 
@@ -96,6 +112,7 @@ class SpconvSpUNet(nn.Module):
                 kernel_size=5,
                 padding=1,
                 bias=False,
+                algo=native_algo(),
                 indice_key="stem",
             ),
             cfg.base_channels,
@@ -108,6 +125,7 @@ class SpconvSpUNet(nn.Module):
                     kernel_size=2,
                     stride=2,
                     bias=False,
+                    algo=native_algo(),
                     indice_key=f"spconv{s + 1}",
                 ),
                 cfg.channels[s],
@@ -125,6 +143,7 @@ class SpconvSpUNet(nn.Module):
                     cfg.dec_channels(s),
                     kernel_size=2,
                     bias=False,
+                    algo=native_algo(),
                     indice_key=f"spconv{s + 1}",
                 ),
                 cfg.dec_channels(s),
@@ -142,7 +161,12 @@ class SpconvSpUNet(nn.Module):
             for s in stages
         )
         self.final = sp.SubMConv3d(
-            cfg.channels[-1], cfg.num_classes, kernel_size=1, padding=1, bias=True
+            cfg.channels[-1],
+            cfg.num_classes,
+            kernel_size=1,
+            padding=1,
+            bias=True,
+            algo=native_algo(),
         )
 
     def forward(self, x):

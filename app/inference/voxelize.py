@@ -234,9 +234,11 @@ def _voxelize_by_sorting(
     if not rows or sum(len(r) for r in rows) == 0:
         coords, inverse = torch.zeros((0, 4), dtype=torch.int32), torch.zeros(0, dtype=torch.int64)
     else:
+        # on the target device: a GPU box without Open3D sorts there, not on one CPU thread
         coords, inverse = torch.unique(
-            torch.from_numpy(np.concatenate(rows)), dim=0, return_inverse=True
+            torch.from_numpy(np.concatenate(rows)).to(device), dim=0, return_inverse=True
         )
+        inverse = inverse.cpu()
     all_feats = np.concatenate(feats) if feats else np.zeros((0, len(config.features)), np.float32)
     vfeats = _voxel_means(inverse.numpy(), all_feats, len(coords))
     point_to_voxel, start = [], 0

@@ -18,7 +18,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from models import SparseConv3d, SparseTensor
+from models import SparseConv3d, SparseTensor, native_algo
 from tests.conftest import (
     FRAMES,
     coord_keys,
@@ -44,7 +44,9 @@ def _spconv_subm_pairs(spconv, coords: torch.Tensor, kernel_size: int = 3):
     shifted, _, shape = spconv_grid(coords)
     with single_thread(), torch.no_grad():
         x = spconv.SparseConvTensor(torch.zeros(coords.shape[0], 1), shifted, shape, 1)
-        y = spconv.SubMConv3d(1, 1, kernel_size, bias=False, indice_key="subm")(x)
+        y = spconv.SubMConv3d(1, 1, kernel_size, bias=False, algo=native_algo(), indice_key="subm")(
+            x
+        )
     data = y.indice_dict["subm"]
     assert data.is_subm
     return data.indice_pairs, data.indice_pair_num
@@ -163,7 +165,7 @@ def test_downsample_k2s2_map_equals_spconv_pairs(spconv, name, vs):
     n = coords.shape[0]
     with single_thread(), torch.no_grad():
         x = spconv.SparseConvTensor(torch.zeros(n, 1), shifted, shape, 1)
-        y = spconv.SparseConv3d(1, 1, 2, 2, bias=False, indice_key="down")(x)
+        y = spconv.SparseConv3d(1, 1, 2, 2, bias=False, algo=native_algo(), indice_key="down")(x)
     data = y.indice_dict["down"]
     assert not data.is_subm and data.indice_pairs.shape == (2, 8, n)
     with ours_threads():

@@ -21,6 +21,7 @@ from models import (
     SparseInverseConv3d,
     SparseTensor,
     SubMConv3d,
+    native_algo,
     weight_from_spconv,
     weight_to_spconv,
 )
@@ -81,7 +82,7 @@ def test_submconv3_gradients_match_spconv(spconv, device):
     r = torch.randn(len(coords), COUT, generator=g)
     torch.manual_seed(12)
     ours = SubMConv3d(CIN, COUT, 3)
-    ref = spconv.SubMConv3d(CIN, COUT, 3, bias=False, indice_key="s")
+    ref = spconv.SubMConv3d(CIN, COUT, 3, bias=False, algo=native_algo(), indice_key="s")
     with torch.no_grad():
         ref.weight.copy_(weight_to_spconv(ours.weight))
     with single_thread():
@@ -109,7 +110,7 @@ def test_sparseconv_k2s2_gradients_match_spconv(spconv, device):
     feats = torch.randn(len(coords), CIN, generator=g)
     torch.manual_seed(32)
     ours = SparseConv3d(CIN, COUT, 2, 2)
-    ref = spconv.SparseConv3d(CIN, COUT, 2, 2, bias=False, indice_key="d")
+    ref = spconv.SparseConv3d(CIN, COUT, 2, 2, bias=False, algo=native_algo(), indice_key="d")
     with torch.no_grad():
         ref.weight.copy_(weight_to_spconv(ours.weight))
     with single_thread():
@@ -137,9 +138,9 @@ def test_inverseconv_k2_gradients_match_spconv(spconv, device):
     fine = torch.randn(len(coords), CIN, generator=g)
     torch.manual_seed(42)
     down = SparseConv3d(CIN, CIN, 2, 2)
-    ref_down = spconv.SparseConv3d(CIN, CIN, 2, 2, bias=False, indice_key="d")
+    ref_down = spconv.SparseConv3d(CIN, CIN, 2, 2, bias=False, algo=native_algo(), indice_key="d")
     ours = SparseInverseConv3d(CIN, COUT, 2)
-    ref = spconv.SparseInverseConv3d(CIN, COUT, 2, bias=False, indice_key="d")
+    ref = spconv.SparseInverseConv3d(CIN, COUT, 2, bias=False, algo=native_algo(), indice_key="d")
     with torch.no_grad():
         ref_down.weight.copy_(weight_to_spconv(down.weight))
         ref.weight.copy_(weight_to_spconv(ours.weight))

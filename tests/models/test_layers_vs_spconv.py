@@ -22,6 +22,7 @@ from models import (
     SparseTensor,
     SubMConv3d,
     cat,
+    native_algo,
     weight_from_spconv,
     weight_to_spconv,
 )
@@ -96,7 +97,7 @@ def test_submconv3_matches_spconv(spconv, name, vs, c, device):
     coords, shifted, shift, shape, feats = _inputs(name, vs, c)
     torch.manual_seed(_seed("subm3", name, vs, c))
     ours = SubMConv3d(c, c, 3)
-    ref = spconv.SubMConv3d(c, c, 3, bias=False, indice_key="subm")
+    ref = spconv.SubMConv3d(c, c, 3, bias=False, algo=native_algo(), indice_key="subm")
     _copy_to_spconv(ours, ref)
     with torch.no_grad():
         with single_thread():
@@ -112,7 +113,7 @@ def _downsample_pair(spconv, name, vs, c, device="cpu"):
     coords, shifted, shift, shape, feats = _inputs(name, vs, c)
     torch.manual_seed(_seed("down", name, vs, c))
     ours = SparseConv3d(c, c, 2, 2)
-    ref = spconv.SparseConv3d(c, c, 2, 2, bias=False, indice_key="down")
+    ref = spconv.SparseConv3d(c, c, 2, 2, bias=False, algo=native_algo(), indice_key="down")
     _copy_to_spconv(ours, ref)
     with torch.no_grad():
         with single_thread():
@@ -144,7 +145,7 @@ def test_inverseconv_k2_matches_spconv(spconv, name, vs, c, device):
     coarse = torch.randn(o.coords.shape[0], c, generator=g).to(device)
     torch.manual_seed(_seed("up", name, vs, c))
     ours = SparseInverseConv3d(c, c, 2)
-    ref = spconv.SparseInverseConv3d(c, c, 2, bias=False, indice_key="down")
+    ref = spconv.SparseInverseConv3d(c, c, 2, bias=False, algo=native_algo(), indice_key="down")
     _copy_to_spconv(ours, ref)
     with torch.no_grad():
         with single_thread():
@@ -168,7 +169,9 @@ def test_submconv_kernel_1_and_5_match_spconv(spconv, kernel_size, c_in, c_out):
     g = torch.Generator().manual_seed(_seed("k15", kernel_size, c_in, c_out))
     feats = torch.randn(coords.shape[0], c_in, generator=g)
     torch.manual_seed(_seed("k15w", kernel_size, c_in, c_out))
-    ref = spconv.SubMConv3d(c_in, c_out, kernel_size, bias=False, indice_key="k")
+    ref = spconv.SubMConv3d(
+        c_in, c_out, kernel_size, bias=False, algo=native_algo(), indice_key="k"
+    )
     ours = SubMConv3d(c_in, c_out, kernel_size)
     with torch.no_grad():
         ours.weight.copy_(weight_from_spconv(ref.weight.detach()))
@@ -199,7 +202,7 @@ def test_batchnorm_relu_cat_match_spconv_block(spconv):
     ref_bn = nn.BatchNorm1d(c)
     ref_bn.load_state_dict(bn.state_dict())
     ref_bn.eval()
-    ref_conv = spconv.SubMConv3d(c, c, 3, bias=False, indice_key="blk")
+    ref_conv = spconv.SubMConv3d(c, c, 3, bias=False, algo=native_algo(), indice_key="blk")
     _copy_to_spconv(conv, ref_conv)
     ref = spconv.SparseSequential(ref_conv, ref_bn, nn.ReLU())
     with torch.no_grad():
