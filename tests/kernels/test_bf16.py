@@ -119,7 +119,7 @@ def test_weight_conversion_is_cached_until_the_weight_changes():
 def test_precision_names():
     assert precision.resolve("fp32") == "fp32"
     assert precision.resolve("bf16") == "bf16"
-    assert precision.resolve("auto") == ("bf16" if precision.native_bf16() else "fp32")
+    assert precision.resolve("auto") in precision.RUNNABLE
     assert precision.resolve(None) == precision.resolve("auto")
     assert precision.resolve("bf16", "cuda") == "fp32"  # CPU-only setting
     with pytest.raises(precision.PrecisionError, match="unknown precision"):
@@ -130,10 +130,13 @@ def test_auto_follows_the_cpu_features():
     features = precision.cpu_features()
     if "AVX512_BF16" in features:
         assert precision.fused_bf16_lanes() == 16
-    if "AVX512_BF16" in features or "AMX_BF16" in features:
+    if "AMX_BF16" in features:
         assert precision.resolve("auto") == "bf16"
     elif precision.fused_int8_lanes():
+        assert "AVX512_VNNI" in features
         assert precision.resolve("auto") == "int8"
+    elif "AVX512_BF16" in features:
+        assert precision.resolve("auto") == "bf16"
     else:
         assert precision.resolve("auto") == "fp32"
 
