@@ -76,7 +76,7 @@ def main(argv=None) -> int:
     ap.add_argument("--frame", default="kitti00")
     ap.add_argument("--weights", default="random")
     ap.add_argument("--cr", type=float, default=1.0, help="channel ratio of --weights random")
-    ap.add_argument("--precision", default="fp32", help="auto, fp32 or bf16")
+    ap.add_argument("--precision", default="fp32", help="auto, fp32, bf16 or int8")
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--top", type=int, default=8)

@@ -107,7 +107,7 @@ class SegmentationPipeline:
         precision: str | None = None,
         meta: dict | None = None,
     ):
-        """precision: auto (None), fp32 or bf16 on the CPU (kernels/precision.py); an `engine`
+        """precision: auto (None), fp32, bf16 or int8 on the CPU (kernels/precision.py); an `engine`
         given keeps its own."""
         self.device = torch.device(device)
         self.meta = dict(meta or {})  # class names and colours, name, version (builder.py)
