@@ -119,6 +119,11 @@ class Workspace:
     def __init__(self):
         self._local = threading.local()
 
+    def memo(self) -> dict:
+        """This thread's dict for what one call leaves for the next (kernels/int8.py keeps the
+        last quantized input there)."""
+        return self._local.__dict__.setdefault("memo", {})
+
     def get(
         self,
         slot: int,

@@ -46,7 +46,9 @@ def test_concurrent_requests_are_batched(pipeline):
     """Frames posted at once over separate connections run as one batch; each gets the labels it
     gets alone."""
     require_real_data()
-    srv = Server(max_batch=4, max_wait_ms=300)
+    # three decodes at once: with the default (one slot per compute thread, 2 here) the third
+    # request is refused with 503 whenever the other two are still decoding (a loaded machine)
+    srv = Server(max_batch=4, max_wait_ms=300, decode_concurrency=3)
     try:
         with srv.client() as c:
             frames = [

@@ -142,3 +142,28 @@ def test_int8_is_offered_where_the_cpu_has_vnni():
             with pytest.raises(precision.PrecisionError, match="int8 needs AVX512_VNNI"):
                 check("int8")
     assert precision.resolve("int8", "cuda") == "fp32"  # CPU-only setting
+
+
+@needs_vnni
+def test_a_conv_reading_the_same_rows_reuses_their_quantization(monkeypatch):
+    """conv1 then the 1x1 shortcut of a residual block read one tensor: it is quantized once;
+    written in place in between, or another tensor at all, it is quantized again."""
+    import kernels.int8 as int8_module
+
+    kmap, x, w, bias, res = case("subm", 32, 32, seed=13)
+    w2 = w.flip(0).contiguous()
+    calls = []
+    real = int8_module.quantize_rows
+    monkeypatch.setattr(int8_module, "quantize_rows", lambda *a: calls.append(1) or real(*a))
+    config = EngineConfig(precision="int8", grouping=INT8)
+    with torch.no_grad():
+        first = sparse_conv(x, w, kmap, config)
+        second = sparse_conv(x, w2, kmap, config)
+        assert len(calls) == 1
+        assert torch.equal(second, sparse_conv(x.clone(), w2, kmap, config))  # another tensor
+        assert len(calls) == 2
+        x.mul_(0.5)  # written in place: its version moves on
+        halved = sparse_conv(x, w, kmap, config)
+        assert len(calls) == 3
+        assert torch.equal(halved, sparse_conv(x.clone(), w, kmap, config))
+        assert not torch.equal(halved, first)
