@@ -40,6 +40,13 @@ def _bn(channels: int, config: SpUNetConfig) -> nn.BatchNorm1d:
     return nn.BatchNorm1d(channels, eps=config.bn_eps, momentum=config.bn_momentum)
 
 
+def _subm3(cin: int, cout: int, indice_key: str) -> nn.Module:
+    """spconv's SubMConv3d k3 (padding 1, no bias) on the given indice key."""
+    return _spconv().SubMConv3d(
+        cin, cout, 3, stride=1, padding=1, bias=False, algo=native_algo(), indice_key=indice_key
+    )
+
+
 class SpconvBasicBlock(nn.Module):
     def __init__(self, cin: int, cout: int, indice_key: str, config: SpUNetConfig):
         super().__init__()
@@ -52,28 +59,10 @@ class SpconvBasicBlock(nn.Module):
                 _bn(cout, config),
             )
         )
-        self.conv1 = sp.SubMConv3d(
-            cin,
-            cout,
-            kernel_size=3,
-            stride=1,
-            padding=1,
-            bias=False,
-            algo=native_algo(),
-            indice_key=indice_key,
-        )
+        self.conv1 = _subm3(cin, cout, indice_key)
         self.bn1 = _bn(cout, config)
         self.relu = nn.ReLU()
-        self.conv2 = sp.SubMConv3d(
-            cout,
-            cout,
-            kernel_size=3,
-            stride=1,
-            padding=1,
-            bias=False,
-            algo=native_algo(),
-            indice_key=indice_key,
-        )
+        self.conv2 = _subm3(cout, cout, indice_key)
         self.bn2 = _bn(cout, config)
 
     def forward(self, x):
