@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from kernels import engine
-from kernels.chunking import chunks, rows_under_cap
+from kernels.chunking import chunks, default_cap, rows_under_cap
 from kernels.engine import EngineConfig, sparse_conv
 from kernels.grouping import build_plan
 from kernels.tuning import GroupingTable
@@ -99,3 +99,24 @@ def test_default_cap_bounds_the_scratch(device, monkeypatch):
     torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
     buffers = config.workspace._local.buffers
     assert all(b.numel() <= 163 * 8 for b in buffers.values())
+
+
+def test_cuda_free_memory_is_read_once_per_interval(monkeypatch):
+    """Every conv asks for the cap; cudaMemGetInfo is asked at most once per FREE_MEMORY_TTL_S
+    (runs without a GPU: the reading is faked)."""
+    import kernels.chunking as chunking
+
+    readings, clock = [], [100.0]
+    monkeypatch.delenv("LIDARSEG_ENGINE_SCRATCH_MB", raising=False)
+    monkeypatch.setattr(chunking, "_free_readings", {})
+    monkeypatch.setattr(chunking.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(
+        torch.cuda, "mem_get_info", lambda d: readings.append(d) or (8 << 30, 16 << 30)
+    )
+    gpu = torch.device("cuda", 0)
+    assert default_cap(gpu) == default_cap(gpu) == 2 << 30  # a quarter of 8 GiB free
+    assert len(readings) == 1
+    clock[0] += chunking.FREE_MEMORY_TTL_S
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda d: readings.append(d) or (1 << 30, 0))
+    assert default_cap(gpu) == 1 << 28  # read again: a quarter of 1 GiB
+    assert len(readings) == 2
