@@ -56,11 +56,11 @@ NVCC = shutil.which("nvcc")
 
 
 @pytest.mark.skipif(NVCC is None, reason="needs nvcc")
-def test_strip_fatbin_keeps_only_the_gpus_machine_code(tmp_path):
+def test_strip_fatbin_keeps_only_the_gpus_machine_code(tmp_path, monkeypatch):
     """A real fat binary from nvcc (sm_87 and sm_90 machine code, PTX) embedded in other bytes,
     with a stray magic number before it: the sm_90 ELF stays byte for byte, the rest of its block
     turns to zeros, and the file keeps its size and every entry header."""
-    sys.path.insert(0, str(REPO_ROOT / "deploy" / "gpu_check"))
+    monkeypatch.syspath_prepend(str(REPO_ROOT / "deploy" / "gpu_check"))  # for this test only
     import strip_fatbin
 
     (tmp_path / "k.cu").write_text("__global__ void k(float *x) { x[threadIdx.x] *= 2.0f; }\n")

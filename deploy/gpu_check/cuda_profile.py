@@ -1,6 +1,6 @@
 """Where a CUDA forward's time goes: torch.profiler over the pipeline on one real frame.
 
-    PYTHONPATH=. python deploy/gpu_check/profile.py [--device cuda] [--frame kitti00]
+    PYTHONPATH=. python deploy/gpu_check/cuda_profile.py [--device cuda] [--frame kitti00]
                                                     [--weights random] [--cr 1.0] [--runs 3]
 
 The H200 run of 2026-11-30 showed our CUDA maps and convs nearly flat in size (0.8 ms a map,
