@@ -42,6 +42,11 @@ DEFAULT_FRAMES = ("kitti00", "nuscenes", "ouster128")
 SENSOR = {"nuscenes": "nuscenes", "ouster128": "ouster"}
 
 
+def sensor_of(name: str) -> str:
+    """The sensor (intensity convention) a named frame is read with: SENSOR's, else KITTI's."""
+    return SENSOR.get(name, "kitti")
+
+
 @dataclass
 class Frame:
     name: str

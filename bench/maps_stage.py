@@ -77,7 +77,7 @@ def main(argv=None) -> int:
     now = build_pipeline(args.weights, args.device, args.cr)
     old = BeforePipeline(now.model, now.voxel_config, args.device, meta=now.meta)
     points = np.ascontiguousarray(common.load_frame(args.frame).points)
-    sensor = common.SENSOR.get(args.frame, "kitti")
+    sensor = common.sensor_of(args.frame)
     keys = ("maps", "network", "maps+network", "total", "cpu")
     times: dict[str, dict[str, list[float]]] = {
         "before": {k: [] for k in keys},

@@ -90,7 +90,7 @@ def main(argv=None) -> int:
     rows = []
     for name in args.frames:
         frame = common.load_frame(name)
-        sensor = "nuscenes" if "nuscenes" in name else ("ouster" if "ouster" in name else "kitti")
+        sensor = common.sensor_of(name)
         for cr in args.cr:
             for dtype in dtypes:
                 dname = "fp32" if dtype == torch.float32 else "fp16"

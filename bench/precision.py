@@ -92,7 +92,7 @@ def main(argv=None) -> int:
     base = args.precisions[0]
     for frame_name in args.frames:
         frame = common.load_frame(frame_name, args.data)
-        sensor = common.SENSOR.get(frame_name, "kitti")
+        sensor = common.sensor_of(frame_name)
         times, cpu = time_networks(pipes, frame.points, sensor, args.runs)
         labels = {name: pipe.segment(frame.points, sensor).labels for name, pipe in pipes.items()}
         row = {"points": len(frame.points)}

@@ -83,7 +83,7 @@ def main(argv=None) -> int:
     ap.add_argument("--json", default=None)
     a = ap.parse_args(argv)
     frame = common.load_frame(a.frame)
-    sensor = common.SENSOR.get(a.frame, "kitti")
+    sensor = common.sensor_of(a.frame)
     pipeline = build_pipeline(a.weights, "cpu", a.cr, precision=a.precision)
     threads = sorted(set(a.threads))
     print(

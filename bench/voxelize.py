@@ -62,7 +62,7 @@ def compare(name: str, voxel: float, args) -> None:
     """Prints voxelize against the floor for one frame at one voxel size."""
     config = VoxelizeConfig(voxel_size=voxel)
     points = common.load_frame(name, args.data).points
-    sensor = common.SENSOR.get(name, "kitti")
+    sensor = common.sensor_of(name)
     keys = packed_keys(points[np.isfinite(points[:, :3]).all(axis=1)], voxel)
     fns = {
         "voxelize": lambda: voxelize([points], config, sensor),

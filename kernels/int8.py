@@ -64,10 +64,10 @@ def _quantized(src: torch.Tensor, workspace) -> tuple[torch.Tensor, torch.Tensor
     tensor can take its memory meanwhile, and src's version counter says whether it was written
     since."""
     memo = workspace.memo()
-    last = memo.pop("int8_rows", None)
+    last = memo.get("int8_rows")
     if last is not None and last[0] is src and last[1] == src._version:
-        memo["int8_rows"] = last
         return last[2], last[3]
+    memo.pop("int8_rows", None)  # its buffers are about to be overwritten
     n, cin = src.shape
     q = workspace.get(6, n, cin, torch.uint8, src.device)
     row_scale = workspace.get(7, n, 1, torch.float32, src.device).view(n)

@@ -33,7 +33,7 @@ def main(argv=None) -> int:
     device = torch.device(args.device)
     pipeline = build_pipeline(args.weights, device, args.cr)
     frame = common.load_frame(args.frame)
-    sensor = common.SENSOR.get(args.frame, "kitti")
+    sensor = common.sensor_of(args.frame)
     for _ in range(3):
         pipeline.segment(frame.points, sensor)
     stages = [pipeline.segment(frame.points, sensor).timing_ms for _ in range(args.runs)]
