@@ -1,6 +1,6 @@
 // The voxelizer's per-point passes (app/inference/voxelize.py): validity, cells, packed keys and
 // runs in one pass, the voxels' feature sums in another. Host only, without a CUDA twin: the
-// voxelizer runs on the host, where Open3D's hash set finds the distinct keys. Single-threaded and
+// voxelizer runs on the host, where Open3D's hash set finds the occupied blocks of voxels. Single-threaded and
 // in point order, so the sums are the ones numpy's bincount makes, bit for bit.
 #include <algorithm>
 #include <cmath>
@@ -38,34 +38,53 @@ inline int64_t axis_cell(float v, float voxel, int32_t origin) {
   return (cell >= 0 && cell < kAxisCells) ? cell : -1;
 }
 
-// order[n] such that keys[order] ascends, equal keys in row order: an LSD radix sort over the
-// keys' low `bits` bits, in as few passes of at most 16-bit digits as they need.
-void radix_argsort(const uint64_t* keys, int64_t n, int bits, int64_t* order) {
-  const int passes = (bits + 15) / 16;
-  const int digit_bits = passes ? (bits + passes - 1) / passes : 0;
-  const uint64_t digit_mask = (uint64_t(1) << digit_bits) - 1;
-  std::vector<uint64_t> key_a(keys, keys + n), key_b(n);
-  std::vector<int64_t> row_a(n), row_b(n), count(size_t(1) << digit_bits);
-  for (int64_t i = 0; i < n; ++i) row_a[i] = i;
-  for (int pass = 0; pass < passes; ++pass) {
-    const int shift = pass * digit_bits;
-    std::fill(count.begin(), count.end(), 0);
-    for (int64_t i = 0; i < n; ++i) ++count[(key_a[i] >> shift) & digit_mask];
+// LSD radix sort of items by digit(item, shift) over `bits` bits, in as few passes of at most
+// 11-bit digits (a histogram that stays in L1) as they need; stable. All the passes' histograms
+// come from one read of the items.
+template <typename Item, typename Digit>
+void radix_sort(std::vector<Item>& items, int bits, Digit digit) {
+  constexpr int kMaxDigitBits = 11;
+  const int passes = (bits + kMaxDigitBits - 1) / kMaxDigitBits;
+  if (passes == 0) return;
+  const int digit_bits = (bits + passes - 1) / passes;
+  const uint64_t mask = (uint64_t(1) << digit_bits) - 1;
+  const size_t buckets = size_t(1) << digit_bits;
+  std::vector<int64_t> count(passes * buckets, 0);
+  for (const Item& item : items) {
+    for (int p = 0; p < passes; ++p) ++count[p * buckets + (digit(item, p * digit_bits) & mask)];
+  }
+  std::vector<Item> other(items.size());
+  for (int p = 0; p < passes; ++p) {
+    int64_t* c = &count[p * buckets];
     int64_t sum = 0;
-    for (auto& c : count) {
-      const int64_t here = c;
-      c = sum;
+    for (size_t b = 0; b < buckets; ++b) {
+      const int64_t here = c[b];
+      c[b] = sum;
       sum += here;
     }
-    for (int64_t i = 0; i < n; ++i) {  // stable: equal digits keep their order
-      const int64_t at = count[(key_a[i] >> shift) & digit_mask]++;
-      key_b[at] = key_a[i];
-      row_b[at] = row_a[i];
-    }
-    key_a.swap(key_b);
-    row_a.swap(row_b);
+    for (const Item& item : items) other[c[digit(item, p * digit_bits) & mask]++] = item;
+    items.swap(other);
   }
-  std::copy(row_a.begin(), row_a.end(), order);
+}
+
+// order[n] such that keys[order] ascends, equal keys in row order. Keys of at most 32 bits travel
+// with their row in one 64-bit word (half the memory traffic of a key and a row).
+void radix_argsort(const uint64_t* keys, int64_t n, int bits, int64_t* order) {
+  if (bits <= 32 && n <= (int64_t(1) << 32)) {
+    std::vector<uint64_t> items(n);
+    for (int64_t i = 0; i < n; ++i) items[i] = keys[i] << 32 | uint64_t(i);
+    radix_sort(items, bits, [](uint64_t item, int shift) { return item >> (32 + shift); });
+    for (int64_t i = 0; i < n; ++i) order[i] = (int64_t)(items[i] & 0xffffffffu);
+    return;
+  }
+  struct Keyed {
+    uint64_t key;
+    int64_t row;
+  };
+  std::vector<Keyed> items(n);
+  for (int64_t i = 0; i < n; ++i) items[i] = {keys[i], i};
+  radix_sort(items, bits, [](const Keyed& item, int shift) { return item.key >> shift; });
+  for (int64_t i = 0; i < n; ++i) order[i] = items[i].row;
 }
 
 // The fields of a packed key: batch, x, y, z (as ls_voxel_keys_cpu packs them).
@@ -227,5 +246,64 @@ LS_API int ls_voxel_order_cpu(const int64_t* run_keys, int64_t runs, const uint8
     if (at == sorted.end() || *at != run_keys[r]) return kStatusBadArgument;  // no first run
     voxel_of_run[r] = at - sorted.begin();
   }
+  return kStatusOk;
+}
+
+LS_API int ls_block_keys_cpu(const int64_t* run_keys, int64_t runs, int64_t shift,
+                             const int64_t* low, const int32_t* widths, int64_t words,
+                             int32_t* out) {
+  if (runs < 0 || shift < 0 || shift >= kAxisBits || words < 1 || words > 2) {
+    return kStatusBadArgument;
+  }
+  int total = 0;
+  for (int f = 0; f < 4; ++f) {
+    if (widths[f] < 0 || widths[f] > kAxisBits + 12) return kStatusBadArgument;
+    total += widths[f];
+  }
+  if (total > (words == 1 ? 31 : 63)) return kStatusBadArgument;
+  for (int64_t r = 0; r < runs; ++r) {
+    if (run_keys[r] < 0) return kStatusBadArgument;
+    uint64_t packed = 0;
+    for (int f = 0; f < 4; ++f) {
+      const int64_t field = f == 0 ? key_field(run_keys[r], 0) : key_field(run_keys[r], f) >> shift;
+      const int64_t offset = field - low[f];
+      if (offset < 0 || offset >= (int64_t(1) << widths[f])) return kStatusBadArgument;
+      packed = packed << widths[f] | uint64_t(offset);
+    }
+    if (words == 1) {
+      out[r] = (int32_t)packed;
+    } else {
+      out[2 * r] = (int32_t)(uint32_t)packed;
+      out[2 * r + 1] = (int32_t)(uint32_t)(packed >> 32);
+    }
+  }
+  return kStatusOk;
+}
+
+LS_API int ls_first_in_blocks_cpu(const int64_t* run_keys, int64_t runs, const int32_t* slot,
+                                  int64_t num_slots, int64_t shift, uint8_t* first,
+                                  int64_t* num_first) {
+  if (runs < 0 || num_slots < 0 || shift < 1 || shift > 4) return kStatusBadArgument;
+  int64_t used = 0;  // slots 0 .. used - 1 get a bitmap: a hash set's slots are a dense prefix
+  for (int64_t r = 0; r < runs; ++r) {
+    if (slot[r] < 0 || slot[r] >= num_slots || run_keys[r] < 0) return kStatusBadArgument;
+    used = std::max(used, (int64_t)slot[r] + 1);
+  }
+  const int64_t cells = int64_t(1) << (3 * shift), words = std::max<int64_t>(cells / 64, 1);
+  const int64_t cell_mask = (int64_t(1) << shift) - 1;
+  std::vector<uint64_t> seen(used * words, 0);
+  int64_t found = 0;
+  for (int64_t r = 0; r < runs; ++r) {
+    const int64_t x = key_field(run_keys[r], 1) & cell_mask;
+    const int64_t y = key_field(run_keys[r], 2) & cell_mask;
+    const int64_t z = key_field(run_keys[r], 3) & cell_mask;
+    const int64_t cell = (x << shift | y) << shift | z;
+    uint64_t& word = seen[slot[r] * words + (cell >> 6)];
+    const uint64_t bit = uint64_t(1) << (cell & 63);
+    first[r] = !(word & bit);
+    found += first[r];
+    word |= bit;
+  }
+  *num_first = found;
   return kStatusOk;
 }

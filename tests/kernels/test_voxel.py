@@ -134,14 +134,34 @@ def test_order_gives_sorted_voxels_and_every_runs_row():
         voxel.voxel_order(runs, first, origin)
 
 
-def test_compact_keys_keep_equality_and_order():
+@pytest.mark.parametrize("span", [150, 2**16])  # one int32 per block key, then two
+def test_block_keys_and_first_runs_match_numpy(span):
     rng = np.random.default_rng(2)
-    fields = rng.integers([100, 2000, 7], [1700, 3000, 150], (4000, 3))
-    keys = np.sort(2 << 51 | fields[:, 0] << 34 | fields[:, 1] << 17 | fields[:, 2])
-    small = voxel.compact_keys(keys, fields.min(0), fields.max(0))
-    assert small is not None and small.dtype == np.int32 and small.min() >= 0
-    assert np.array_equal(
-        np.unique(small, return_inverse=True)[1], np.unique(keys, return_inverse=True)[1]
+    fields = rng.integers([100, 2000, 7], [100 + span, 2000 + span, 150], (4000, 3))
+    batch = np.sort(rng.integers(0, 3, 4000))
+    runs = batch << 51 | fields[:, 0] << 34 | fields[:, 1] << 17 | fields[:, 2]
+    runs = runs[np.lexsort([runs])]  # keys ascend by batch, as the voxelizer's do
+    runs = np.repeat(runs, rng.integers(1, 3, len(runs)))  # repeated keys
+    rng.shuffle(runs[: len(runs) // 2])
+    runs[len(runs) // 2 :].sort()
+    low, high = fields.min(0), fields.max(0)
+    words = voxel.block_keys(runs, low, high)
+    assert words.dtype == np.int32 and words.shape[1] == (1 if span < 2**10 else 2)  # 2 + 14 + 14 + 5 bits
+    shift, mask = voxel.BLOCK_SHIFT, (1 << 17) - 1
+    blocks = np.stack(
+        [runs >> 51] + [(runs >> (34 - 17 * a) & mask) >> shift for a in range(3)], axis=1
     )
-    assert (np.diff(small.astype(np.int64)) >= 0).all()
-    assert voxel.compact_keys(keys, np.zeros(3, int), np.full(3, 2**11)) is None  # 2 + 36 bits
+    # equal block keys exactly where the blocks are equal: as many distinct (key, block) pairs
+    # as distinct keys and as distinct blocks
+    same_words = np.unique(words, axis=0, return_inverse=True)[1].ravel()
+    same_blocks = np.unique(blocks, axis=0, return_inverse=True)[1].ravel()
+    pairs = len(np.unique(np.stack([same_words, same_blocks], 1), axis=0))
+    assert pairs == same_words.max() + 1 == same_blocks.max() + 1
+    first = voxel.first_in_blocks(runs, same_blocks.astype(np.int32), int(same_blocks.max()) + 1)
+    expected = np.zeros(len(runs), bool)
+    expected[np.unique(runs, return_index=True)[1]] = True
+    assert np.array_equal(first, expected)
+    with pytest.raises(KernelError, match="bad argument"):  # a slot beyond the table
+        voxel.first_in_blocks(runs, same_blocks.astype(np.int32), int(same_blocks.max()))
+    with pytest.raises(KernelError, match="bad argument"):  # a field below the given lowest
+        voxel.block_keys(runs, low + 64, high)
