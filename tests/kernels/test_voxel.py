@@ -146,7 +146,8 @@ def test_block_keys_and_first_runs_match_numpy(span):
     runs[len(runs) // 2 :].sort()
     low, high = fields.min(0), fields.max(0)
     words = voxel.block_keys(runs, low, high)
-    assert words.dtype == np.int32 and words.shape[1] == (1 if span < 2**10 else 2)  # 2 + 14 + 14 + 5 bits
+    # two int32 for batch 2 + x 14 + y 14 + z 5 bits
+    assert words.dtype == np.int32 and words.shape[1] == (1 if span < 2**10 else 2)
     shift, mask = voxel.BLOCK_SHIFT, (1 << 17) - 1
     blocks = np.stack(
         [runs >> 51] + [(runs >> (34 - 17 * a) & mask) >> shift for a in range(3)], axis=1
