@@ -107,7 +107,7 @@ def voxel_keys(
 def block_keys(run_keys: np.ndarray, low: np.ndarray, high: np.ndarray) -> np.ndarray:
     """int32 [runs, words]: the key of each run's block of 2^BLOCK_SHIFT cells per axis (the
     batch, then each axis's field >> BLOCK_SHIFT minus its lowest, in as few bits as its span
-    needs), one int32 where they fit 31 bits (a KITTI frame at 0.1 m needs 17), else two.
+    needs), one int32 where they fit 31 bits (a KITTI frame at 0.1 m needs 20), else two.
     low, high: int [3], the lowest and highest x, y, z fields of the keys (FrameKeys)."""
     runs = len(run_keys)
     batches = int(run_keys[-1] >> (3 * AXIS_BITS)) + 1 if runs else 1  # keys ascend by batch
@@ -133,7 +133,8 @@ def block_keys(run_keys: np.ndarray, low: np.ndarray, high: np.ndarray) -> np.nd
 def first_in_blocks(run_keys: np.ndarray, block_slot: np.ndarray, num_slots: int) -> np.ndarray:
     """bool [runs]: whether each run is the first with its key, from the slot a hash set gave
     its block (block_keys) among num_slots (ls_first_in_blocks_cpu: a bitmap of the block's
-    cells per slot, 64 bytes at BLOCK_SHIFT 3, so at most 64 bytes per run)."""
+    cells per slot up to the highest used, 64 bytes each at BLOCK_SHIFT 3; Open3D's slots are a
+    dense prefix, one per block, so that is at most 64 bytes per run)."""
     first = torch.empty(len(run_keys), dtype=torch.uint8)
     found = torch.zeros(1, dtype=torch.int64)
     backend.call(
