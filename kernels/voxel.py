@@ -136,7 +136,6 @@ def first_in_blocks(run_keys: np.ndarray, block_slot: np.ndarray, num_slots: int
     cells per slot up to the highest used, 64 bytes each at BLOCK_SHIFT 3; Open3D's slots are a
     dense prefix, one per block, so that is at most 64 bytes per run)."""
     first = torch.empty(len(run_keys), dtype=torch.uint8)
-    found = torch.zeros(1, dtype=torch.int64)
     backend.call(
         "first_in_blocks",
         "cpu",
@@ -146,7 +145,6 @@ def first_in_blocks(run_keys: np.ndarray, block_slot: np.ndarray, num_slots: int
         num_slots,
         BLOCK_SHIFT,
         first,
-        found,
     )
     return first.numpy().view(np.bool_)
 

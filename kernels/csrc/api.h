@@ -200,10 +200,9 @@ LS_API int ls_block_keys_cpu(const int64_t* run_keys, int64_t runs, int64_t shif
                              int32_t* out);
 // first[r] = whether run r is the first run of its key, given slot[r] in [0, num_slots), the
 // slot a hash set gave run r's block (ls_block_keys_cpu with the same shift, 1..4): one bitmap
-// of 2^(3 shift) cells per slot used. num_first: how many runs are first (the distinct keys).
+// of 2^(3 shift) cells per slot used.
 LS_API int ls_first_in_blocks_cpu(const int64_t* run_keys, int64_t runs, const int32_t* slot,
-                                  int64_t num_slots, int64_t shift, uint8_t* first,
-                                  int64_t* num_first);
+                                  int64_t num_slots, int64_t shift, uint8_t* first);
 // The voxels of a batch from its runs (ls_voxel_keys_cpu) once a hash set has marked the first
 // run of each distinct key (first[r] != 0; num_voxels of them): coords [num_voxels, 4] the
 // distinct (batch, x, y, z) in ascending key order (fields plus origin), voxel_of_run[r] the row

@@ -1,7 +1,8 @@
 // The voxelizer's per-point passes (app/inference/voxelize.py): validity, cells, packed keys and
 // runs in one pass, the voxels' feature sums in another. Host only, without a CUDA twin: the
-// voxelizer runs on the host, where Open3D's hash set finds the occupied blocks of voxels. Single-threaded and
-// in point order, so the sums are the ones numpy's bincount makes, bit for bit.
+// voxelizer runs on the host, where Open3D's hash set finds the occupied blocks of voxels.
+// Single-threaded and in point order, so the sums are the ones numpy's bincount makes, bit for
+// bit.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -92,6 +93,25 @@ inline int64_t key_field(int64_t key, int f) {
   return f == 0 ? key >> kBatchShift : (key >> ((3 - f) * kAxisBits)) & (kAxisCells - 1);
 }
 
+// Field f of a key with each axis divided by 2^shift (the batch is never divided).
+inline int64_t shifted_field(int64_t key, int f, int64_t shift) {
+  return f == 0 ? key_field(key, 0) : key_field(key, f) >> shift;
+}
+
+// *packed = the key's shifted fields minus low[f] in width[f] bits each, batch first; false
+// where a field falls outside [low[f], low[f] + 2^width[f]).
+inline bool pack_fields(int64_t key, int64_t shift, const int64_t* low, const int32_t* width,
+                        uint64_t* packed) {
+  uint64_t p = 0;
+  for (int f = 0; f < 4; ++f) {
+    const int64_t offset = shifted_field(key, f, shift) - low[f];
+    if (offset < 0 || offset >= (int64_t(1) << width[f])) return false;
+    p = p << width[f] | uint64_t(offset);
+  }
+  *packed = p;
+  return true;
+}
+
 inline int bit_length(uint64_t v) {
   int bits = 0;
   for (; v; v >>= 1) ++bits;
@@ -110,14 +130,11 @@ int tight_keys(const std::vector<int64_t>& keys, std::vector<uint64_t>& packed) 
       high[f] = std::max(high[f], key_field(key, f));
     }
   }
-  int width[4], bits = 0;
+  int32_t width[4];
+  int bits = 0;
   for (int f = 0; f < 4; ++f) bits += width[f] = keys.empty() ? 0 : bit_length(high[f] - low[f]);
   packed.resize(keys.size());
-  for (size_t i = 0; i < keys.size(); ++i) {
-    uint64_t p = 0;
-    for (int f = 0; f < 4; ++f) p = (p << width[f]) | uint64_t(key_field(keys[i], f) - low[f]);
-    packed[i] = p;
-  }
+  for (size_t i = 0; i < keys.size(); ++i) pack_fields(keys[i], 0, low, width, &packed[i]);
   return bits;
 }
 
@@ -263,13 +280,8 @@ LS_API int ls_block_keys_cpu(const int64_t* run_keys, int64_t runs, int64_t shif
   if (total > (words == 1 ? 31 : 63)) return kStatusBadArgument;
   for (int64_t r = 0; r < runs; ++r) {
     if (run_keys[r] < 0) return kStatusBadArgument;
-    uint64_t packed = 0;
-    for (int f = 0; f < 4; ++f) {
-      const int64_t field = f == 0 ? key_field(run_keys[r], 0) : key_field(run_keys[r], f) >> shift;
-      const int64_t offset = field - low[f];
-      if (offset < 0 || offset >= (int64_t(1) << widths[f])) return kStatusBadArgument;
-      packed = packed << widths[f] | uint64_t(offset);
-    }
+    uint64_t packed;
+    if (!pack_fields(run_keys[r], shift, low, widths, &packed)) return kStatusBadArgument;
     if (words == 1) {
       out[r] = (int32_t)packed;
     } else {
@@ -281,8 +293,7 @@ LS_API int ls_block_keys_cpu(const int64_t* run_keys, int64_t runs, int64_t shif
 }
 
 LS_API int ls_first_in_blocks_cpu(const int64_t* run_keys, int64_t runs, const int32_t* slot,
-                                  int64_t num_slots, int64_t shift, uint8_t* first,
-                                  int64_t* num_first) {
+                                  int64_t num_slots, int64_t shift, uint8_t* first) {
   if (runs < 0 || num_slots < 0 || shift < 1 || shift > 4) return kStatusBadArgument;
   int64_t used = 0;  // slots 0 .. used - 1 get a bitmap: a hash set's slots are a dense prefix
   for (int64_t r = 0; r < runs; ++r) {
@@ -292,7 +303,6 @@ LS_API int ls_first_in_blocks_cpu(const int64_t* run_keys, int64_t runs, const i
   const int64_t cells = int64_t(1) << (3 * shift), words = std::max<int64_t>(cells / 64, 1);
   const int64_t cell_mask = (int64_t(1) << shift) - 1;
   std::vector<uint64_t> seen(used * words, 0);
-  int64_t found = 0;
   for (int64_t r = 0; r < runs; ++r) {
     const int64_t x = key_field(run_keys[r], 1) & cell_mask;
     const int64_t y = key_field(run_keys[r], 2) & cell_mask;
@@ -301,9 +311,7 @@ LS_API int ls_first_in_blocks_cpu(const int64_t* run_keys, int64_t runs, const i
     uint64_t& word = seen[slot[r] * words + (cell >> 6)];
     const uint64_t bit = uint64_t(1) << (cell & 63);
     first[r] = !(word & bit);
-    found += first[r];
     word |= bit;
   }
-  *num_first = found;
   return kStatusOk;
 }
