@@ -8,7 +8,8 @@ one of two cores taken). Each setting runs in a fresh process (OpenMP reads its 
 libgomp loads): the in-process pipeline segments the frame --runs times after a warm-up; frames
 per second are printed for each setting, with and without the neighbour, and the ratios to
 "before". Settings: before (no OMP variables: torch's thread count, libgomp's default spin),
-default (configure_env(): threads = cgroup quota else CPUs, OMP_WAIT_POLICY=passive), threads=1.
+default (configure_env(): threads = cgroup quota else CPUs, OMP_WAIT_POLICY=passive with a short
+spin, app/threads.py), spin=0 (the default but sleeping at once), threads=1.
 """
 
 from __future__ import annotations
@@ -44,7 +45,12 @@ print(json.dumps({"fps": runs / (time.perf_counter() - t0), "threads": torch.get
 
 _HOG = "import os\nos.sched_setaffinity(0, {0})\nwhile True:\n    pass\n"
 
-SETTINGS = {"before": {}, "default": {}, "threads=1": {"LIDARSEG_THREADS": "1"}}
+SETTINGS = {
+    "before": {},
+    "default": {},
+    "spin=0": {"GOMP_SPINCOUNT": "0"},
+    "threads=1": {"LIDARSEG_THREADS": "1"},
+}
 OMP_VARS = ("OMP_NUM_THREADS", "OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "LIDARSEG_THREADS")
 
 

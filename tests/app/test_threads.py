@@ -43,7 +43,7 @@ def test_configure_env():
         "LIDARSEG_THREADS": "3",
         "OMP_NUM_THREADS": "3",
         "OMP_WAIT_POLICY": "PASSIVE",
-        "GOMP_SPINCOUNT": "0",
+        "GOMP_SPINCOUNT": str(threads.OMP_SPIN_COUNT),
     }
     mine = {"OMP_NUM_THREADS": "5", "OMP_WAIT_POLICY": "ACTIVE"}  # the user's own win
     threads.configure_env(env=mine)
