@@ -9,6 +9,9 @@ sort-unique of the same packed 64-bit keys (np.unique(keys, return_inverse=True)
 voxels in order and every point's voxel, nothing else). Prints both medians with their spread
 (min..max), wall and process CPU time, and the ratio voxelize / floor as the median of the
 per-run ratios with its spread. The CPU-time ratio is the steadier one on a shared machine.
+Both run under the server's process settings (app/threads.py, app/heap.py), as bench.service's
+in-process pipeline does: glibc's heap reuses the buffers of one call in the next, as it does in
+the service's stream of frames.
 """
 
 from __future__ import annotations
@@ -17,11 +20,18 @@ import argparse
 import statistics
 import time
 
-import numpy as np
-import torch
+from app.heap import configure_malloc
+from app.threads import configure_env
 
-from app.inference.voxelize import VoxelizeConfig, voxelize
-from bench import common
+# before torch loads libgomp and before any thread starts, as `python -m app` does
+configure_env()
+configure_malloc()
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+from app.inference.voxelize import VoxelizeConfig, voxelize  # noqa: E402
+from bench import common  # noqa: E402
 
 
 def packed_keys(points: np.ndarray, voxel: float) -> np.ndarray:

@@ -104,11 +104,19 @@ def voxel_keys(
     )
 
 
-def block_keys(run_keys: np.ndarray, low: np.ndarray, high: np.ndarray) -> np.ndarray:
-    """int32 [runs, words]: the key of each run's block of 2^BLOCK_SHIFT cells per axis (the
-    batch, then each axis's field >> BLOCK_SHIFT minus its lowest, in as few bits as its span
-    needs), one int32 where they fit 31 bits (a KITTI frame at 0.1 m needs 20), else two.
-    low, high: int [3], the lowest and highest x, y, z fields of the keys (FrameKeys)."""
+@dataclass
+class BlockKeys:
+    words: np.ndarray  # int32 [block runs, 1 or 2]: one key per run of consecutive equal blocks
+    block_run: np.ndarray  # int32 [runs]: the block run of each run
+
+
+def block_keys(run_keys: np.ndarray, low: np.ndarray, high: np.ndarray) -> BlockKeys:
+    """The key of each run's block of 2^BLOCK_SHIFT cells per axis (the batch, then each axis's
+    field >> BLOCK_SHIFT minus its lowest, in as few bits as its span needs), one int32 where
+    they fit 31 bits (a KITTI frame at 0.1 m needs 20), else two; consecutive runs in one block
+    share one key (66,060 runs, 17,409 block runs, 5,925 blocks for that frame), so the hash set
+    sees a quarter of the keys. low, high: int [3], the lowest and highest x, y, z fields of
+    the keys (FrameKeys)."""
     runs = len(run_keys)
     batches = int(run_keys[-1] >> (3 * AXIS_BITS)) + 1 if runs else 1  # keys ascend by batch
     block_low = [0] + [int(v) >> BLOCK_SHIFT for v in low]
@@ -116,6 +124,8 @@ def block_keys(run_keys: np.ndarray, low: np.ndarray, high: np.ndarray) -> np.nd
     widths = [max(h - lo, 0).bit_length() for lo, h in zip(block_low, block_high)]
     words = 1 if sum(widths) <= 31 else 2
     out = torch.empty((runs, words), dtype=torch.int32)
+    block_run = torch.empty(runs, dtype=torch.int32)
+    count = torch.zeros(1, dtype=torch.int64)
     backend.call(
         "block_keys",
         "cpu",
@@ -126,22 +136,29 @@ def block_keys(run_keys: np.ndarray, low: np.ndarray, high: np.ndarray) -> np.nd
         torch.tensor(widths, dtype=torch.int32),
         words,
         out,
+        block_run,
+        count,
     )
-    return out.numpy()
+    return BlockKeys(out[: int(count)].numpy(), block_run.numpy())
 
 
-def first_in_blocks(run_keys: np.ndarray, block_slot: np.ndarray, num_slots: int) -> np.ndarray:
+def first_in_blocks(
+    run_keys: np.ndarray, blocks: BlockKeys, block_slot: np.ndarray, num_slots: int
+) -> np.ndarray:
     """bool [runs]: whether each run is the first with its key, from the slot a hash set gave
-    its block (block_keys) among num_slots (ls_first_in_blocks_cpu: a bitmap of the block's
-    cells per slot up to the highest used, 64 bytes each at BLOCK_SHIFT 3; Open3D's slots are a
-    dense prefix, one per block, so that is at most 64 bytes per run)."""
+    each block run (block_slot, one per blocks.words row) among num_slots
+    (ls_first_in_blocks_cpu: a bitmap of the block's cells per slot up to the highest used, 64
+    bytes each at BLOCK_SHIFT 3; Open3D's slots are a dense prefix, one per block, so that is
+    at most 64 bytes per run)."""
     first = torch.empty(len(run_keys), dtype=torch.uint8)
     backend.call(
         "first_in_blocks",
         "cpu",
         torch.from_numpy(np.ascontiguousarray(run_keys, dtype=np.int64)),
         len(run_keys),
+        torch.from_numpy(np.ascontiguousarray(blocks.block_run, dtype=np.int32)),
         torch.from_numpy(np.ascontiguousarray(block_slot, dtype=np.int32)),
+        len(blocks.words),
         num_slots,
         BLOCK_SHIFT,
         first,

@@ -191,18 +191,21 @@ LS_API int ls_voxel_sums_cpu(const float* points, int64_t n, int64_t cols,
                              const int32_t* feature_cols, const float* feature_scales,
                              int64_t num_features, const int64_t* voxel_of_point,
                              int64_t num_voxels, double* sums, int64_t* counts);
-// Blocks of 2^shift cells per axis: out[r] the key of run r's block, batch and each axis's
-// field >> shift, minus low[f] (lowest value of field f: batch, x, y, z), packed in widths[f]
-// bits each (batch first), as one int32 (words == 1, at most 31 bits) or as the two halves of
-// 64 bits (words == 2, at most 63). kStatusBadArgument for a field outside its width.
+// Blocks of 2^shift cells per axis: the key of run r's block is batch and each axis's field >>
+// shift, minus low[f] (lowest value of field f: batch, x, y, z), packed in widths[f] bits each
+// (batch first), as one int32 (words == 1, at most 31 bits) or as the two halves of 64 bits
+// (words == 2, at most 63). Consecutive runs in one block count once: out[t] is the key of the
+// t-th run of equal consecutive block keys, block_run[r] the one run r is in, *count how many
+// (out holds `runs` keys at most). kStatusBadArgument for a field outside its width.
 LS_API int ls_block_keys_cpu(const int64_t* run_keys, int64_t runs, int64_t shift,
                              const int64_t* low, const int32_t* widths, int64_t words,
-                             int32_t* out);
-// first[r] = whether run r is the first run of its key, given slot[r] in [0, num_slots), the
-// slot a hash set gave run r's block (ls_block_keys_cpu with the same shift, 1..4): one bitmap
-// of 2^(3 shift) cells per slot used.
-LS_API int ls_first_in_blocks_cpu(const int64_t* run_keys, int64_t runs, const int32_t* slot,
-                                  int64_t num_slots, int64_t shift, uint8_t* first);
+                             int32_t* out, int32_t* block_run, int64_t* count);
+// first[r] = whether run r is the first run of its key, given slot[b] in [0, num_slots), the
+// slot a hash set gave block run b (ls_block_keys_cpu with the same shift, 1..4), and the block
+// run block_run[r] of each run: one bitmap of 2^(3 shift) cells per slot used.
+LS_API int ls_first_in_blocks_cpu(const int64_t* run_keys, int64_t runs, const int32_t* block_run,
+                                  const int32_t* slot, int64_t block_runs, int64_t num_slots,
+                                  int64_t shift, uint8_t* first);
 // The voxels of a batch from its runs (ls_voxel_keys_cpu) once a hash set has marked the first
 // run of each distinct key (first[r] != 0; num_voxels of them): coords [num_voxels, 4] the
 // distinct (batch, x, y, z) in ascending key order (fields plus origin), voxel_of_run[r] the row

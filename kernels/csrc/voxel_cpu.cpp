@@ -268,8 +268,9 @@ LS_API int ls_voxel_order_cpu(const int64_t* run_keys, int64_t runs, const uint8
 
 LS_API int ls_block_keys_cpu(const int64_t* run_keys, int64_t runs, int64_t shift,
                              const int64_t* low, const int32_t* widths, int64_t words,
-                             int32_t* out) {
-  if (runs < 0 || shift < 0 || shift >= kAxisBits || words < 1 || words > 2) {
+                             int32_t* out, int32_t* block_run, int64_t* count) {
+  if (runs < 0 || runs > INT32_MAX || shift < 0 || shift >= kAxisBits || words < 1 ||
+      words > 2) {
     return kStatusBadArgument;
   }
   int total = 0;
@@ -278,37 +279,51 @@ LS_API int ls_block_keys_cpu(const int64_t* run_keys, int64_t runs, int64_t shif
     total += widths[f];
   }
   if (total > (words == 1 ? 31 : 63)) return kStatusBadArgument;
+  int64_t t = 0;
+  uint64_t last = 0;
   for (int64_t r = 0; r < runs; ++r) {
     if (run_keys[r] < 0) return kStatusBadArgument;
     uint64_t packed;
     if (!pack_fields(run_keys[r], shift, low, widths, &packed)) return kStatusBadArgument;
-    if (words == 1) {
-      out[r] = (int32_t)packed;
-    } else {
-      out[2 * r] = (int32_t)(uint32_t)packed;
-      out[2 * r + 1] = (int32_t)(uint32_t)(packed >> 32);
+    if (t == 0 || packed != last) {  // a new run of blocks: consecutive runs share most blocks
+      if (words == 1) {
+        out[t] = (int32_t)packed;
+      } else {
+        out[2 * t] = (int32_t)(uint32_t)packed;
+        out[2 * t + 1] = (int32_t)(uint32_t)(packed >> 32);
+      }
+      last = packed;
+      ++t;
     }
+    block_run[r] = (int32_t)(t - 1);
   }
+  *count = t;
   return kStatusOk;
 }
 
-LS_API int ls_first_in_blocks_cpu(const int64_t* run_keys, int64_t runs, const int32_t* slot,
-                                  int64_t num_slots, int64_t shift, uint8_t* first) {
-  if (runs < 0 || num_slots < 0 || shift < 1 || shift > 4) return kStatusBadArgument;
+LS_API int ls_first_in_blocks_cpu(const int64_t* run_keys, int64_t runs, const int32_t* block_run,
+                                  const int32_t* slot, int64_t block_runs, int64_t num_slots,
+                                  int64_t shift, uint8_t* first) {
+  if (runs < 0 || block_runs < 0 || num_slots < 0 || shift < 1 || shift > 4) {
+    return kStatusBadArgument;
+  }
   int64_t used = 0;  // slots 0 .. used - 1 get a bitmap: a hash set's slots are a dense prefix
-  for (int64_t r = 0; r < runs; ++r) {
-    if (slot[r] < 0 || slot[r] >= num_slots || run_keys[r] < 0) return kStatusBadArgument;
-    used = std::max(used, (int64_t)slot[r] + 1);
+  for (int64_t b = 0; b < block_runs; ++b) {
+    if (slot[b] < 0 || slot[b] >= num_slots) return kStatusBadArgument;
+    used = std::max(used, (int64_t)slot[b] + 1);
   }
   const int64_t cells = int64_t(1) << (3 * shift), words = std::max<int64_t>(cells / 64, 1);
   const int64_t cell_mask = (int64_t(1) << shift) - 1;
   std::vector<uint64_t> seen(used * words, 0);
   for (int64_t r = 0; r < runs; ++r) {
+    if (block_run[r] < 0 || block_run[r] >= block_runs || run_keys[r] < 0) {
+      return kStatusBadArgument;
+    }
     const int64_t x = key_field(run_keys[r], 1) & cell_mask;
     const int64_t y = key_field(run_keys[r], 2) & cell_mask;
     const int64_t z = key_field(run_keys[r], 3) & cell_mask;
     const int64_t cell = (x << shift | y) << shift | z;
-    uint64_t& word = seen[slot[r] * words + (cell >> 6)];
+    uint64_t& word = seen[slot[block_run[r]] * words + (cell >> 6)];
     const uint64_t bit = uint64_t(1) << (cell & 63);
     first[r] = !(word & bit);
     word |= bit;

@@ -145,24 +145,37 @@ def test_block_keys_and_first_runs_match_numpy(span):
     rng.shuffle(runs[: len(runs) // 2])
     runs[len(runs) // 2 :].sort()
     low, high = fields.min(0), fields.max(0)
-    words = voxel.block_keys(runs, low, high)
+    blocks = voxel.block_keys(runs, low, high)
     # two int32 for batch 2 + x 14 + y 14 + z 5 bits
-    assert words.dtype == np.int32 and words.shape[1] == (1 if span < 2**10 else 2)
+    assert blocks.words.dtype == np.int32 and blocks.words.shape[1] == (1 if span < 2**10 else 2)
+    # one key per run of equal consecutive block keys, each run pointing at its own
+    steps = np.diff(blocks.block_run)
+    assert blocks.block_run[0] == 0 and set(steps) <= {0, 1}
+    assert blocks.block_run[-1] == len(blocks.words) - 1
+    assert (blocks.words[1:] != blocks.words[:-1]).any(axis=1).all()
+    words = blocks.words[blocks.block_run]  # each run's block key
     shift, mask = voxel.BLOCK_SHIFT, (1 << 17) - 1
-    blocks = np.stack(
+    blocks_of_runs = np.stack(
         [runs >> 51] + [(runs >> (34 - 17 * a) & mask) >> shift for a in range(3)], axis=1
     )
     # equal block keys exactly where the blocks are equal: as many distinct (key, block) pairs
     # as distinct keys and as distinct blocks
     same_words = np.unique(words, axis=0, return_inverse=True)[1].ravel()
-    same_blocks = np.unique(blocks, axis=0, return_inverse=True)[1].ravel()
+    same_blocks = np.unique(blocks_of_runs, axis=0, return_inverse=True)[1].ravel()
     pairs = len(np.unique(np.stack([same_words, same_blocks], 1), axis=0))
     assert pairs == same_words.max() + 1 == same_blocks.max() + 1
-    first = voxel.first_in_blocks(runs, same_blocks.astype(np.int32), int(same_blocks.max()) + 1)
+    # a slot per block run, as a hash set gives them: its block's
+    slot_of_block_run = np.zeros(len(blocks.words), np.int32)
+    slot_of_block_run[blocks.block_run] = same_blocks
+    num_slots = int(same_blocks.max()) + 1
+    first = voxel.first_in_blocks(runs, blocks, slot_of_block_run, num_slots)
     expected = np.zeros(len(runs), bool)
     expected[np.unique(runs, return_index=True)[1]] = True
     assert np.array_equal(first, expected)
     with pytest.raises(KernelError, match="bad argument"):  # a slot beyond the table
-        voxel.first_in_blocks(runs, same_blocks.astype(np.int32), int(same_blocks.max()))
+        voxel.first_in_blocks(runs, blocks, slot_of_block_run, num_slots - 1)
+    with pytest.raises(KernelError, match="bad argument"):  # a block run beyond the slots
+        short = voxel.BlockKeys(blocks.words[:-1], blocks.block_run)
+        voxel.first_in_blocks(runs, short, slot_of_block_run[:-1], num_slots)
     with pytest.raises(KernelError, match="bad argument"):  # a field below the given lowest
         voxel.block_keys(runs, low + 64, high)
