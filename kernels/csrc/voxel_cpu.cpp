@@ -118,24 +118,48 @@ inline int bit_length(uint64_t v) {
   return bits;
 }
 
-// The keys re-packed tightly, each field minus its lowest value in as few bits as its span
-// needs (same order, fewer radix passes: a KITTI frame at 0.1 m needs 29 bits, not 51); returns
-// the bits used.
-int tight_keys(const std::vector<int64_t>& keys, std::vector<uint64_t>& packed) {
-  int64_t low[4], high[4];
-  for (int f = 0; f < 4; ++f) low[f] = INT64_MAX, high[f] = INT64_MIN;
+// How keys are re-packed tightly: each field minus its lowest value in as few bits as its span
+// needs (same order, fewer radix passes: a KITTI frame at 0.1 m needs 29 bits, not 51).
+struct TightPacking {
+  int64_t low[4];
+  int32_t width[4];
+  int bits;
+};
+
+// The tight packing of keys (their fields' spans) and the keys packed with it.
+TightPacking tight_keys(const std::vector<int64_t>& keys, std::vector<uint64_t>& packed) {
+  TightPacking t;
+  int64_t high[4];
+  for (int f = 0; f < 4; ++f) t.low[f] = INT64_MAX, high[f] = INT64_MIN;
   for (const int64_t key : keys) {
     for (int f = 0; f < 4; ++f) {
-      low[f] = std::min(low[f], key_field(key, f));
+      t.low[f] = std::min(t.low[f], key_field(key, f));
       high[f] = std::max(high[f], key_field(key, f));
     }
   }
-  int32_t width[4];
-  int bits = 0;
-  for (int f = 0; f < 4; ++f) bits += width[f] = keys.empty() ? 0 : bit_length(high[f] - low[f]);
+  t.bits = 0;
+  for (int f = 0; f < 4; ++f) {
+    t.width[f] = keys.empty() ? 0 : bit_length(high[f] - t.low[f]);
+    t.bits += t.width[f];
+  }
   packed.resize(keys.size());
-  for (size_t i = 0; i < keys.size(); ++i) pack_fields(keys[i], 0, low, width, &packed[i]);
-  return bits;
+  for (size_t i = 0; i < keys.size(); ++i) pack_fields(keys[i], 0, t.low, t.width, &packed[i]);
+  return t;
+}
+
+// Where each leading digit's keys start among ascending packed keys: start[d] = the first
+// position whose top `digit_bits` bits (of `bits`) are >= d, start[2^digit_bits] = n. A search
+// for a key then looks only among the keys of its leading digit (one or two on average).
+std::vector<int64_t> digit_starts(const std::vector<uint64_t>& sorted, int bits, int digit_bits) {
+  const size_t digits = size_t(1) << digit_bits;
+  std::vector<int64_t> start(digits + 1);
+  size_t d = 0;
+  for (size_t v = 0; v < sorted.size(); ++v) {
+    const size_t top = (size_t)(sorted[v] >> (bits - digit_bits));
+    while (d <= top) start[d++] = (int64_t)v;
+  }
+  while (d <= digits) start[d++] = (int64_t)sorted.size();
+  return start;
 }
 
 }  // namespace
@@ -240,12 +264,14 @@ LS_API int ls_voxel_order_cpu(const int64_t* run_keys, int64_t runs, const uint8
   }
   if ((int64_t)distinct.size() != num_voxels) return kStatusBadArgument;
   std::vector<uint64_t> packed;
-  const int bits = tight_keys(distinct, packed);
+  const TightPacking tight = tight_keys(distinct, packed);
   std::vector<int64_t> order(num_voxels), rank(num_voxels), sorted(num_voxels);
-  radix_argsort(packed.data(), num_voxels, bits, order.data());
+  radix_argsort(packed.data(), num_voxels, tight.bits, order.data());
+  std::vector<uint64_t> sorted_packed(num_voxels);
   const int64_t axis_mask = kAxisCells - 1;
   for (int64_t v = 0; v < num_voxels; ++v) {
     const int64_t key = sorted[v] = distinct[order[v]];
+    sorted_packed[v] = packed[order[v]];
     if (v > 0 && key == sorted[v - 1]) return kStatusBadArgument;  // a key marked first twice
     rank[order[v]] = v;
     int32_t* c = coords + 4 * v;
@@ -254,14 +280,27 @@ LS_API int ls_voxel_order_cpu(const int64_t* run_keys, int64_t runs, const uint8
     c[2] = (int32_t)((key >> kAxisBits) & axis_mask) + origin[1];
     c[3] = (int32_t)(key & axis_mask) + origin[2];
   }
+  // a repeated key: its voxel by binary search among the sorted distinct keys of its leading
+  // digit (as many digit bits as the voxel count has, about one key per digit, at most 20: the
+  // table then holds at most 8 MiB)
+  const int digit_bits =
+      std::min({tight.bits, std::max(bit_length((uint64_t)num_voxels), 1), 20});
+  const std::vector<int64_t> start = digit_starts(sorted_packed, tight.bits, digit_bits);
   for (int64_t r = 0, d = 0; r < runs; ++r) {
     if (first[r]) {
       voxel_of_run[r] = rank[d++];
       continue;
-    }  // a repeated key: its voxel by binary search among the sorted distinct keys
-    const auto at = std::lower_bound(sorted.begin(), sorted.end(), run_keys[r]);
-    if (at == sorted.end() || *at != run_keys[r]) return kStatusBadArgument;  // no first run
-    voxel_of_run[r] = at - sorted.begin();
+    }
+    uint64_t p;
+    if (!pack_fields(run_keys[r], 0, tight.low, tight.width, &p)) {
+      return kStatusBadArgument;  // outside every first key's span: no first run
+    }
+    const size_t top = tight.bits == 0 ? 0 : (size_t)(p >> (tight.bits - digit_bits));
+    const auto begin = sorted_packed.begin() + start[top];
+    const auto end = sorted_packed.begin() + start[top + 1];
+    const auto at = std::lower_bound(begin, end, p);
+    if (at == end || *at != p) return kStatusBadArgument;  // no first run
+    voxel_of_run[r] = at - sorted_packed.begin();
   }
   return kStatusOk;
 }
