@@ -1,5 +1,5 @@
 """Row gathers and scatters on our kernels (CPU and CUDA), shared by the engine and the bf16
-path."""
+path; the per-row argmax of the pipeline's logits (CPU)."""
 
 from __future__ import annotations
 
@@ -70,3 +70,17 @@ def scatter_add_unique(src: torch.Tensor, dst: torch.Tensor, idx: torch.Tensor) 
         idx,
         dst,
     )
+
+
+def argmax_rows_u8(x: torch.Tensor) -> torch.Tensor | None:
+    """uint8 [N]: torch.argmax(x, dim=1) of CPU float32 logits [N, C] with C <= 256 (first of
+    equal values, first NaN), one parallel pass (torch's takes about 1.5 ms for a KITTI frame's
+    60,152 voxels x 19 classes); None where that does not apply."""
+    if x.device.type != "cpu" or x.dtype != torch.float32 or x.dim() != 2:
+        return None
+    n, c = x.shape
+    if not 1 <= c <= 256:
+        return None
+    out = torch.empty(n, dtype=torch.uint8)
+    backend.call("argmax_rows_u8", "cpu", x.contiguous(), n, c, out)
+    return out

@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from kernels import precision as precision_mod
+from kernels.rows import argmax_rows_u8
 from models import EngineConfig, SparseTensor
 from models.fold import fold_batchnorm
 from models.labels import IGNORE_LABEL
@@ -44,6 +45,15 @@ class FrameResult:
     @property
     def ignored_points(self) -> int:
         return sum(self.ignored.values())
+
+
+def voxel_classes(logits: torch.Tensor) -> torch.Tensor:
+    """The class of every voxel (argmax of its logits) on the CPU, in one copy per batch; our
+    kernel's one pass on CPU float32 logits, else torch's."""
+    if not len(logits):
+        return torch.zeros(0, dtype=torch.long)
+    fast = argmax_rows_u8(logits)
+    return fast if fast is not None else logits.argmax(dim=1).cpu()
 
 
 class StageClock:
@@ -170,11 +180,7 @@ class SegmentationPipeline:
                 logits = batch.feats.new_zeros(0, self.model.config.num_classes)
         results = []
         with clock.stage("devoxelize"):
-            voxel_labels = (
-                logits.argmax(dim=1).cpu()
-                if len(logits)  # one copy per batch
-                else torch.zeros(0, dtype=torch.long)
-            )
+            voxel_labels = voxel_classes(logits)
             rows = torch.bincount(batch.coords[:, 0].long(), minlength=len(frames)).tolist()
             for b, (points, mapping) in enumerate(zip(frames, batch.point_to_voxel)):
                 labels = devoxelize(voxel_labels, mapping, IGNORE_LABEL)

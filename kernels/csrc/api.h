@@ -46,6 +46,9 @@ LS_API int ls_kmap_compact_cpu(const int32_t* nbr, int64_t num_offsets, int64_t 
 LS_API int ls_csr_by_key_cpu(const int32_t* keys, int64_t m, int64_t num_keys, int64_t* ptr,
                              int32_t* rows);
 
+// out[r] = the index of the largest value of row r of x [n, c] (the first of equal ones; the
+// first NaN where the row has one, as torch.argmax); c in 1..256.
+LS_API int ls_argmax_rows_u8_cpu(const float* x, int64_t n, int64_t c, uint8_t* out);
 // dst[i] = src[idx[i]] (a zero row where idx[i] < 0); src [n, c], dst [m, c].
 LS_API int ls_gather_rows_f32_cpu(const float* src, int64_t n, int64_t c, const int32_t* idx,
                                   int64_t m, float* dst);

@@ -3,6 +3,7 @@
 // contributions in a fixed order, so results are bitwise reproducible for any thread count.
 #include <omp.h>
 
+#include <cmath>
 #include <cstring>
 
 #include "api.h"
@@ -87,4 +88,24 @@ LS_API int ls_scatter_add_unique_f32_cpu(const float* src, int64_t m, int64_t c,
 LS_API int ls_scatter_add_unique_f64_cpu(const double* src, int64_t m, int64_t c,
                                          const int32_t* idx, double* dst) {
   return scatter_add_unique(src, m, c, idx, dst);
+}
+
+// The class of each row (the first largest value; the first NaN where a row has one, as
+// torch.argmax), as one byte: the pipeline's per-voxel labels.
+LS_API int ls_argmax_rows_u8_cpu(const float* x, int64_t n, int64_t c, uint8_t* out) {
+  if (n < 0 || c < 1 || c > 256) return lidarseg::kStatusBadArgument;
+#pragma omp parallel for schedule(static) if (n * c >= kParallelWork)
+  for (int64_t r = 0; r < n; ++r) {
+    const float* row = x + r * c;
+    float most = row[0];
+    bool nan = false;
+    for (int64_t j = 0; j < c; ++j) {  // branch-free: the row's largest value, and any NaN
+      most = row[j] > most ? row[j] : most;
+      nan |= std::isnan(row[j]);
+    }
+    int64_t best = 0;
+    while (nan ? !std::isnan(row[best]) : row[best] != most) ++best;  // its first place
+    out[r] = (uint8_t)best;
+  }
+  return lidarseg::kStatusOk;
 }

@@ -176,3 +176,19 @@ def test_bad_arguments_are_clear():
             EngineConfig(),
             bias=torch.zeros(4, device="meta"),
         )
+
+
+@pytest.mark.parametrize("classes", [1, 19, 256])
+def test_argmax_rows_matches_torch(classes):
+    """The pipeline's per-voxel classes: torch.argmax's answer, ties to the first, a NaN wins;
+    other devices, dtypes and widths are left to torch."""
+    from kernels.rows import argmax_rows_u8
+
+    g = torch.Generator().manual_seed(classes)
+    x = torch.randint(0, 4, (70_000, classes), generator=g).float()  # many ties
+    x[5, :] = 0.0
+    x[7, classes // 2] = float("nan")
+    x[9, -1] = float("inf")
+    assert torch.equal(argmax_rows_u8(x).long(), torch.argmax(x, dim=1))
+    assert argmax_rows_u8(x[:, :0]) is None and argmax_rows_u8(x.double()) is None
+    assert argmax_rows_u8(torch.zeros(3, 257)) is None
