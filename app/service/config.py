@@ -5,6 +5,7 @@ Bad values fail at start-up (pydantic validation), never on the first request.
 
 from __future__ import annotations
 
+import functools
 from typing import Annotated, Literal
 
 from pydantic import Field, field_validator, model_validator
@@ -98,12 +99,14 @@ class Settings(BaseSettings):
             return "cuda" if torch.cuda.is_available() else "cpu"
         return self.device
 
-    @property
+    @functools.cached_property
     def compute_threads(self) -> int:
+        """LIDARSEG_THREADS, else the box's (read once: the routes ask on every request, and the
+        cgroup files cost about 0.15 ms a read)."""
         from app.threads import default_threads
 
         return self.threads or default_threads()
 
-    @property
+    @functools.cached_property
     def decode_slots(self) -> int:
         return self.decode_concurrency or self.compute_threads
