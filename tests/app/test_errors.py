@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import io
 import logging
 
 import httpx
@@ -17,7 +18,7 @@ from app.codecs import decode
 from app.inference.voxelize import VoxelizeConfig
 from app.service.config import Settings
 from app.service.main import create_app
-from app.service.routes import segment
+from app.service.routes import decoding
 from tests.conftest import REPO_ROOT
 
 KEY = "errors-key-0123456789"
@@ -77,7 +78,7 @@ def test_unexpected_decode_failure_is_a_fixed_400(monkeypatch, caplog):
     def broken(*args, **kwargs):
         raise KeyError(SECRET)
 
-    monkeypatch.setattr(segment, "decode", broken)
+    monkeypatch.setattr(decoding, "decode", broken)
     with caplog.at_level(logging.ERROR):
         r = _call(
             _app(),
@@ -121,12 +122,12 @@ def test_intensity_clamped_to_the_sensor_range(sensor, top):
     pts = np.zeros((5, 5), np.float32)
     pts[:, 3] = [-7.0, 0.5, 3e38, np.nan, np.inf]
     pts[:, 4] = [1, 2, 3, np.nan, 5]
-    out = segment.clean_extra_columns(pts, np.float32(top))
+    out = decoding.clean_extra_columns(pts, np.float32(top))
     np.testing.assert_array_equal(out[:, 3], [0.0, min(0.5, top), top, 0.0, 0.0])  # inf: 0
     np.testing.assert_array_equal(out[:, 4], [1, 2, 3, 0, 5])
     assert np.isinf(pts[4, 3])  # the caller's array is not changed
     ok = np.ones((3, 4), np.float32)
-    assert segment.clean_extra_columns(ok, np.float32(top)) is ok
+    assert decoding.clean_extra_columns(ok, np.float32(top)) is ok
 
 
 def test_large_json_integers_are_numbers():
@@ -138,3 +139,37 @@ def test_large_json_integers_are_numbers():
     )
     slow = body.replace(b'"points"', b'"meta": 1, "points"')  # the json-module path
     assert decode(slow, "json").points.tolist() == frame.points.tolist()
+
+
+def test_small_raw_bodies_decode_inline_and_the_rest_on_the_pool(monkeypatch):
+    """A raw float32 body (kitti, nuscenes, xyz by format or content type) of at most
+    INLINE_DECODE_BYTES skips the decode pool; bigger ones and other formats take it."""
+    limit = decoding.INLINE_DECODE_BYTES
+    assert decoding.decodes_inline("kitti", None, limit)
+    assert decoding.decodes_inline(" XYZ ", "text/plain", 12)
+    assert decoding.decodes_inline(None, "application/x-nuscenes; v=1", 20)
+    assert not decoding.decodes_inline("kitti", None, limit + 1)
+    assert not decoding.decodes_inline("pcd", None, 100)
+    assert not decoding.decodes_inline(None, "application/octet-stream", 100)
+    pooled = []
+    real = decoding.decode_in_pool
+
+    async def counting(*args):
+        pooled.append(args[2])
+        return await real(*args)
+
+    monkeypatch.setattr(decoding, "decode_in_pool", counting)
+    app = _app(api_keys=KEY)
+    auth = {"Authorization": f"Bearer {KEY}"}
+    body = np.zeros((10, 4), np.float32).tobytes()
+    for fmt in ("kitti", "npy"):
+        data = body if fmt == "kitti" else _npy(np.zeros((10, 4), np.float32))
+        r = _call(app, "POST", f"/v1/segment?format={fmt}", content=data, headers=auth)
+        assert r.status_code == 500 and r.json()["error"] == "internal_error"  # then submit
+    assert pooled == ["npy"]
+
+
+def _npy(array: np.ndarray) -> bytes:
+    out = io.BytesIO()
+    np.save(out, array)
+    return out.getvalue()

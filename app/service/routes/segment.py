@@ -2,8 +2,9 @@
 
 Before the body is read: readiness, a full queue and busy decoders are answered 503 with
 Retry-After (and Connection: close). The body is read under the limits of routes/body.py.
-Decoding runs on the decode pool, at most LIDARSEG_DECODE_CONCURRENCY at once (beyond: 503), and
-stops at LIDARSEG_MAX_POINTS before converting data (413). The frame then waits in the worker's
+Decoding (routes/decoding.py) runs on the decode pool, at most LIDARSEG_DECODE_CONCURRENCY at
+once (beyond: 503), except a small raw float32 body, and stops at LIDARSEG_MAX_POINTS before
+converting data (413). The frame then waits in the worker's
 bounded queue under the request's deadline (504); a client that disconnects meanwhile has its
 frame dropped unrun.
 """
@@ -21,12 +22,11 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
 from pydantic import BaseModel
 
-from app.codecs import DecodeError, decode
 from app.codecs.labels import labels_json
 from app.inference.pipeline import PIPELINE_STAGES
-from app.inference.voxelize import valid_mask
 from app.service import observe
 from app.service.routes.body import file_part, read_body
+from app.service.routes.decoding import decode_body
 from app.service.routes.deps import ERROR_RESPONSES, ApiKey, Service, ServiceError, ServiceState
 from app.service.worker import DeadlineExceeded, QueueFull, WorkerStopped
 from models.labels import class_counts as count_classes
@@ -100,73 +100,6 @@ RESPONSES = {
 }
 
 
-def check_points(service: ServiceState, points: np.ndarray, sensor: str):
-    """(points, valid_mask's result): the frame checked against the limits and the range
-    policy, its extra columns cleaned; the mask goes with it to the pipeline (computed once)."""
-    settings = service.settings
-    if not isinstance(points, np.ndarray) or points.ndim != 2 or points.shape[1] < 3:
-        shape = getattr(points, "shape", None)
-        raise ServiceError(422, "bad_points", f"points must be [N, >=3], got {shape}")
-    if len(points) > settings.max_points:
-        raise ServiceError(
-            413,
-            "too_many_points",
-            f"{len(points)} points; the limit is {settings.max_points} (LIDARSEG_MAX_POINTS)",
-        )
-    points = np.ascontiguousarray(points, dtype=np.float32)
-    valid = valid_mask(points, service.pipeline.voxel_config)
-    ignored = valid[1]
-    if ignored["non_finite"] == len(points):
-        raise ServiceError(
-            422, "no_finite_points", f"none of the {len(points)} points has finite x, y, z"
-        )
-    if settings.range_policy == "reject" and ignored["out_of_range"]:
-        cfg = service.pipeline.voxel_config
-        raise ServiceError(
-            422,
-            "out_of_range",
-            f"{ignored['out_of_range']} points lie outside |x|, |y| <= "
-            f"{cfg.max_xy} m, z in {list(cfg.z_range)} m (range policy 'reject')",
-        )
-    scale = dict(service.pipeline.voxel_config.intensity_scale).get(sensor, 1.0)
-    return clean_extra_columns(points, np.float32(1.0 / scale)), valid
-
-
-def clean_extra_columns(points: np.ndarray, top: np.float32) -> np.ndarray:
-    """Non-finite values after x, y, z become 0; intensity (column 3) is clamped to the
-    sensor's range 0..top, 0..1 (kitti) or 0..255 (nuscenes, ouster) under the model's intensity
-    normalisation: a frame with absurd values (3e38) is segmented as if they were the range's
-    ends. Copies only when something changes."""
-    if points.shape[1] <= 3:
-        return points
-    extra = points[:, 3:]
-    inten = extra[:, 0]
-    if np.isfinite(extra).all() and not (inten < 0).any() and not (inten > top).any():
-        return points
-    points = points.copy()
-    np.nan_to_num(points[:, 3:], copy=False, nan=0.0, posinf=0.0, neginf=0.0)
-    np.clip(points[:, 3], 0.0, top, out=points[:, 3])
-    return points
-
-
-def decode_frame(
-    service: ServiceState, body: bytes, fmt: str | None, content_type: str | None, request_id: str
-):
-    if not body:
-        raise ServiceError(400, "empty_body", "the request body is empty: post one frame")
-    try:
-        frame = decode(body, fmt, content_type, max_points=service.settings.max_points)
-    except DecodeError as e:
-        raise ServiceError(e.status, e.code, e.detail) from None
-    except Exception:  # noqa: BLE001 - a codec that trips on bad input is still bad input
-        log.exception("request %s: unexpected decode failure", request_id)
-        raise ServiceError(
-            400, "malformed_body", f"the body could not be decoded (request id {request_id})"
-        ) from None
-    points, valid = check_points(service, frame.points, frame.sensor)
-    return points, frame.sensor, valid
-
-
 def admit(service: ServiceState) -> None:
     """Before the body is read: 503 + Retry-After (closing the connection) when the queue is
     full or every decode slot is taken."""
@@ -186,23 +119,6 @@ def admit(service: ServiceState) -> None:
             f"server busy: {service.decoding} frames being decoded (LIDARSEG_DECODE_CONCURRENCY)",
             service.retry_after(close=True),
         )
-
-
-async def decode_in_pool(service: ServiceState, *args):
-    """decode_frame on the decode pool, holding one of its slots (503 when none is free)."""
-    if service.decoding >= service.settings.decode_slots:
-        raise ServiceError(
-            503,
-            "decoders_busy",
-            "server busy: every decode slot is taken (LIDARSEG_DECODE_CONCURRENCY)",
-            service.retry_after(),
-        )
-    service.decoding += 1
-    try:
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(service.decoder, decode_frame, service, *args)
-    finally:
-        service.decoding -= 1
 
 
 async def wait_result(request: Request, service: ServiceState, job, deadline: float):
@@ -303,7 +219,7 @@ async def segment(
         media = (content_type or "").split(";")[0].strip().lower()
     if media == "application/json" and fmt is None:
         fmt = "json"
-    points, sensor, valid = await decode_in_pool(service, body, fmt, content_type, request_id)
+    points, sensor, valid = await decode_body(service, body, fmt, content_type, request_id)
     decode_ms = (time.perf_counter() - t_body) * 1e3
 
     try:
