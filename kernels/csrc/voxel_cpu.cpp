@@ -1,11 +1,15 @@
 // The voxelizer's per-point passes (app/inference/voxelize.py): validity, cells, packed keys and
 // runs in one pass, the voxels' feature sums in another. Host only, without a CUDA twin: the
 // voxelizer runs on the host, where Open3D's hash set finds the occupied blocks of voxels.
-// Single-threaded and in point order, so the sums are the ones numpy's bincount makes, bit for
-// bit.
+// The keys pass runs in parts on several threads and gives what one pass in point order gives;
+// the sums pass is single-threaded and in point order, so the sums are the ones numpy's bincount
+// makes, bit for bit.
+#include <omp.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "api.h"
@@ -164,6 +168,55 @@ std::vector<int64_t> digit_starts(const std::vector<uint64_t>& sorted, int bits,
 
 }  // namespace
 
+namespace {
+
+constexpr int64_t kKeysParallel = 1 << 15;  // points below which one thread does the keys pass
+
+// One contiguous part of the points in the keys pass: its runs are written from run_keys[begin]
+// on and numbered from 0 in run_of_point; merged into one numbering afterwards.
+struct KeysPart {
+  int64_t begin = 0, end = 0, runs = 0, non_finite = 0, out_of_range = 0;
+  int64_t first_key = -1, last_key = -1;
+  int64_t low[3] = {kAxisCells, kAxisCells, kAxisCells}, high[3] = {-1, -1, -1};
+  int64_t bad = -1;  // the first point outside the caller's grid
+};
+
+void keys_of_part(const float* points, int64_t cols, const float* params, const int32_t* origin,
+                  int64_t batch_bits, int64_t* run_keys, int64_t* run_of_point, KeysPart& part) {
+  const float voxel = params[0];
+  int64_t* keys = run_keys + part.begin;
+  for (int64_t i = part.begin; i < part.end; ++i) {
+    const float* p = points + i * cols;
+    run_of_point[i] = -1;
+    const PointState state = point_state(p, params);
+    if (state != kKept) {
+      part.non_finite += state == kNotFinite;
+      part.out_of_range += state == kOutside;
+      continue;
+    }
+    const int64_t x = axis_cell(p[0], voxel, origin[0]), y = axis_cell(p[1], voxel, origin[1]);
+    const int64_t z = axis_cell(p[2], voxel, origin[2]);
+    if (x < 0 || y < 0 || z < 0) {  // the caller's origin does not cover its range
+      part.bad = i;
+      return;
+    }
+    const int64_t key = batch_bits | x << (2 * kAxisBits) | y << kAxisBits | z;
+    const int64_t cell[3] = {x, y, z};
+    for (int a = 0; a < 3; ++a) {
+      part.low[a] = std::min(part.low[a], cell[a]);
+      part.high[a] = std::max(part.high[a], cell[a]);
+    }
+    if (part.runs == 0 || key != part.last_key) {  // a scan often repeats a voxel
+      keys[part.runs++] = key;
+      if (part.runs == 1) part.first_key = key;
+      part.last_key = key;
+    }
+    run_of_point[i] = part.runs - 1;
+  }
+}
+
+}  // namespace
+
 LS_API int ls_voxel_keys_cpu(const float* points, int64_t n, int64_t cols, const float* params,
                              const int32_t* origin, int64_t batch, int64_t first_run,
                              int64_t* run_keys, int64_t* run_of_point, int64_t* counts,
@@ -172,36 +225,53 @@ LS_API int ls_voxel_keys_cpu(const float* points, int64_t n, int64_t cols, const
       first_run < 0) {
     return kStatusBadArgument;
   }
-  const float voxel = params[0];
+  // Parts in parallel, then one numbering: a run that spans two parts is merged back into one,
+  // so runs and keys are those of one pass in point order, whatever the thread count.
+  const int num_parts = n >= kKeysParallel ? std::max(omp_get_max_threads(), 1) : 1;
+  std::vector<KeysPart> parts(num_parts);
+  for (int c = 0; c < num_parts; ++c) {
+    parts[c].begin = n * c / num_parts;
+    parts[c].end = n * (c + 1) / num_parts;
+  }
   const int64_t batch_bits = batch << kBatchShift;
-  int64_t non_finite = 0, out_of_range = 0, runs = 0, last = -1;
-  int64_t low[3] = {kAxisCells, kAxisCells, kAxisCells}, high[3] = {-1, -1, -1};
-  for (int64_t i = 0; i < n; ++i) {
-    const float* p = points + i * cols;
-    run_of_point[i] = -1;
-    const PointState state = point_state(p, params);
-    if (state != kKept) {
-      non_finite += state == kNotFinite;
-      out_of_range += state == kOutside;
-      continue;
-    }
-    const int64_t x = axis_cell(p[0], voxel, origin[0]), y = axis_cell(p[1], voxel, origin[1]);
-    const int64_t z = axis_cell(p[2], voxel, origin[2]);
-    if (x < 0 || y < 0 || z < 0) {  // the caller's origin does not cover its range
-      report_error(err, kStatusOutOfRange, i);
+#pragma omp parallel for schedule(static) if (num_parts > 1)
+  for (int c = 0; c < num_parts; ++c) {
+    keys_of_part(points, cols, params, origin, batch_bits, run_keys, run_of_point, parts[c]);
+  }
+  for (const KeysPart& part : parts) {
+    if (part.bad >= 0) {
+      report_error(err, kStatusOutOfRange, part.bad);
       return kStatusOutOfRange;
     }
-    const int64_t key = batch_bits | x << (2 * kAxisBits) | y << kAxisBits | z;
-    const int64_t cell[3] = {x, y, z};
+  }
+  std::vector<int64_t> shift(num_parts);  // the numbering's index of each part's run 0
+  int64_t runs = 0, last = -1;
+  for (int c = 0; c < num_parts; ++c) {
+    const KeysPart& part = parts[c];
+    if (part.runs == 0) continue;
+    const int64_t merged = (runs > 0 && part.first_key == last) ? 1 : 0;
+    shift[c] = runs - merged;
+    std::memmove(run_keys + runs, run_keys + part.begin + merged,  // runs <= part.begin
+                 sizeof(int64_t) * (part.runs - merged));
+    runs += part.runs - merged;
+    last = part.last_key;
+  }
+#pragma omp parallel for schedule(static) if (num_parts > 1)
+  for (int c = 0; c < num_parts; ++c) {
+    const int64_t add = first_run + shift[c];
+    for (int64_t i = parts[c].begin; i < parts[c].end; ++i) {
+      if (run_of_point[i] >= 0) run_of_point[i] += add;
+    }
+  }
+  int64_t low[3] = {kAxisCells, kAxisCells, kAxisCells}, high[3] = {-1, -1, -1};
+  int64_t non_finite = 0, out_of_range = 0;
+  for (const KeysPart& part : parts) {
+    non_finite += part.non_finite;
+    out_of_range += part.out_of_range;
     for (int a = 0; a < 3; ++a) {
-      low[a] = std::min(low[a], cell[a]);
-      high[a] = std::max(high[a], cell[a]);
+      low[a] = std::min(low[a], part.low[a]);
+      high[a] = std::max(high[a], part.high[a]);
     }
-    if (runs == 0 || key != last) {  // a LiDAR scan often repeats a voxel point after point
-      run_keys[runs++] = key;
-      last = key;
-    }
-    run_of_point[i] = first_run + runs - 1;
   }
   counts[kNonFinite] = non_finite;
   counts[kOutOfRange] = out_of_range;

@@ -179,3 +179,37 @@ def test_block_keys_and_first_runs_match_numpy(span):
         voxel.first_in_blocks(runs, short, slot_of_block_run[:-1], num_slots)
     with pytest.raises(KernelError, match="bad argument"):  # a field below the given lowest
         voxel.block_keys(runs, low + 64, high)
+
+
+def test_voxel_keys_do_not_depend_on_the_thread_count():
+    """The keys pass runs in parts on several threads: runs, keys and every point's run are
+    those of one thread, also where a run spans two parts or ignored points sit between its
+    points, and the first point outside the grid is the one reported."""
+    rng = np.random.default_rng(5)
+    pts = rng.uniform([-30, -30, -3, 0], [30, 30, 3, 1], (30_000, 4)).astype(np.float32)
+    pts = np.repeat(pts, 4, axis=0)
+    pts[60_000:60_010] = pts[59_999]  # a run across the middle (two parts on two threads)
+    pts[60_003, 0] = np.nan  # an ignored point inside that run
+    pts[61_000:61_005, 2] = 50.0  # out of range
+    origin = np.array([-400, -400, -300], np.int32)
+    old = torch.get_num_threads()
+    try:
+        outs = []
+        for threads in (1, 2, 3):
+            torch.set_num_threads(threads)
+            outs.append(voxel.voxel_keys(pts, 0.1, 40.0, (-20.0, 20.0), origin, 1, 7))
+            with pytest.raises(ValueError, match="point 70000 "):
+                bad = pts.copy()
+                bad[[70_000, 90_000], 0] = -39.0  # below the origin given
+                shifted = np.array([-300, -400, -300], np.int32)
+                voxel.voxel_keys(bad, 0.1, 40.0, (-20.0, 20.0), shifted)
+    finally:
+        torch.set_num_threads(old)
+    for out in outs[1:]:
+        assert np.array_equal(out.run_keys, outs[0].run_keys)
+        assert np.array_equal(out.run_of_point, outs[0].run_of_point)
+        counts = (out.non_finite, out.out_of_range)
+        assert counts == (outs[0].non_finite, outs[0].out_of_range) == (1, 5)
+        assert np.array_equal(out.low, outs[0].low) and np.array_equal(out.high, outs[0].high)
+    assert outs[0].run_of_point[60_003] == -1
+    assert len(set(outs[0].run_of_point[59_999:60_010].tolist()) - {-1}) == 1
