@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 import torch
 
 from . import backend
+from .concat import RowConcat
 from .chunking import Chunk, Piece, Workspace, chunks, default_cap, rows_under_cap
 from .fused import fused_output, walk_args
 from .grouping import ExecutionPlan, build_plan
@@ -301,6 +302,19 @@ def _check_args(feats, weight, kmap: KernelMap, bias, residual) -> None:
         )
 
 
+def _concat_int8(feats, weight, kmap, config: EngineConfig, bias, relu, residual):
+    """The int8 conv of a RowConcat where the plan gives the shape to int8 and no gradient is
+    wanted, else None."""
+    if config.precision != "int8" or torch.is_grad_enabled():
+        return None
+    plan, int8 = config.plan(kmap, weight.shape[1], weight.shape[2], feats.device)
+    if not int8:
+        return None
+    from .int8 import conv_int8
+
+    return conv_int8(feats, weight, plan, config.workspace, bias, relu, residual)
+
+
 def _reduced_precision(src, weight, plan, int8: bool, config: EngineConfig, bias, relu, residual):
     """The CPU inference conv in int8 or bf16 where config.precision asks for it and the conv
     takes it (kernels/int8.py, kernels/bf16.py; an int8 conv whose shape the tuner gave to the
@@ -335,8 +349,14 @@ def sparse_conv(
 ) -> torch.Tensor:
     """feats [num_in, Cin], weight [K^3, Cin, Cout] -> [num_out, Cout] (autograd-aware), plus
     bias [Cout] and residual [num_out, Cout] when given, then ReLU when asked (all fused into
-    the CPU kernel's epilogue in inference)."""
+    the CPU kernel's epilogue in inference). feats may be a RowConcat (kernels/concat.py): the
+    int8 conv quantizes its two parts side by side; any other conv makes the tensor."""
     _check_args(feats, weight, kmap, bias, residual)
+    if isinstance(feats, RowConcat):
+        out = _concat_int8(feats, weight, kmap, config, bias, relu, residual)
+        if out is not None:
+            return out
+        feats = feats.tensor()
     cin, cout = weight.shape[1], weight.shape[2]
     plan, int8 = config.plan(kmap, cin, cout, feats.device)
     max_rows = config.max_rows(cin, cout, feats.dtype, feats.device)

@@ -22,6 +22,7 @@ from __future__ import annotations
 import torch
 
 from . import backend
+from .concat import RowConcat
 from .bf16 import FP32_MAX_CIN
 from .derived import derived
 from .fused import fused_output, walk_args
@@ -48,16 +49,26 @@ def quantize_weight(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return packed, scale.contiguous()
 
 
-def quantize_rows(src: torch.Tensor, q: torch.Tensor, scale: torch.Tensor) -> bool:
-    """Fills q (uint8 [N, C]) and scale (fp32 [N]) from src (fp32 [N, C]); False (q unusable)
-    when src has a negative, NaN or infinite value."""
+def quantize_rows(src: torch.Tensor | RowConcat, q: torch.Tensor, scale: torch.Tensor) -> bool:
+    """Fills q (uint8 [N, C]) and scale (fp32 [N]) from src (fp32 [N, C], or the two parts of
+    a RowConcat side by side); False (q unusable) when src has a negative, NaN or infinite
+    value."""
     negative = torch.zeros(1, dtype=torch.int64)
-    n, c = src.shape
-    backend.call("quantize_rows_u8", "cpu", src, n, c, q, scale, negative)
+    if isinstance(src, RowConcat):
+        a, b = src.parts
+        n = a.shape[0]
+        backend.call(
+            "quantize_concat_u8", "cpu", a, a.shape[1], b, b.shape[1], n, q, scale, negative
+        )
+    else:
+        n, c = src.shape
+        backend.call("quantize_rows_u8", "cpu", src, n, c, q, scale, negative)
     return not bool(negative.item())
 
 
-def _quantized(src: torch.Tensor, workspace) -> tuple[torch.Tensor, torch.Tensor] | None:
+def _quantized(
+    src: torch.Tensor | RowConcat, workspace
+) -> tuple[torch.Tensor, torch.Tensor] | None:
     """(q uint8 [N, C], row scales fp32 [N]) of src, or None where it has a negative value. A
     conv that reads the very rows the int8 conv before it read (a residual block's first conv,
     then its 1x1 shortcut) reuses that quantization. The record holds src itself, so no other
@@ -78,7 +89,7 @@ def _quantized(src: torch.Tensor, workspace) -> tuple[torch.Tensor, torch.Tensor
 
 
 def conv_int8(
-    src: torch.Tensor,
+    src: torch.Tensor | RowConcat,
     weight: torch.Tensor,
     plan: ExecutionPlan,
     workspace,
@@ -86,8 +97,9 @@ def conv_int8(
     relu: bool = False,
     residual=None,
 ) -> torch.Tensor | None:
-    """The forward conv of engine.sparse_conv in int8 (src [N, Cin] fp32 -> [num_out, Cout]
-    fp32), or None where it does not apply (see the module doc)."""
+    """The forward conv of engine.sparse_conv in int8 (src [N, Cin] fp32, or a RowConcat of
+    two such parts -> [num_out, Cout] fp32), or None where it does not apply (see the module
+    doc)."""
     n, cin = src.shape
     cout = weight.shape[2]
     lanes = fused_int8_lanes()

@@ -10,10 +10,12 @@ positions in reverse. spconv's weight [Cout, K, K, K, Cin] converts with
 from __future__ import annotations
 
 import math
+from typing import cast
 
 import torch
 from torch import nn
 
+from kernels.concat import concat_rows
 from kernels.engine import sparse_conv
 
 from .sparse_tensor import SparseTensor
@@ -107,4 +109,8 @@ def cat(a: SparseTensor, b: SparseTensor) -> SparseTensor:
     if a.manager is not b.manager or a.stride != b.stride:
         if a.coords.shape != b.coords.shape or not torch.equal(a.coords, b.coords):
             raise ValueError("cat needs two tensors on the same coordinates, row for row")
-    return a.replace_feats(torch.cat([a.feats, b.feats], dim=1))
+    # on the CPU in int8 inference, a RowConcat: the convs that read it quantize the two parts
+    # side by side and the concatenation is never made (kernels/concat.py)
+    # (it stands in for the tensor: torch functions and attributes make the tensor on first use)
+    feats = cast(torch.Tensor, concat_rows(a.feats, b.feats, a.engine.precision))
+    return a.replace_feats(feats)

@@ -121,6 +121,10 @@ LS_API int ls_fused_conv_bf16_cpu(const ls_bf16* x, int64_t cin, const ls_bf16* 
 LS_API int ls_fused_int8_lanes_cpu(void);
 LS_API int ls_quantize_rows_u8_cpu(const float* x, int64_t n, int64_t c, uint8_t* q,
                                    float* scale, int64_t* negative);
+// The same for the rows of a [n, ca] and b [n, cb] side by side, as if concatenated (q [n,
+// ca + cb], one scale per row over both); cb may be 0 (b then unused).
+LS_API int ls_quantize_concat_u8_cpu(const float* a, int64_t ca, const float* b, int64_t cb,
+                                     int64_t n, uint8_t* q, float* scale, int64_t* negative);
 LS_API int ls_fused_conv_int8_cpu(const uint8_t* q, const float* row_scale, int64_t cin,
                                   const int8_t* w_packed, const float* w_scale, int64_t cout,
                                   const int32_t* in_idx, const int32_t* out_idx,

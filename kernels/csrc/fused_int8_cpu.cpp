@@ -98,12 +98,10 @@ __attribute__((always_inline)) LS_VNNI_TARGET inline void tile(
   }
 }
 
-// One row of x quantized: q = rint(x * (255 / max)) (round to nearest even, as MXCSR's default
-// and rintf), scale = max / 255; false when the row has a negative value, NaN or inf.
-LS_VNNI_TARGET bool quantize_row(const float* row, int64_t c, uint8_t* q, float* scale) {
+// The largest value of a row segment folded into top; bad gets the lanes with a negative value,
+// NaN or +inf.
+LS_VNNI_TARGET inline void segment_max(const float* row, int64_t c, __m512& top, __mmask16& bad) {
   const __m512 zero = _mm512_setzero_ps(), big = _mm512_set1_ps(3.40282347e38f);
-  __m512 top = zero;
-  __mmask16 bad = 0;
   for (int64_t j = 0; j < c; j += kLanes) {
     const __mmask16 m = lane_mask(c - j);
     const __m512 v = _mm512_maskz_loadu_ps(m, row + j);
@@ -111,13 +109,29 @@ LS_VNNI_TARGET bool quantize_row(const float* row, int64_t c, uint8_t* q, float*
     bad |= _mm512_mask_cmp_ps_mask(m, v, big, _CMP_GT_OQ);    // +inf
     top = _mm512_max_ps(top, v);
   }
-  const float most = _mm512_reduce_max_ps(top);
-  const __m512 inv = _mm512_set1_ps(most > 0.0f ? 255.0f / most : 0.0f);
+}
+
+LS_VNNI_TARGET inline void segment_store(const float* row, int64_t c, __m512 inv, uint8_t* q) {
   for (int64_t j = 0; j < c; j += kLanes) {
     const __mmask16 m = lane_mask(c - j);
     const __m512i v = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_maskz_loadu_ps(m, row + j), inv));
     _mm512_mask_cvtusepi32_storeu_epi8(q + j, m, v);  // 0..255 for the rows that count
   }
+}
+
+// One row quantized: q = rint(x * (255 / max)) (round to nearest even, as MXCSR's default and
+// rintf), scale = max / 255; the row is a's ca values then b's cb (a concatenation never made);
+// false when the row has a negative value, NaN or inf.
+LS_VNNI_TARGET bool quantize_row(const float* a, int64_t ca, const float* b, int64_t cb,
+                                 uint8_t* q, float* scale) {
+  __m512 top = _mm512_setzero_ps();
+  __mmask16 bad = 0;
+  segment_max(a, ca, top, bad);
+  segment_max(b, cb, top, bad);
+  const float most = _mm512_reduce_max_ps(top);
+  const __m512 inv = _mm512_set1_ps(most > 0.0f ? 255.0f / most : 0.0f);
+  segment_store(a, ca, inv, q);
+  segment_store(b, cb, inv, q + ca);
   *scale = most / 255.0f;
   return bad == 0;
 }
@@ -168,15 +182,25 @@ LS_API int ls_fused_int8_lanes_cpu(void) { return cpu_has_int8_dot() ? kLanes : 
 
 LS_API int ls_quantize_rows_u8_cpu(const float* x, int64_t n, int64_t c, uint8_t* q,
                                    float* scale, int64_t* negative) {
-  if (!cpu_has_int8_dot() || n < 0 || c <= 0) return lidarseg::kStatusBadArgument;
+  return ls_quantize_concat_u8_cpu(x, c, nullptr, 0, n, q, scale, negative);
+}
+
+LS_API int ls_quantize_concat_u8_cpu(const float* a, int64_t ca, const float* b, int64_t cb,
+                                     int64_t n, uint8_t* q, float* scale, int64_t* negative) {
+  const int64_t c = ca + cb;
+  if (!cpu_has_int8_dot() || n < 0 || ca <= 0 || cb < 0 || (cb > 0 && b == nullptr)) {
+    return lidarseg::kStatusBadArgument;
+  }
 #if LS_HAVE_INT8_DOT
   int64_t found = 0;
 #pragma omp parallel for schedule(static) reduction(| : found) if (n * c >= kQuantizeParallel)
-  for (int64_t r = 0; r < n; ++r) found |= !quantize_row(x + r * c, c, q + r * c, scale + r);
+  for (int64_t r = 0; r < n; ++r) {
+    found |= !quantize_row(a + r * ca, ca, b + r * cb, cb, q + r * c, scale + r);
+  }
   *negative = found;
   return lidarseg::kStatusOk;
 #else
-  (void)x, (void)q, (void)scale, (void)negative;
+  (void)a, (void)b, (void)q, (void)scale, (void)negative, (void)c;
   return lidarseg::kStatusBadArgument;  // unreachable: no int8 dot product on this architecture
 #endif
 }
