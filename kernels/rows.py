@@ -6,6 +6,7 @@ from __future__ import annotations
 import torch
 
 from . import backend
+from .derived import derived
 
 
 def gather_rows(src: torch.Tensor, idx: torch.Tensor, dst: torch.Tensor | None = None):
@@ -84,3 +85,43 @@ def argmax_rows_u8(x: torch.Tensor) -> torch.Tensor | None:
     out = torch.empty(n, dtype=torch.uint8)
     backend.call("argmax_rows_u8", "cpu", x.contiguous(), n, c, out)
     return out
+
+
+HEAD_LANES = 32  # the widest head ls_linear_argmax_u8_cpu takes (classes)
+
+
+def linear_argmax_u8(
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
+) -> torch.Tensor | None:
+    """uint8 [N]: argmax over classes of x @ weight.T + bias (an nn.Linear head, weight [C, F])
+    for CPU float32 rows x [N, F] and at most HEAD_LANES classes, in one pass that never writes
+    the logits (ls_linear_argmax_u8_cpu); None where that does not apply. Its sums run in another
+    order than torch's matmul, so a voxel whose two best logits tie to the last bits may get the
+    other class."""
+    if (
+        x.device.type != "cpu"
+        or x.dtype != torch.float32
+        or x.dim() != 2
+        or weight.dtype != torch.float32
+        or weight.dim() != 2
+        or weight.shape[1] != x.shape[1]
+        or not 1 <= weight.shape[0] <= HEAD_LANES
+        or torch.is_grad_enabled()
+    ):
+        return None
+    w_t, b = derived(weight, "head_columns", _head_columns)
+    if bias is not None:
+        b = b.clone()
+        b[: weight.shape[0]] = bias.detach()
+    out = torch.empty(x.shape[0], dtype=torch.uint8)
+    n, cin = x.shape
+    backend.call("linear_argmax_u8", "cpu", x.contiguous(), n, cin, w_t, b, weight.shape[0], out)
+    return out
+
+
+def _head_columns(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(weight transposed [F, HEAD_LANES], zero beyond its classes; a zero bias of that width)."""
+    classes, features = weight.shape
+    w_t = torch.zeros(features, HEAD_LANES)
+    w_t[:, :classes] = weight.detach().t()
+    return w_t, torch.zeros(HEAD_LANES)

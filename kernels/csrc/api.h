@@ -49,6 +49,11 @@ LS_API int ls_csr_by_key_cpu(const int32_t* keys, int64_t m, int64_t num_keys, i
 // out[r] = the index of the largest value of row r of x [n, c] (the first of equal ones; the
 // first NaN where the row has one, as torch.argmax); c in 1..256.
 LS_API int ls_argmax_rows_u8_cpu(const float* x, int64_t n, int64_t c, uint8_t* out);
+// out[r] = argmax over o < cout of x[r] . w_t[:, o] + bias[o] (as ls_argmax_rows_u8_cpu picks),
+// x [n, cin], w_t [cin, 32] (zero beyond cout), bias [32]; cout in 1..32. The logits are never
+// written.
+LS_API int ls_linear_argmax_u8_cpu(const float* x, int64_t n, int64_t cin, const float* w_t,
+                                   const float* bias, int64_t cout, uint8_t* out);
 // dst[i] = src[idx[i]] (a zero row where idx[i] < 0); src [n, c], dst [m, c].
 LS_API int ls_gather_rows_f32_cpu(const float* src, int64_t n, int64_t c, const int32_t* idx,
                                   int64_t m, float* dst);

@@ -3,8 +3,10 @@
 // contributions in a fixed order, so results are bitwise reproducible for any thread count.
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "api.h"
 
@@ -90,22 +92,84 @@ LS_API int ls_scatter_add_unique_f64_cpu(const double* src, int64_t m, int64_t c
   return scatter_add_unique(src, m, c, idx, dst);
 }
 
+// The first largest of v[0..c) (the first NaN where there is one), as torch.argmax picks. Four
+// running maxima (no chain of c dependent compares), then the first place of the largest.
+inline int64_t first_largest(const float* v, int64_t c) {
+  float m[4] = {v[0], v[0], v[0], v[0]};
+  bool nan = false;
+  int64_t j = 0;
+  for (; j + 4 <= c; j += 4) {
+    for (int k = 0; k < 4; ++k) {
+      m[k] = v[j + k] > m[k] ? v[j + k] : m[k];
+      nan |= std::isnan(v[j + k]);
+    }
+  }
+  for (; j < c; ++j) {
+    m[0] = v[j] > m[0] ? v[j] : m[0];
+    nan |= std::isnan(v[j]);
+  }
+  const float a = m[0] > m[1] ? m[0] : m[1], b = m[2] > m[3] ? m[2] : m[3];
+  const float most = a > b ? a : b;
+  int64_t best = 0;
+  while (nan ? !std::isnan(v[best]) : v[best] != most) ++best;
+  return best;
+}
+
 // The class of each row (the first largest value; the first NaN where a row has one, as
 // torch.argmax), as one byte: the pipeline's per-voxel labels.
 LS_API int ls_argmax_rows_u8_cpu(const float* x, int64_t n, int64_t c, uint8_t* out) {
   if (n < 0 || c < 1 || c > 256) return lidarseg::kStatusBadArgument;
 #pragma omp parallel for schedule(static) if (n * c >= kParallelWork)
-  for (int64_t r = 0; r < n; ++r) {
-    const float* row = x + r * c;
-    float most = row[0];
-    bool nan = false;
-    for (int64_t j = 0; j < c; ++j) {  // branch-free: the row's largest value, and any NaN
-      most = row[j] > most ? row[j] : most;
-      nan |= std::isnan(row[j]);
+  for (int64_t r = 0; r < n; ++r) out[r] = (uint8_t)first_largest(x + r * c, c);
+  return lidarseg::kStatusOk;
+}
+
+// Rows first .. first + kHeadTile of x times w_t plus bias, into logits [kHeadTile][32].
+constexpr int kHeadTile = 8;
+inline void head_tile(const float* x, int64_t cin, const float* w_t, const float* bias,
+                      float (*logits)[32]) {
+  typedef float v16 __attribute__((vector_size(64)));
+  v16 acc[kHeadTile][2];
+  v16 b0, b1;
+  std::memcpy(&b0, bias, sizeof(v16));
+  std::memcpy(&b1, bias + 16, sizeof(v16));
+  for (int r = 0; r < kHeadTile; ++r) acc[r][0] = b0, acc[r][1] = b1;
+  for (int64_t c = 0; c < cin; ++c) {
+    v16 w0, w1;
+    std::memcpy(&w0, w_t + c * 32, sizeof(v16));
+    std::memcpy(&w1, w_t + c * 32 + 16, sizeof(v16));
+    for (int r = 0; r < kHeadTile; ++r) {
+      const float v = x[r * cin + c];
+      acc[r][0] += v * w0;
+      acc[r][1] += v * w1;
     }
-    int64_t best = 0;
-    while (nan ? !std::isnan(row[best]) : row[best] != most) ++best;  // its first place
-    out[r] = (uint8_t)best;
+  }
+  for (int r = 0; r < kHeadTile; ++r) {
+    std::memcpy(logits[r], &acc[r][0], sizeof(v16));
+    std::memcpy(logits[r] + 16, &acc[r][1], sizeof(v16));
+  }
+}
+
+// The pipeline's head and argmax in one pass: for each row of x [n, cin], the class with the
+// largest x . w[o] + bias[o] (w_t [cin, 32]: nn.Linear's weight transposed, zero beyond cout;
+// bias [32]), picked as first_largest picks; cout in 1..32. Rows in tiles of 8, so 16
+// accumulators hide the FMA latency; the logits stay in a tile's buffer.
+LS_API int ls_linear_argmax_u8_cpu(const float* x, int64_t n, int64_t cin, const float* w_t,
+                                   const float* bias, int64_t cout, uint8_t* out) {
+  if (n < 0 || cin < 1 || cout < 1 || cout > 32) return lidarseg::kStatusBadArgument;
+  const int64_t tiles = (n + kHeadTile - 1) / kHeadTile;
+#pragma omp parallel for schedule(static) if (n * cin * cout >= kParallelWork * 16)
+  for (int64_t t = 0; t < tiles; ++t) {
+    const int64_t first = t * kHeadTile, rows = std::min<int64_t>(kHeadTile, n - first);
+    float logits[kHeadTile][32];
+    if (rows == kHeadTile) {
+      head_tile(x + first * cin, cin, w_t, bias, logits);
+    } else {  // the last rows, padded with zero rows
+      std::vector<float> tail(kHeadTile * cin, 0.0f);
+      std::memcpy(tail.data(), x + first * cin, sizeof(float) * rows * cin);
+      head_tile(tail.data(), cin, w_t, bias, logits);
+    }
+    for (int64_t r = 0; r < rows; ++r) out[first + r] = (uint8_t)first_largest(logits[r], cout);
   }
   return lidarseg::kStatusOk;
 }

@@ -130,3 +130,18 @@ def test_layer_timing_covers_the_network(pipeline):
     assert any(name.startswith("encoder.3") for name in result.layer_ms)
     assert "head" in result.layer_ms
     assert sum(result.layer_ms.values()) <= result.timing_ms["network"] * 1.05 + 1.0
+
+
+def test_the_one_pass_head_labels_as_the_logits_do(pipeline, monkeypatch):
+    """Without kept logits the CPU head and argmax run as one kernel pass (_classes): the same
+    labels as the argmax of the logits the network gives."""
+    import app.inference.pipeline as pipeline_module
+
+    calls = []
+    real = pipeline_module.linear_argmax_u8
+    monkeypatch.setattr(pipeline_module, "linear_argmax_u8", lambda *a: calls.append(1) or real(*a))
+    points = kitti_frame()[:40000]
+    fast = pipeline.segment(points)
+    assert fast.voxel_logits is None and calls == [1]
+    slow = pipeline.segment(points, keep_logits=True)
+    assert calls == [1] and np.array_equal(fast.labels, slow.labels)

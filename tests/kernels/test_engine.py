@@ -192,3 +192,23 @@ def test_argmax_rows_matches_torch(classes):
     assert torch.equal(argmax_rows_u8(x).long(), torch.argmax(x, dim=1))
     assert argmax_rows_u8(x[:, :0]) is None and argmax_rows_u8(x.double()) is None
     assert argmax_rows_u8(torch.zeros(3, 257)) is None
+
+
+@pytest.mark.parametrize("classes", [1, 19, 32])
+def test_head_and_argmax_in_one_pass_match_torch(classes):
+    """The pipeline's head + argmax (logits never written) against torch's linear then argmax;
+    random weights, so no two logits tie. Beyond 32 classes, or with autograd on, torch's."""
+    from kernels.rows import linear_argmax_u8
+
+    g = torch.Generator().manual_seed(classes)
+    x = torch.rand(1003, 48, generator=g)  # not a multiple of the 8-row tile
+    w, b = torch.randn(classes, 48, generator=g), torch.randn(classes, generator=g)
+    x[17, 5] = float("nan")  # every logit of that row NaN: class 0, as torch.argmax
+    with torch.no_grad():
+        expected = torch.nn.functional.linear(x, w, b).argmax(dim=1)
+        assert torch.equal(linear_argmax_u8(x, w, b).long(), expected)
+        no_bias = torch.nn.functional.linear(x, w).argmax(dim=1)
+        assert torch.equal(linear_argmax_u8(x, w, None).long(), no_bias)
+        assert linear_argmax_u8(x, torch.randn(33, 48), None) is None
+        assert linear_argmax_u8(x.double(), w.double(), None) is None
+    assert linear_argmax_u8(x, w, b) is None  # autograd on
