@@ -24,10 +24,11 @@ from kernels import voxel as voxel_kernels
 from models.checkpoints import INTENSITY_NORMALISATION, intensity_scales
 from models.labels import IGNORE_LABEL
 
-# Open3D's CPU hash set (oneTBB) inserts the ~60k keys of a KITTI frame about 2x faster, and
-# frees them about 1.6x faster, on one thread than on two (10.9 vs 5.0 ms and 4.6 vs 2.8 ms on the
-# 2-core AMD EPYC, seq00_000000 at 0.1 m): its threads contend on the shared table. It is the only
-# Open3D call in the process; the limit is process-wide.
+# Open3D's CPU hash set (oneTBB) on one thread: for a KITTI frame's 66,060 run keys two threads
+# were about 2x slower (they contend on the shared table). With the 17,409 block-run keys it gets
+# now, two threads make the table itself faster (1.28 -> 1.0 ms) but the voxelize stage slower
+# (7.1 -> 8.0 ms, paired runs on the 2-core AMD EPYC): its threads then compete with ours. It is
+# the only Open3D call in the process; the limit is process-wide.
 OPEN3D_THREADS = 1
 
 o3c: ModuleType | None
