@@ -14,17 +14,22 @@ pipeline itself varies more than the overhead: "service layer" (round trip minus
 own pipeline stages) isolates what HTTP, decoding, queueing and encoding cost. Each run also posts
 the frame asking for JSON; per run it prints HTTP total (binary) / the server's network stage of
 the same request, and JSON round trip - binary round trip (issue 16's two ratios), the latter
-over the runs plus --json-pairs more (binary, JSON) pairs.
+over the runs plus --json-pairs more (binary, JSON) pairs. The client is httpx (what app/client.py
+uses); each run also posts the binary frame through Python's http.client on a keep-alive
+connection of its own, a leaner client, and prints that round trip and its ratio too: the gap
+between the two is the client's, not the service's.
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
+from http.client import HTTPConnection
 import json
 import signal
 import statistics
 import time
+import urllib.parse
 
 from app.heap import configure_malloc
 from app.threads import configure_env
@@ -48,6 +53,7 @@ from bench import common  # noqa: E402
 # (the wire carries no intensity convention), so the Ouster frame runs as "kitti" on both sides
 SENSOR = {"nuscenes": "nuscenes"}
 FORMAT = {"nuscenes": "nuscenes"}
+BINARY = {"Content-Type": "application/octet-stream", "Accept": "application/octet-stream"}
 
 
 def _spread(values: list[float]) -> str:
@@ -112,6 +118,8 @@ def main(argv=None) -> int:
     pipeline = build_pipeline(args.weights, args.device, args.cr, precision=args.precision)
     rows = []
     try:
+        parts = urllib.parse.urlsplit(url)
+        lean = HTTPConnection(parts.hostname, parts.port, timeout=300)
         with httpx.Client(base_url=url, timeout=300) as http:
             print(
                 f"device {args.device}, weights {args.weights}, precision {pipeline.precision}, "
@@ -145,7 +153,19 @@ def main(argv=None) -> int:
                     r.raise_for_status()
                     return r
 
+                def remote_stdlib() -> tuple[float, float]:
+                    """(round trip ms, the server's network stage ms) of the binary request
+                    through Python's http.client on its own keep-alive connection: the same
+                    request with a leaner client than httpx."""
+                    t = time.perf_counter()
+                    lean.request("POST", f"/v1/segment?format={fmt}", body=body, headers=BINARY)
+                    r = lean.getresponse()
+                    r.read()
+                    ms = (time.perf_counter() - t) * 1e3
+                    return ms, server_timing(r.getheader("server-timing", ""))["network"]
+
                 local_ms, remote_ms, stages, json_ms, json_stages = [], [], [], [], []
+                stdlib = []
                 labels = local()  # warm-up
                 gc.collect()
                 gc.freeze()  # as the server does after its warm-up (app/service/main.py)
@@ -165,6 +185,7 @@ def main(argv=None) -> int:
                     rj = remote("application/json")
                     json_ms.append((time.perf_counter() - t) * 1e3)
                     json_stages.append(server_timing(rj.headers["server-timing"]))
+                    stdlib.append(remote_stdlib())
                 lm, rm = statistics.median(local_ms), statistics.median(remote_ms)
                 srv = {k: statistics.median(s[k] for s in stages) for k in (*STAGES, "total")}
                 loc = {
@@ -204,6 +225,14 @@ def main(argv=None) -> int:
                 enc = [s["encode"] for s in json_stages]
                 row.update(
                     http_over_network=per_net, json_minus_binary_ms=json_extra, json_encode_ms=enc
+                )
+                lean_ratio = [ms / net for ms, net in stdlib]
+                row["stdlib_http_ms"] = [ms for ms, _ in stdlib]
+                row["stdlib_http_over_network"] = lean_ratio
+                print(
+                    f"{'':<11}the same with Python's http.client as the client: HTTP "
+                    f"{statistics.median(ms for ms, _ in stdlib):.1f} ms, / network stage "
+                    f"x{_spread(lean_ratio)}"
                 )
                 print(
                     f"{'':<11}HTTP total (binary) / network stage: x{_spread(per_net)}; "
