@@ -1,7 +1,9 @@
 """The in-process pipeline the service calls: points -> voxels -> maps -> MinkUNet -> labels.
 
 Each stage is timed (voxelize, maps, network, devoxelize), with CUDA synchronisation so GPU times
-are true; `layer_timing=True` adds a per-layer breakdown of the network time.
+are true; `layer_timing=True` adds a per-layer breakdown of the network time. The voxels' classes
+(the argmax of the logits) count to the network stage where the CPU head and argmax run as one
+pass (no logits kept), else to devoxelize, which then also holds the gather back to the points.
 """
 
 from __future__ import annotations
