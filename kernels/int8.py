@@ -51,8 +51,8 @@ def quantize_weight(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 def quantize_rows(src: torch.Tensor | RowConcat, q: torch.Tensor, scale: torch.Tensor) -> bool:
     """Fills q (uint8 [N, C]) and scale (fp32 [N]) from src (fp32 [N, C], or the two parts of
-    a RowConcat side by side); False (q unusable) when src has a negative, NaN or infinite
-    value."""
+    a RowConcat side by side); False (q unusable) when src has a negative (-0.0 too), NaN or
+    infinite value."""
     negative = torch.zeros(1, dtype=torch.int64)
     if isinstance(src, RowConcat):
         a, b = src.parts

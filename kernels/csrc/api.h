@@ -120,9 +120,9 @@ LS_API int ls_fused_conv_bf16_cpu(const ls_bf16* x, int64_t cin, const ls_bf16* 
 // ls_fused_int8_lanes_cpu() is 16 where this CPU has AVX512_VNNI (checked at run time) and 0
 // where it has not; the conv then returns kStatusBadArgument.
 // ls_quantize_rows_u8_cpu: per row of x [n, c], q = rint(x * (255 / row max)) and scale =
-// row max / 255 (a row of zeros: q 0, scale 0); *negative = 1 when some value is negative, NaN
-// or inf (q then means nothing: the caller keeps another precision); AVX512_VNNI CPUs only, as
-// the conv.
+// row max / 255 (a row of zeros: q 0, scale 0); *negative = 1 when some value is negative (-0.0
+// too: its sign bit is set), NaN or inf (q then means nothing: the caller keeps another
+// precision); AVX512_VNNI CPUs only, as the conv.
 LS_API int ls_fused_int8_lanes_cpu(void);
 LS_API int ls_quantize_rows_u8_cpu(const float* x, int64_t n, int64_t c, uint8_t* q,
                                    float* scale, int64_t* negative);

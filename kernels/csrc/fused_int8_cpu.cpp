@@ -98,16 +98,14 @@ __attribute__((always_inline)) LS_VNNI_TARGET inline void tile(
   }
 }
 
-// The largest value of a row segment folded into top; bad gets the lanes with a negative value,
-// NaN or +inf.
-LS_VNNI_TARGET inline void segment_max(const float* row, int64_t c, __m512& top, __mmask16& bad) {
-  const __m512 zero = _mm512_setzero_ps(), big = _mm512_set1_ps(3.40282347e38f);
+// The largest bit pattern of a row segment, as unsigned 32-bit integers, folded into top. For
+// non-negative finite floats the largest pattern is the largest value; a negative value (its
+// sign bit set, -0.0 too), +inf and NaN all lie above FLT_MAX's pattern, so one unsigned max per
+// vector both finds the row's largest value and tells whether the row can be quantized.
+LS_VNNI_TARGET inline void segment_max(const float* row, int64_t c, __m512i& top) {
   for (int64_t j = 0; j < c; j += kLanes) {
     const __mmask16 m = lane_mask(c - j);
-    const __m512 v = _mm512_maskz_loadu_ps(m, row + j);
-    bad |= _mm512_mask_cmp_ps_mask(m, v, zero, _CMP_NGE_UQ);  // negative or NaN
-    bad |= _mm512_mask_cmp_ps_mask(m, v, big, _CMP_GT_OQ);    // +inf
-    top = _mm512_max_ps(top, v);
+    top = _mm512_max_epu32(top, _mm512_maskz_loadu_epi32(m, row + j));
   }
 }
 
@@ -121,19 +119,22 @@ LS_VNNI_TARGET inline void segment_store(const float* row, int64_t c, __m512 inv
 
 // One row quantized: q = rint(x * (255 / max)) (round to nearest even, as MXCSR's default and
 // rintf), scale = max / 255; the row is a's ca values then b's cb (a concatenation never made);
-// false when the row has a negative value, NaN or inf.
+// false when the row has a negative value (-0.0 included), NaN or inf.
 LS_VNNI_TARGET bool quantize_row(const float* a, int64_t ca, const float* b, int64_t cb,
                                  uint8_t* q, float* scale) {
-  __m512 top = _mm512_setzero_ps();
-  __mmask16 bad = 0;
-  segment_max(a, ca, top, bad);
-  segment_max(b, cb, top, bad);
-  const float most = _mm512_reduce_max_ps(top);
+  constexpr uint32_t kLargestFinite = 0x7F7FFFFFu;  // FLT_MAX's bit pattern
+  __m512i top = _mm512_setzero_si512();
+  segment_max(a, ca, top);
+  segment_max(b, cb, top);
+  const uint32_t bits = _mm512_reduce_max_epu32(top);
+  if (bits > kLargestFinite) return false;
+  float most;
+  memcpy(&most, &bits, sizeof(most));
   const __m512 inv = _mm512_set1_ps(most > 0.0f ? 255.0f / most : 0.0f);
   segment_store(a, ca, inv, q);
   segment_store(b, cb, inv, q + ca);
   *scale = most / 255.0f;
-  return bad == 0;
+  return true;
 }
 
 // Entries [0, m) of one offset (outputs owned by this thread) times that offset's packed weight.

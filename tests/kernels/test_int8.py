@@ -41,7 +41,7 @@ def test_rows_quantize_as_numpy_does_bit_for_bit(cols):
     assert quantize_rows(x, q, scale)
     want_q, want_scale = quantized(x)
     assert np.array_equal(q.numpy(), want_q) and np.array_equal(scale.numpy(), want_scale)
-    for bad in (-1e-30, float("nan"), float("inf")):
+    for bad in (-1e-30, -0.0, float("nan"), float("inf"), -float("nan")):  # -0.0: its sign bit
         y = x.clone()
         y[7, cols - 1] = bad
         assert not quantize_rows(y, q, scale), bad
