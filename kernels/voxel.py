@@ -196,6 +196,15 @@ def voxel_sums(
     )
 
 
+def voxel_means(sums: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
+    """float32 [M, F]: float64 sums [M, F] / max(counts, 1), rounded once to float32, as numpy's
+    division then astype gives them (ls_voxel_means_cpu, one parallel pass)."""
+    m, f = sums.shape
+    means = torch.empty((m, f), dtype=torch.float32)
+    backend.call("voxel_means", "cpu", sums, counts, m, f, means)
+    return means
+
+
 def voxel_order(
     run_keys: np.ndarray, first: np.ndarray, origin: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:

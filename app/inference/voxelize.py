@@ -142,10 +142,7 @@ def voxelize(
         columns, scales = _feature_columns(points, config, frame_sensor)
         voxel_kernels.voxel_sums(points, columns, scales, mapping, sums, counts)
         point_to_voxel.append(torch.from_numpy(mapping))
-    # float64 means rounded once to float32, in numpy: a torch op here would wake its thread pool
-    feats = torch.from_numpy(
-        (sums.numpy() / np.maximum(counts.numpy(), 1)[:, None]).astype(np.float32)
-    )
+    feats = voxel_kernels.voxel_means(sums, counts)  # float64 means rounded once to float32
     ignored = [{"non_finite": k.non_finite, "out_of_range": k.out_of_range} for k in keys]
     return VoxelBatch(
         torch.from_numpy(coords).to(device), feats.to(device), point_to_voxel, ignored

@@ -203,6 +203,10 @@ LS_API int ls_voxel_sums_cpu(const float* points, int64_t n, int64_t cols,
                              const int32_t* feature_cols, const float* feature_scales,
                              int64_t num_features, const int64_t* voxel_of_point,
                              int64_t num_voxels, double* sums, int64_t* counts);
+// means[v, j] = float32(sums[v, j] / max(counts[v], 1)): numpy's float64 division, then one
+// rounding to float32. sums [num_voxels, num_features].
+LS_API int ls_voxel_means_cpu(const double* sums, const int64_t* counts, int64_t num_voxels,
+                              int64_t num_features, float* means);
 // Blocks of 2^shift cells per axis: the key of run r's block is batch and each axis's field >>
 // shift, minus low[f] (lowest value of field f: batch, x, y, z), packed in widths[f] bits each
 // (batch first), as one int32 (words == 1, at most 31 bits) or as the two halves of 64 bits

@@ -2,8 +2,9 @@
 // runs in one pass, the voxels' feature sums in another. Host only, without a CUDA twin: the
 // voxelizer runs on the host, where Open3D's hash set finds the occupied blocks of voxels
 // (voxel_order_cpu.cpp orders what it finds). The keys pass runs in parts on several threads and
-// gives what one pass in point order gives; the sums pass is single-threaded and in point order,
-// so the sums are the ones numpy's bincount makes, bit for bit.
+// gives what one pass in point order gives; the sums pass splits the voxels among the threads and
+// adds each voxel's points in point order, so the sums are the ones numpy's bincount makes, bit
+// for bit.
 #include <omp.h>
 
 #include <algorithm>
@@ -177,16 +178,38 @@ LS_API int ls_voxel_sums_cpu(const float* points, int64_t n, int64_t cols,
     if (feature_cols[j] >= cols) return kStatusBadArgument;
   }
   for (int64_t i = 0; i < n; ++i) {
-    const int64_t v = voxel_of_point[i];
-    if (v < 0) continue;
-    if (v >= num_voxels) return kStatusBadArgument;
-    const float* p = points + i * cols;
-    double* s = sums + v * num_features;
-    for (int64_t j = 0; j < num_features; ++j) {  // a column < 0 is a constant 0 (xyz only)
-      const float f = feature_cols[j] < 0 ? 0.0f : p[feature_cols[j]] * feature_scales[j];
-      s[j] += (double)f;
+    if (voxel_of_point[i] >= num_voxels) return kStatusBadArgument;
+  }
+  // Each thread owns a range of voxels and reads every point, adding those of its voxels: every
+  // voxel's sum still runs in point order, so the sums are the same on any thread count.
+  const int parts = n * num_features >= kKeysParallel ? std::max(omp_get_max_threads(), 1) : 1;
+#pragma omp parallel for schedule(static) if (parts > 1)
+  for (int part = 0; part < parts; ++part) {
+    const int64_t lo = num_voxels * part / parts, hi = num_voxels * (part + 1) / parts;
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t v = voxel_of_point[i];
+      if (v < lo || v >= hi) continue;  // ignored points (v = -1) belong to no part
+      const float* p = points + i * cols;
+      double* s = sums + v * num_features;
+      for (int64_t j = 0; j < num_features; ++j) {  // a column < 0 is a constant 0 (xyz only)
+        const float f = feature_cols[j] < 0 ? 0.0f : p[feature_cols[j]] * feature_scales[j];
+        s[j] += (double)f;
+      }
+      ++counts[v];
     }
-    ++counts[v];
+  }
+  return kStatusOk;
+}
+
+LS_API int ls_voxel_means_cpu(const double* sums, const int64_t* counts, int64_t num_voxels,
+                              int64_t num_features, float* means) {
+  if (num_voxels < 0 || num_features < 1) return kStatusBadArgument;
+#pragma omp parallel for schedule(static) if (num_voxels * num_features >= kKeysParallel)
+  for (int64_t v = 0; v < num_voxels; ++v) {
+    const double c = (double)std::max<int64_t>(counts[v], 1);
+    for (int64_t j = 0; j < num_features; ++j) {
+      means[v * num_features + j] = (float)(sums[v * num_features + j] / c);
+    }
   }
   return kStatusOk;
 }

@@ -213,3 +213,36 @@ def test_voxel_keys_do_not_depend_on_the_thread_count():
         assert np.array_equal(out.low, outs[0].low) and np.array_equal(out.high, outs[0].high)
     assert outs[0].run_of_point[60_003] == -1
     assert len(set(outs[0].run_of_point[59_999:60_010].tolist()) - {-1}) == 1
+
+
+def test_voxel_sums_and_means_do_not_depend_on_the_thread_count():
+    """The sums pass splits the voxels among the threads, each voxel's points still added in
+    point order: the sums numpy's bincount makes, bit for bit, on 1, 2 and 3 threads; the means
+    are numpy's float64 division rounded once to float32."""
+    rng = np.random.default_rng(9)
+    pts = rng.normal(0, 50, (90_000, 4)).astype(np.float32)
+    voxel_of_point = rng.integers(-1, 5_000, len(pts))  # -1: ignored points
+    expected = np.stack(
+        [
+            np.bincount(
+                voxel_of_point[voxel_of_point >= 0],
+                weights=pts[voxel_of_point >= 0, j] * np.float32([1, 1, 1, 0.5])[j],
+                minlength=5_000,
+            )
+            for j in range(4)
+        ],
+        axis=1,
+    )
+    old = torch.get_num_threads()
+    try:
+        for threads in (1, 2, 3):
+            torch.set_num_threads(threads)
+            sums = torch.zeros(5_000, 4, dtype=torch.float64)
+            counts = torch.zeros(5_000, dtype=torch.int64)
+            voxel.voxel_sums(pts, [0, 1, 2, 3], [1.0, 1.0, 1.0, 0.5], voxel_of_point, sums, counts)
+            assert np.array_equal(sums.numpy(), expected)
+            means = voxel.voxel_means(sums, counts)
+            c = np.maximum(counts.numpy(), 1)[:, None]
+            assert np.array_equal(means.numpy(), (sums.numpy() / c).astype(np.float32))
+    finally:
+        torch.set_num_threads(old)
