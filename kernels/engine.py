@@ -302,13 +302,10 @@ def _check_args(feats, weight, kmap: KernelMap, bias, residual) -> None:
         )
 
 
-def _concat_int8(feats, weight, kmap, config: EngineConfig, bias, relu, residual):
+def _concat_int8(feats, weight, plan, int8: bool, config: EngineConfig, bias, relu, residual):
     """The int8 conv of a RowConcat where the plan gives the shape to int8 and no gradient is
     wanted, else None."""
-    if config.precision != "int8" or torch.is_grad_enabled():
-        return None
-    plan, int8 = config.plan(kmap, weight.shape[1], weight.shape[2], feats.device)
-    if not int8:
+    if config.precision != "int8" or not int8 or torch.is_grad_enabled():
         return None
     from .int8 import conv_int8
 
@@ -352,13 +349,13 @@ def sparse_conv(
     the CPU kernel's epilogue in inference). feats may be a RowConcat (kernels/concat.py): the
     int8 conv quantizes its two parts side by side; any other conv makes the tensor."""
     _check_args(feats, weight, kmap, bias, residual)
+    cin, cout = weight.shape[1], weight.shape[2]
+    plan, int8 = config.plan(kmap, cin, cout, feats.device)
     if isinstance(feats, RowConcat):
-        out = _concat_int8(feats, weight, kmap, config, bias, relu, residual)
+        out = _concat_int8(feats, weight, plan, int8, config, bias, relu, residual)
         if out is not None:
             return out
         feats = feats.tensor()
-    cin, cout = weight.shape[1], weight.shape[2]
-    plan, int8 = config.plan(kmap, cin, cout, feats.device)
     max_rows = config.max_rows(cin, cout, feats.dtype, feats.device)
     extras = [t for t in (bias, residual) if t is not None]
     grads = torch.is_grad_enabled() and any(t.requires_grad for t in [feats, weight, *extras])

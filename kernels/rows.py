@@ -109,19 +109,22 @@ def linear_argmax_u8(
         or torch.is_grad_enabled()
     ):
         return None
-    w_t, b = derived(weight, "head_columns", _head_columns)
-    if bias is not None:
-        b = b.clone()
-        b[: weight.shape[0]] = bias.detach()
+    w_t = derived(weight, "head_columns", _head_columns)
+    b = torch.zeros(HEAD_LANES) if bias is None else derived(bias, "head_columns", _head_columns)
     out = torch.empty(x.shape[0], dtype=torch.uint8)
     n, cin = x.shape
     backend.call("linear_argmax_u8", "cpu", x.contiguous(), n, cin, w_t, b, weight.shape[0], out)
     return out
 
 
-def _head_columns(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(weight transposed [F, HEAD_LANES], zero beyond its classes; a zero bias of that width)."""
-    classes, features = weight.shape
-    w_t = torch.zeros(features, HEAD_LANES)
-    w_t[:, :classes] = weight.detach().t()
-    return w_t, torch.zeros(HEAD_LANES)
+def _head_columns(param: torch.Tensor) -> torch.Tensor:
+    """A head's weight [C, F] as columns [F, HEAD_LANES], or its bias [C] as [HEAD_LANES]; zero
+    beyond its C classes."""
+    if param.dim() == 1:
+        out = torch.zeros(HEAD_LANES)
+        out[: param.shape[0]] = param.detach()
+        return out
+    classes, features = param.shape
+    out = torch.zeros(features, HEAD_LANES)
+    out[:, :classes] = param.detach().t()
+    return out

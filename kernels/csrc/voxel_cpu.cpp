@@ -42,7 +42,13 @@ inline int64_t axis_cell(float v, float voxel, int32_t origin) {
   return (cell >= 0 && cell < kAxisCells) ? cell : -1;
 }
 
-constexpr int64_t kKeysParallel = 1 << 15;  // points below which one thread does the keys pass
+// Work (points, or points or voxels times features) below which one thread does a pass.
+constexpr int64_t kParallelWork = 1 << 15;
+
+// How many parts a pass of `work` items splits into: one per thread above kParallelWork.
+inline int parts_for(int64_t work) {
+  return work >= kParallelWork ? std::max(omp_get_max_threads(), 1) : 1;
+}
 
 // One contiguous part of the points in the keys pass: its runs are written from run_keys[begin]
 // on and numbered from 0 in run_of_point; merged into one numbering afterwards.
@@ -99,7 +105,7 @@ LS_API int ls_voxel_keys_cpu(const float* points, int64_t n, int64_t cols, const
   }
   // Parts in parallel, then one numbering: a run that spans two parts is merged back into one,
   // so runs and keys are those of one pass in point order, whatever the thread count.
-  const int num_parts = n >= kKeysParallel ? std::max(omp_get_max_threads(), 1) : 1;
+  const int num_parts = parts_for(n);
   std::vector<KeysPart> parts(num_parts);
   for (int c = 0; c < num_parts; ++c) {
     parts[c].begin = n * c / num_parts;
@@ -182,7 +188,7 @@ LS_API int ls_voxel_sums_cpu(const float* points, int64_t n, int64_t cols,
   }
   // Each thread owns a range of voxels and reads every point, adding those of its voxels: every
   // voxel's sum still runs in point order, so the sums are the same on any thread count.
-  const int parts = n * num_features >= kKeysParallel ? std::max(omp_get_max_threads(), 1) : 1;
+  const int parts = parts_for(n * num_features);
 #pragma omp parallel for schedule(static) if (parts > 1)
   for (int part = 0; part < parts; ++part) {
     const int64_t lo = num_voxels * part / parts, hi = num_voxels * (part + 1) / parts;
@@ -204,7 +210,7 @@ LS_API int ls_voxel_sums_cpu(const float* points, int64_t n, int64_t cols,
 LS_API int ls_voxel_means_cpu(const double* sums, const int64_t* counts, int64_t num_voxels,
                               int64_t num_features, float* means) {
   if (num_voxels < 0 || num_features < 1) return kStatusBadArgument;
-#pragma omp parallel for schedule(static) if (num_voxels * num_features >= kKeysParallel)
+#pragma omp parallel for schedule(static) if (parts_for(num_voxels * num_features) > 1)
   for (int64_t v = 0; v < num_voxels; ++v) {
     const double c = (double)std::max<int64_t>(counts[v], 1);
     for (int64_t j = 0; j < num_features; ++j) {

@@ -13,6 +13,7 @@ import logging
 import numpy as np
 
 from app.codecs import DecodeError, binary, decode
+from app.codecs.sniff import content_type_format
 from app.inference.voxelize import valid_mask
 from app.service.routes.deps import ServiceError, ServiceState
 
@@ -26,10 +27,8 @@ def decodes_inline(fmt: str | None, content_type: str | None, size: int) -> bool
     else the content type) of at most INLINE_DECODE_BYTES."""
     if size > INLINE_DECODE_BYTES:
         return False
-    if fmt is not None:
-        return fmt.strip().lower() in binary.LAYOUTS
-    media = (content_type or "").split(";")[0].strip().lower()
-    return media in binary.CONTENT_TYPES.values()
+    name = fmt.strip().lower() if fmt is not None else content_type_format(content_type)
+    return name in binary.LAYOUTS
 
 
 async def decode_body(
