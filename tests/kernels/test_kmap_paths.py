@@ -103,6 +103,19 @@ def test_sorted_downsample_matches_oracle(cloud, stride):
     assert table is None and torch.equal(coarse, out_coords) and same_map(same, kmap)
 
 
+@pytest.mark.parametrize("stride", [2, 3, 4, 8])
+def test_sorted_downsample_of_a_dense_block_matches_oracle(stride):
+    """Parent columns of 2 * stride^2 * 12 rows (beyond the few rows a LiDAR column holds, so
+    they take the n log n sort), negative coordinates, two batches; strides by shift and by
+    division."""
+    axis = torch.arange(-5, 7)
+    grid = torch.cartesian_prod(torch.tensor([0, 1]), axis, axis, axis).to(torch.int32)
+    cloud = sort_rows(grid[torch.arange(len(grid)) % 3 != 1])
+    out_coords, kmap = _sorted_downsample_cpu(cloud, stride)
+    assert torch.equal(out_coords, unique_floor(cloud, stride))
+    assert map_entries(kmap) == brute_force_map(cloud, out_coords, stride, stride, 0)
+
+
 def test_sorted_downsample_declines_unsorted_rows_and_reports_errors():
     rows = coords_tensor([(0, 3, 0, 0), (0, 1, 0, 0)])
     assert _sorted_downsample_cpu(rows, 2) is None
