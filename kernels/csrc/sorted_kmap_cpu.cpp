@@ -158,7 +158,8 @@ namespace {
 struct StrideDivider {
   int32_t stride;
   int shift;  // log2(stride), or -1 when stride is not a power of two
-  explicit StrideDivider(int32_t s) : stride(s), shift((s & (s - 1)) == 0 ? __builtin_ctz(s) : -1) {}
+  explicit StrideDivider(int32_t s)
+      : stride(s), shift((s & (s - 1)) == 0 ? __builtin_ctz(s) : -1) {}
   int32_t operator()(int32_t a) const { return shift >= 0 ? a >> shift : floor_div(a, stride); }
 };
 
@@ -181,7 +182,8 @@ inline uint64_t slab_order(const int32_t* c, StrideDivider div, int32_t* kernel_
 void sort_column(SlabEntry* first, SlabEntry* last) {
   constexpr int64_t kInsertionMax = 32;
   if (last - first > kInsertionMax) {
-    std::sort(first, last, [](const SlabEntry& a, const SlabEntry& b) { return a.order < b.order; });
+    std::sort(first, last,
+              [](const SlabEntry& a, const SlabEntry& b) { return a.order < b.order; });
     return;
   }
   for (SlabEntry* i = first + 1; i < last; ++i) {
