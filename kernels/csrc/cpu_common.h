@@ -49,4 +49,17 @@ inline int64_t lower_bound(const T* sorted, int64_t lo, int64_t hi, V v) {
   return lo;
 }
 
+// lower_bound for a value expected a short way past lo: steps of 1, 2, 4, ... from lo find a
+// range that holds it, then a binary search inside; the reads stay near lo (cached), where a
+// search over the whole range starts with reads far apart.
+template <typename T, typename V>
+inline int64_t gallop_lower_bound(const T* sorted, int64_t lo, int64_t hi, V v) {
+  int64_t step = 1;
+  while (lo + step < hi && sorted[lo + step - 1] < v) {
+    lo += step;
+    step *= 2;
+  }
+  return lower_bound(sorted, lo, lo + step < hi ? lo + step : hi, v);
+}
+
 }  // namespace lidarseg

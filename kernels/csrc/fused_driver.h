@@ -68,8 +68,22 @@ void run_fused(const W* w, int64_t w_stride, int64_t cin, int64_t cout, const in
   const int64_t fit = kFusedBlockBytes / (cout * (int64_t)sizeof(float));
   const int64_t block_rows = fit > 16 ? fit : 16;
   const int64_t num_blocks = (num_out + block_rows - 1) / block_rows;
+  // starts[j * (num_blocks + 1) + b]: offset kernel_order[j]'s first entry with an output row
+  // in block b or later (its entries are sorted by output row, so a block's are one run).
+  const int64_t stride = num_blocks + 1;
+  std::vector<int64_t> starts(num_kernels * stride);
 #pragma omp parallel if (total * cin * cout >= kFusedParallelWork && num_blocks > 1)
   {
+#pragma omp for schedule(static)
+    for (int64_t j = 0; j < num_kernels; ++j) {
+      const int32_t k = kernel_order[j];
+      int64_t at = bounds[k];
+      for (int64_t b = 0; b <= num_blocks; ++b) {
+        const int64_t row = b * block_rows < num_out ? b * block_rows : num_out;
+        at = gallop_lower_bound(out_idx, at, bounds[k + 1], row);
+        starts[j * stride + b] = at;
+      }
+    }
     std::vector<int32_t> rows(block_rows);
 #pragma omp for schedule(dynamic, 1)
     for (int64_t b = 0; b < num_blocks; ++b) {
@@ -82,9 +96,7 @@ void run_fused(const W* w, int64_t w_stride, int64_t cin, int64_t cout, const in
       }
       for (int64_t j = 0; j < num_kernels; ++j) {
         const int32_t k = kernel_order[j];
-        // entries of offset k are sorted by output row: the block's are one contiguous run
-        const int64_t first = lower_bound(out_idx, bounds[k], bounds[k + 1], block);
-        const int64_t last = lower_bound(out_idx, first, bounds[k + 1], end);
+        const int64_t first = starts[j * stride + b], last = starts[j * stride + b + 1];
         if (last > first) {
           entries(false, w + (int64_t)k * w_stride, in_idx + first, out_idx + first,
                   last - first, out);

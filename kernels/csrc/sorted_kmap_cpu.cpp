@@ -32,6 +32,22 @@ constexpr int kColumns = 4;       // (dx, dy) = (-1, -1), (-1, 0), (-1, 1), (0, 
 constexpr int64_t kStepX = 1ll << (2 * kCoordBits), kStepY = 1ll << kCoordBits;
 constexpr int64_t kColumnDelta[kColumns] = {-kStepX - kStepY, -kStepX, -kStepX + kStepY, -kStepY};
 
+constexpr int kLookAhead = 4;              // keys a pointer compares at once as it advances
+constexpr int kSentinels = kLookAhead + 2;  // so that K[p + kLookAhead + 1] always exists
+static_assert(kMiss == -1, "the merge join writes a miss as (row + 1) * 0 - 1");
+
+// The first position at or after p whose key is not below `below`. A pointer moves a row or
+// two per output row: four keys are compared at once (no branch), a loop takes longer jumps.
+inline int64_t advance(const uint64_t* K, int64_t p, uint64_t below) {
+  int64_t steps = 0;
+  for (int i = 0; i < kLookAhead; ++i) steps += K[p + i] < below;
+  p += steps;
+  if (steps == kLookAhead) {
+    while (K[p] < below) ++p;
+  }
+  return p;
+}
+
 bool on_range_edge(const int32_t* c) {
   for (int a = 1; a < 4; ++a) {
     if (c[a] == kCoordMin || c[a] == kCoordMax) return true;
@@ -73,11 +89,12 @@ LS_API int ls_sorted_submanifold_nbr_cpu(const int32_t* coords, int64_t n, int32
   if (n < 0 || n > INT32_MAX) return kStatusBadArgument;
   for (int k = 0; k < kHalfOffsets; ++k) counts[k] = 0;
   *applied = 0;
-  // Keys plus three sentinels above every real key, so the pointers never run off the end.
-  std::unique_ptr<uint64_t[]> keys(new uint64_t[n + 3]);
+  // Keys plus sentinels above every real key, so the pointers and the keys they read ahead
+  // never run off the end.
+  std::unique_ptr<uint64_t[]> keys(new uint64_t[n + kSentinels]);
   bool edge = false;
   if (!pack_sorted_keys(coords, n, keys.get(), err, &edge) || edge) return kStatusOk;
-  for (int i = 0; i < 3; ++i) keys[n + i] = kEmptyKey;
+  for (int i = 0; i < kSentinels; ++i) keys[n + i] = kEmptyKey;
   const uint64_t* K = keys.get();
   *applied = 1;
 #pragma omp parallel if (n >= kParallelRows)
@@ -94,15 +111,19 @@ LS_API int ls_sorted_submanifold_nbr_cpu(const int32_t* coords, int64_t n, int32
       for (int col = 0; col < kColumns; ++col) {
         // Targets key + delta + dz for dz = -1, 0, 1 are three consecutive keys.
         const uint64_t below = key + kColumnDelta[col] - 1;
-        int64_t p = cursor[col];
-        while (K[p] < below) ++p;
+        const int64_t p = advance(K, cursor[col], below);
         cursor[col] = p;
+        // K[p] >= below, and the keys are unique and ascending: target below + dz, if present,
+        // is one of K[p .. p + dz]. Compares and arithmetic only: no chain of dependent loads
+        // and no branch on a hit, which mispredict on a scan's irregular neighbours.
+        const uint64_t k0 = K[p], k1 = K[p + 1], k2 = K[p + 2];
         int32_t* out = nbr + 3 * col * n + q;
         for (int dz = 0; dz < 3; ++dz) {
-          const bool hit = K[p] == below + dz;
-          out[dz * n] = hit ? (int32_t)p : kMiss;
+          const uint64_t target = below + dz;
+          const int64_t e1 = k1 == target, e2 = k2 == target;
+          const int64_t hit = (int64_t)(k0 == target) + e1 + e2;  // 0 or 1
+          out[dz * n] = (int32_t)((p + e1 + 2 * e2 + 1) * hit - 1);  // the row, or kMiss
           tally[3 * col + dz] += hit;
-          p += hit;
         }
       }
       const bool hit = q > 0 && K[q - 1] == key - 1;  // (0, 0, -1): the row just before
