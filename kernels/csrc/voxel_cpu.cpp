@@ -164,14 +164,16 @@ LS_API int ls_voxel_keys_cpu(const float* points, int64_t n, int64_t cols, const
 LS_API int ls_valid_points_cpu(const float* points, int64_t n, int64_t cols, const float* params,
                                uint8_t* keep, int64_t* counts) {
   if (n < 0 || cols < 3) return kStatusBadArgument;
-  int64_t tally[3] = {0, 0, 0};
+  int64_t not_finite = 0, outside = 0;
+#pragma omp parallel for schedule(static) reduction(+ : not_finite, outside) if (parts_for(n) > 1)
   for (int64_t i = 0; i < n; ++i) {
     const PointState state = point_state(points + i * cols, params);
     keep[i] = state == kKept;
-    ++tally[state];
+    not_finite += state == kNotFinite;
+    outside += state == kOutside;
   }
-  counts[kNonFinite] = tally[kNotFinite];
-  counts[kOutOfRange] = tally[kOutside];
+  counts[kNonFinite] = not_finite;
+  counts[kOutOfRange] = outside;
   return kStatusOk;
 }
 

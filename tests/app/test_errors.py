@@ -128,6 +128,14 @@ def test_intensity_clamped_to_the_sensor_range(sensor, top):
     assert np.isinf(pts[4, 3])  # the caller's array is not changed
     ok = np.ones((3, 4), np.float32)
     assert decoding.clean_extra_columns(ok, np.float32(top)) is ok
+    assert decoding.clean_extra_columns(ok[:0], np.float32(top)).shape == (0, 4)
+    for bad in (np.nan, -np.inf, -1e-30):  # the intensity alone, then a later column alone
+        one = np.ones((3, 4), np.float32)
+        one[1, 3] = bad
+        assert decoding.clean_extra_columns(one, np.float32(top))[1, 3] == 0.0
+        two = np.ones((3, 5), np.float32)
+        two[2, 4] = bad
+        assert decoding.clean_extra_columns(two, np.float32(top))[2, 4] == (bad if bad > -1 else 0)
 
 
 def test_large_json_integers_are_numbers():

@@ -78,11 +78,11 @@ def clean_extra_columns(points: np.ndarray, top: np.float32) -> np.ndarray:
     sensor's range 0..top, 0..1 (kitti) or 0..255 (nuscenes, ouster) under the model's intensity
     normalisation: a frame with absurd values (3e38) is segmented as if they were the range's
     ends. Copies only when something changes."""
-    if points.shape[1] <= 3:
+    if points.shape[1] <= 3 or len(points) == 0:
         return points
-    extra = points[:, 3:]
-    inten = extra[:, 0]
-    if np.isfinite(extra).all() and not (inten < 0).any() and not (inten > top).any():
+    inten = points[:, 3]  # min / max are NaN when a value is: the comparisons then fail
+    in_range = bool(inten.min() >= 0 and inten.max() <= top)
+    if in_range and (points.shape[1] == 4 or np.isfinite(points[:, 4:]).all()):
         return points
     points = points.copy()
     np.nan_to_num(points[:, 3:], copy=False, nan=0.0, posinf=0.0, neginf=0.0)
