@@ -194,21 +194,27 @@ def test_argmax_rows_matches_torch(classes):
     assert argmax_rows_u8(torch.zeros(3, 257)) is None
 
 
-@pytest.mark.parametrize("classes", [1, 19, 32])
+@pytest.mark.parametrize("classes", [1, 16, 17, 19, 32])
 def test_head_and_argmax_in_one_pass_match_torch(classes):
-    """The pipeline's head + argmax (logits never written) against torch's linear then argmax;
-    random weights, so no two logits tie. Beyond 32 classes, or with autograd on, torch's."""
+    """The pipeline's head + argmax (logits never written) against torch's linear then argmax:
+    exact ties go to the first class, a NaN logit wins, the padding lanes beyond the classes
+    never do (every logit negative). Beyond 32 classes, or with autograd on, torch's."""
     from kernels.rows import linear_argmax_u8
 
     g = torch.Generator().manual_seed(classes)
     x = torch.rand(1003, 48, generator=g)  # not a multiple of the 8-row tile
     w, b = torch.randn(classes, 48, generator=g), torch.randn(classes, generator=g)
     x[17, 5] = float("nan")  # every logit of that row NaN: class 0, as torch.argmax
+    tied_w, tied_b = w.clone(), b.clone()
+    tied_w[classes - 1], tied_b[classes - 1] = w[0], b[0]  # the last class ties class 0
+    one_nan = w.clone()  # x[40:48, 1] = 0 times +inf: class c / 2 alone NaN in those rows
+    one_nan[classes // 2, 1] = float("inf")
+    x[40:48, 1] = 0
+    cases = [(w, b), (w, None), (tied_w, tied_b), (one_nan, b), (w, b - 200)]
     with torch.no_grad():
-        expected = torch.nn.functional.linear(x, w, b).argmax(dim=1)
-        assert torch.equal(linear_argmax_u8(x, w, b).long(), expected)
-        no_bias = torch.nn.functional.linear(x, w).argmax(dim=1)
-        assert torch.equal(linear_argmax_u8(x, w, None).long(), no_bias)
+        for weight, bias in cases:  # the last: every logit far below 0
+            expected = torch.nn.functional.linear(x, weight, bias).argmax(dim=1)
+            assert torch.equal(linear_argmax_u8(x, weight, bias).long(), expected)
         assert linear_argmax_u8(x, torch.randn(33, 48), None) is None
         assert linear_argmax_u8(x.double(), w.double(), None) is None
     assert linear_argmax_u8(x, w, b) is None  # autograd on
