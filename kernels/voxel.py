@@ -115,9 +115,11 @@ def block_keys(run_keys: np.ndarray, low: np.ndarray, high: np.ndarray) -> Block
     """The key of each run's block of 2^BLOCK_SHIFT cells per axis (the batch, then each axis's
     field >> BLOCK_SHIFT minus its lowest, in as few bits as its span needs), one int32 where
     they fit 31 bits (a KITTI frame at 0.1 m needs 20), else two; consecutive runs in one block
-    share one key (66,060 runs, 17,409 block runs, 5,925 blocks for that frame), so the hash set
-    sees a quarter of the keys. low, high: int [3], the lowest and highest x, y, z fields of
-    the keys (FrameKeys)."""
+    share one key row, and so does a block given out lately (4,096 recent blocks remembered by
+    a hash of their key): 66,060 runs, 17,409 runs of blocks, 6,503 rows for 5,925 blocks in that
+    frame; 31,573 runs, 26,958 runs of blocks, 8,035 rows for 7,879 blocks in the nuScenes frame
+    at 0.05 m. block_run[r] is run r's row. low, high: int [3], the lowest and highest x, y, z
+    fields of the keys (FrameKeys)."""
     runs = len(run_keys)
     batches = int(run_keys[-1] >> (3 * AXIS_BITS)) + 1 if runs else 1  # keys ascend by batch
     block_low = [0] + [int(v) >> BLOCK_SHIFT for v in low]

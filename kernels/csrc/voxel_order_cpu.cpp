@@ -165,6 +165,18 @@ LS_API int ls_voxel_order_cpu(const int64_t* run_keys, int64_t runs, const uint8
   return kStatusOk;
 }
 
+namespace {
+
+constexpr int kRecentBits = 12;  // 4,096 recent blocks (64 KB): a scan's revisits, in L2
+constexpr int64_t kRecentBlocks = int64_t(1) << kRecentBits;
+
+struct RecentBlock {
+  uint64_t key;  // packed block key; ~0 (no block packs to it: 63 bits at most) when empty
+  int32_t row;   // its row in out
+};
+
+}  // namespace
+
 LS_API int ls_block_keys_cpu(const int64_t* run_keys, int64_t runs, int64_t shift,
                              const int64_t* low, const int32_t* widths, int64_t words,
                              int32_t* out, int32_t* block_run, int64_t* count) {
@@ -178,23 +190,35 @@ LS_API int ls_block_keys_cpu(const int64_t* run_keys, int64_t runs, int64_t shif
     total += widths[f];
   }
   if (total > (words == 1 ? 31 : 63)) return kStatusBadArgument;
+  // The blocks given out lately, by a hash of their key: a block seen again soon (the next
+  // scan line, the next sector of rings) reuses its key's row instead of sending Open3D one more
+  // copy. A miss only costs a duplicate key, which the hash set takes as it always did.
+  std::vector<RecentBlock> recent(kRecentBlocks, RecentBlock{~0ull, -1});
   int64_t t = 0;
   uint64_t last = 0;
+  int32_t row = -1;  // the key row of the current run of runs in one block
   for (int64_t r = 0; r < runs; ++r) {
     if (run_keys[r] < 0) return kStatusBadArgument;
     uint64_t packed;
     if (!pack_fields(run_keys[r], shift, low, widths, &packed)) return kStatusBadArgument;
-    if (t == 0 || packed != last) {  // a new run of blocks: consecutive runs share most blocks
+    if (row < 0 || packed != last) {  // a new run of blocks: consecutive runs share most blocks
+      RecentBlock& seen = recent[(packed * 0x9E3779B97F4A7C15ull) >> (64 - kRecentBits)];
+      last = packed;
+      if (seen.key == packed) {
+        row = seen.row;
+        block_run[r] = row;
+        continue;
+      }
       if (words == 1) {
         out[t] = (int32_t)packed;
       } else {
         out[2 * t] = (int32_t)(uint32_t)packed;
         out[2 * t + 1] = (int32_t)(uint32_t)(packed >> 32);
       }
-      last = packed;
-      ++t;
+      row = (int32_t)t++;
+      seen = RecentBlock{packed, row};
     }
-    block_run[r] = (int32_t)(t - 1);
+    block_run[r] = row;
   }
   *count = t;
   return kStatusOk;

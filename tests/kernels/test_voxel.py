@@ -148,16 +148,23 @@ def test_block_keys_and_first_runs_match_numpy(span):
     blocks = voxel.block_keys(runs, low, high)
     # two int32 for batch 2 + x 14 + y 14 + z 5 bits
     assert blocks.words.dtype == np.int32 and blocks.words.shape[1] == (1 if span < 2**10 else 2)
-    # one key per run of equal consecutive block keys, each run pointing at its own
-    steps = np.diff(blocks.block_run)
-    assert blocks.block_run[0] == 0 and set(steps) <= {0, 1}
-    assert blocks.block_run[-1] == len(blocks.words) - 1
+    # rows given out in order, at most one per run of equal consecutive blocks, and a block
+    # seen lately (the shuffled half's revisits) takes its earlier row: fewer rows than runs
+    # of blocks, exactly one per block where the runs are sorted
+    seen = np.maximum.accumulate(blocks.block_run)
+    assert blocks.block_run[0] == 0 and set(np.diff(seen)) <= {0, 1}
+    assert seen[-1] == len(blocks.words) - 1
     assert (blocks.words[1:] != blocks.words[:-1]).any(axis=1).all()
     words = blocks.words[blocks.block_run]  # each run's block key
     shift, mask = voxel.BLOCK_SHIFT, (1 << 17) - 1
     blocks_of_runs = np.stack(
         [runs >> 51] + [(runs >> (34 - 17 * a) & mask) >> shift for a in range(3)], axis=1
     )
+    block_runs = 1 + (blocks_of_runs[1:] != blocks_of_runs[:-1]).any(axis=1).sum()
+    assert len(blocks.words) < block_runs
+    sorted_half = blocks.block_run[len(runs) // 2 :]
+    sorted_blocks = np.unique(blocks_of_runs[len(runs) // 2 :], axis=0)
+    assert len(np.unique(sorted_half)) == len(sorted_blocks)
     # equal block keys exactly where the blocks are equal: as many distinct (key, block) pairs
     # as distinct keys and as distinct blocks
     same_words = np.unique(words, axis=0, return_inverse=True)[1].ravel()
