@@ -37,7 +37,8 @@ constexpr int kVecs = 4;    // up to 4 vectors (64 output channels) per tile
 template <int NV, bool kStore>
 __attribute__((always_inline)) LS_BF16_TARGET inline void tile(
     const uint16_t* x, int64_t cin, const uint16_t* wp, int64_t cout, int64_t col,
-    const int32_t* in, const int32_t* out_rows, int rows, float* out) {
+    const int32_t* in, const int32_t* out_rows, int rows, float* out,
+    const lidarseg::StoreAddend& add) {
   __m512 acc[kRows][NV];
   for (int r = 0; r < kRows; ++r)
     for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_setzero_ps();
@@ -57,9 +58,14 @@ __attribute__((always_inline)) LS_BF16_TARGET inline void tile(
   }
   for (int r = 0; r < rows; ++r) {
     float* dst = out + (int64_t)out_rows[r] * cout + col;
+    const float* res = kStore && add.residual ? add.residual + out_rows[r] * cout + col : nullptr;
     for (int v = 0; v < NV; ++v) {
       __m512 value = acc[r][v];
       if (!kStore) value = _mm512_add_ps(_mm512_loadu_ps(dst + v * kLanes), value);
+      if (kStore && add.bias != nullptr) {
+        value = _mm512_add_ps(value, _mm512_loadu_ps(add.bias + col + v * kLanes));
+      }
+      if (kStore && res != nullptr) value = _mm512_add_ps(value, _mm512_loadu_ps(res + v * kLanes));
       _mm512_storeu_ps(dst + v * kLanes, value);
     }
   }
@@ -69,7 +75,8 @@ __attribute__((always_inline)) LS_BF16_TARGET inline void tile(
 template <bool kStore>
 LS_BF16_TARGET void entries_times_weight(const uint16_t* x, int64_t cin, const uint16_t* wp,
                                          int64_t cout, const int32_t* in,
-                                         const int32_t* out_rows, int64_t m, float* out) {
+                                         const int32_t* out_rows, int64_t m, float* out,
+                                         const lidarseg::StoreAddend& add) {
   for (int64_t first = 0; first < m; first += kRows) {
     const int rows = (int)((m - first) < kRows ? (m - first) : kRows);
     // ask for the next tile's scattered input and output rows while this one computes
@@ -84,13 +91,13 @@ LS_BF16_TARGET void entries_times_weight(const uint16_t* x, int64_t cin, const u
       const int32_t* i = in + first;
       const int32_t* o = out_rows + first;
       if (vecs >= 4) {
-        tile<4, kStore>(x, cin, wp, cout, col, i, o, rows, out);
+        tile<4, kStore>(x, cin, wp, cout, col, i, o, rows, out, add);
       } else if (vecs == 3) {
-        tile<3, kStore>(x, cin, wp, cout, col, i, o, rows, out);
+        tile<3, kStore>(x, cin, wp, cout, col, i, o, rows, out, add);
       } else if (vecs == 2) {
-        tile<2, kStore>(x, cin, wp, cout, col, i, o, rows, out);
+        tile<2, kStore>(x, cin, wp, cout, col, i, o, rows, out, add);
       } else {
-        tile<1, kStore>(x, cin, wp, cout, col, i, o, rows, out);
+        tile<1, kStore>(x, cin, wp, cout, col, i, o, rows, out, add);
       }
     }
   }
@@ -122,11 +129,11 @@ LS_API int ls_fused_conv_bf16_cpu(const ls_bf16* x, int64_t cin, const ls_bf16* 
       w_packed, cin * cout, cin, cout, in_idx, out_idx, bounds, kernel_order, num_kernels,
       identity, bias, residual, relu, num_out, out,
       [=](bool store, const uint16_t* w_k, const int32_t* in, const int32_t* rows, int64_t m,
-          float* dst) {
+          float* dst, const lidarseg::StoreAddend& add) {
         if (store) {
-          entries_times_weight<true>(x, cin, w_k, cout, in, rows, m, dst);
+          entries_times_weight<true>(x, cin, w_k, cout, in, rows, m, dst, add);
         } else {
-          entries_times_weight<false>(x, cin, w_k, cout, in, rows, m, dst);
+          entries_times_weight<false>(x, cin, w_k, cout, in, rows, m, dst, add);
         }
       });
   return lidarseg::kStatusOk;

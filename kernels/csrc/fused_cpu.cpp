@@ -37,7 +37,8 @@ inline void store(float* p, vfloat v) { __builtin_memcpy(p, &v, sizeof(v)); }
 // (or stored there when kStore: the first contribution of a row, so out needs no zeroing).
 template <int NV, bool kStore>
 void tile(const float* x, int64_t cin, const float* w, int64_t cout, int64_t col,
-          const int32_t* in, const int32_t* out_rows, int rows, float* out) {
+          const int32_t* in, const int32_t* out_rows, int rows, float* out,
+          const lidarseg::StoreAddend& add) {
   vfloat acc[kRows][NV];
   for (int r = 0; r < kRows; ++r)
     for (int v = 0; v < NV; ++v) acc[r][v] = vfloat{} ;
@@ -53,8 +54,12 @@ void tile(const float* x, int64_t cin, const float* w, int64_t cout, int64_t col
   }
   for (int r = 0; r < rows; ++r) {
     float* dst = out + (int64_t)out_rows[r] * cout + col;
+    const float* res = kStore && add.residual ? add.residual + out_rows[r] * cout + col : nullptr;
     for (int v = 0; v < NV; ++v) {
-      store(dst + v * kLanes, kStore ? acc[r][v] : load(dst + v * kLanes) + acc[r][v]);
+      vfloat value = kStore ? acc[r][v] : load(dst + v * kLanes) + acc[r][v];
+      if (kStore && add.bias != nullptr) value += load(add.bias + col + v * kLanes);
+      if (kStore && res != nullptr) value += load(res + v * kLanes);
+      store(dst + v * kLanes, value);
     }
   }
 }
@@ -62,7 +67,8 @@ void tile(const float* x, int64_t cin, const float* w, int64_t cout, int64_t col
 // Entries [0, m) of one offset, all of whose outputs this thread owns, times that offset's weight.
 template <bool kStore>
 void entries_times_weight(const float* x, int64_t cin, const float* w, int64_t cout,
-                          const int32_t* in, const int32_t* out_rows, int64_t m, float* out) {
+                          const int32_t* in, const int32_t* out_rows, int64_t m, float* out,
+                          const lidarseg::StoreAddend& add) {
   for (int64_t first = 0; first < m; first += kRows) {
     const int rows = (int)((m - first) < kRows ? (m - first) : kRows);
     // The rows are scattered over the feature matrix: ask for the next tile's input and output
@@ -78,13 +84,13 @@ void entries_times_weight(const float* x, int64_t cin, const float* w, int64_t c
       const int32_t* i = in + first;
       const int32_t* o = out_rows + first;
       if (vecs >= 4) {
-        tile<4, kStore>(x, cin, w, cout, col, i, o, rows, out);
+        tile<4, kStore>(x, cin, w, cout, col, i, o, rows, out, add);
       } else if (vecs == 3) {
-        tile<3, kStore>(x, cin, w, cout, col, i, o, rows, out);
+        tile<3, kStore>(x, cin, w, cout, col, i, o, rows, out, add);
       } else if (vecs == 2) {
-        tile<2, kStore>(x, cin, w, cout, col, i, o, rows, out);
+        tile<2, kStore>(x, cin, w, cout, col, i, o, rows, out, add);
       } else {
-        tile<1, kStore>(x, cin, w, cout, col, i, o, rows, out);
+        tile<1, kStore>(x, cin, w, cout, col, i, o, rows, out, add);
       }
     }
   }
@@ -105,11 +111,11 @@ LS_API int ls_fused_conv_f32_cpu(const float* x, int64_t cin, const float* w, in
       w, cin * cout, cin, cout, in_idx, out_idx, bounds, kernel_order, num_kernels, identity, bias,
       residual, relu, num_out, out,
       [=](bool store, const float* w_k, const int32_t* in, const int32_t* rows, int64_t m,
-          float* dst) {
+          float* dst, const lidarseg::StoreAddend& add) {
         if (store) {
-          entries_times_weight<true>(x, cin, w_k, cout, in, rows, m, dst);
+          entries_times_weight<true>(x, cin, w_k, cout, in, rows, m, dst, add);
         } else {
-          entries_times_weight<false>(x, cin, w_k, cout, in, rows, m, dst);
+          entries_times_weight<false>(x, cin, w_k, cout, in, rows, m, dst, add);
         }
       });
   return lidarseg::kStatusOk;

@@ -53,8 +53,17 @@ inline void fused_epilogue(const float* bias, const float* residual, bool relu, 
   }
 }
 
-// entries(kStore, w_k, in, out_rows, m, out): rows in[0..m) of x times offset weight w_k, stored
-// into (kStore) or added to the out rows out_rows[0..m). w_k = w + k * w_stride.
+// What the identity offset's store adds to its products: the bias and the same output row of
+// residual (either may be null). Folded into the store, while the row is in registers, they
+// leave the pass after a block only the ReLU, where it had read each row and its residual row.
+struct StoreAddend {
+  const float* bias;      // [cout]
+  const float* residual;  // [num_out, cout], indexed by output row
+};
+
+// entries(kStore, w_k, in, out_rows, m, out, add): rows in[0..m) of x times offset weight w_k,
+// stored into (kStore, plus add's terms) or added to the out rows out_rows[0..m).
+// w_k = w + k * w_stride.
 template <typename W, typename Entries>
 void run_fused(const W* w, int64_t w_stride, int64_t cin, int64_t cout, const int32_t* in_idx,
                const int32_t* out_idx, const int64_t* bounds, const int32_t* kernel_order,
@@ -92,17 +101,19 @@ void run_fused(const W* w, int64_t w_stride, int64_t cin, int64_t cout, const in
       if (identity >= 0) {  // in = out = every row of the block
         for (int64_t r = block; r < end; ++r) rows[r - block] = (int32_t)r;
         entries(true, w + (int64_t)identity * w_stride, rows.data(), rows.data(), end - block,
-                out);
+                out, StoreAddend{bias, residual});
       }
       for (int64_t j = 0; j < num_kernels; ++j) {
         const int32_t k = kernel_order[j];
         const int64_t first = starts[j * stride + b], last = starts[j * stride + b + 1];
         if (last > first) {
           entries(false, w + (int64_t)k * w_stride, in_idx + first, out_idx + first,
-                  last - first, out);
+                  last - first, out, StoreAddend{nullptr, nullptr});
         }
       }
-      if (bias != nullptr || residual != nullptr || relu) {
+      if (identity >= 0 && relu) {  // bias and residual went in with the identity's store
+        fused_epilogue(nullptr, nullptr, true, cout, out + block * cout, end - block);
+      } else if (identity < 0 && (bias != nullptr || residual != nullptr || relu)) {
         fused_epilogue(bias, residual == nullptr ? nullptr : residual + block * cout, relu != 0,
                        cout, out + block * cout, end - block);
       }

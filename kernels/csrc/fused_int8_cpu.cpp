@@ -66,7 +66,7 @@ template <int NV, bool kStore>
 __attribute__((always_inline)) LS_VNNI_TARGET inline void tile(
     const uint8_t* q, const float* row_scale, int64_t cin, const int8_t* wq,
     const float* w_scale, int64_t cout, int64_t col, const int32_t* in,
-    const int32_t* out_rows, int rows, float* out) {
+    const int32_t* out_rows, int rows, float* out, const lidarseg::StoreAddend& add) {
   __v16si acc[kRows][NV];
   for (int r = 0; r < kRows; ++r)
     for (int v = 0; v < NV; ++v) acc[r][v] = (__v16si)_mm512_setzero_si512();
@@ -89,10 +89,15 @@ __attribute__((always_inline)) LS_VNNI_TARGET inline void tile(
   for (int r = 0; r < rows; ++r) {
     const __m512 rs = _mm512_set1_ps(row_scale[in[r]]);
     float* dst = out + (int64_t)out_rows[r] * cout + col;
+    const float* res = kStore && add.residual ? add.residual + out_rows[r] * cout + col : nullptr;
     for (int v = 0; v < NV; ++v) {
       const __m512 sum = _mm512_cvtepi32_ps((__m512i)acc[r][v]), scale = _mm512_mul_ps(ws[v], rs);
-      const __m512 value = kStore ? _mm512_mul_ps(sum, scale)
-                                  : _mm512_fmadd_ps(sum, scale, _mm512_loadu_ps(dst + v * kLanes));
+      __m512 value = kStore ? _mm512_mul_ps(sum, scale)
+                            : _mm512_fmadd_ps(sum, scale, _mm512_loadu_ps(dst + v * kLanes));
+      if (kStore && add.bias != nullptr) {
+        value = _mm512_add_ps(value, _mm512_loadu_ps(add.bias + col + v * kLanes));
+      }
+      if (kStore && res != nullptr) value = _mm512_add_ps(value, _mm512_loadu_ps(res + v * kLanes));
       _mm512_storeu_ps(dst + v * kLanes, value);
     }
   }
@@ -142,7 +147,7 @@ template <bool kStore>
 LS_VNNI_TARGET void entries_times_weight(const uint8_t* q, const float* row_scale, int64_t cin,
                                          const int8_t* wq, const float* w_scale, int64_t cout,
                                          const int32_t* in, const int32_t* out_rows, int64_t m,
-                                         float* out) {
+                                         float* out, const lidarseg::StoreAddend& add) {
   for (int64_t first = 0; first < m; first += kRows) {
     const int rows = (int)((m - first) < kRows ? (m - first) : kRows);
     // ask for the next tile's scattered input and output rows while this one computes
@@ -157,13 +162,13 @@ LS_VNNI_TARGET void entries_times_weight(const uint8_t* q, const float* row_scal
       const int32_t* i = in + first;
       const int32_t* o = out_rows + first;
       if (vecs >= 4) {
-        tile<4, kStore>(q, row_scale, cin, wq, w_scale, cout, col, i, o, rows, out);
+        tile<4, kStore>(q, row_scale, cin, wq, w_scale, cout, col, i, o, rows, out, add);
       } else if (vecs == 3) {
-        tile<3, kStore>(q, row_scale, cin, wq, w_scale, cout, col, i, o, rows, out);
+        tile<3, kStore>(q, row_scale, cin, wq, w_scale, cout, col, i, o, rows, out, add);
       } else if (vecs == 2) {
-        tile<2, kStore>(q, row_scale, cin, wq, w_scale, cout, col, i, o, rows, out);
+        tile<2, kStore>(q, row_scale, cin, wq, w_scale, cout, col, i, o, rows, out, add);
       } else {
-        tile<1, kStore>(q, row_scale, cin, wq, w_scale, cout, col, i, o, rows, out);
+        tile<1, kStore>(q, row_scale, cin, wq, w_scale, cout, col, i, o, rows, out, add);
       }
     }
   }
@@ -221,12 +226,12 @@ LS_API int ls_fused_conv_int8_cpu(const uint8_t* q, const float* row_scale, int6
       w_packed, cin * cout, cin, cout, in_idx, out_idx, bounds, kernel_order, num_kernels,
       identity, bias, residual, relu, num_out, out,
       [=](bool store, const int8_t* w_k, const int32_t* in, const int32_t* rows, int64_t m,
-          float* dst) {
+          float* dst, const lidarseg::StoreAddend& add) {
         const float* s_k = w_scale + (w_k - w_packed) / cin;  // (k * cin * cout) / cin
         if (store) {
-          entries_times_weight<true>(q, row_scale, cin, w_k, s_k, cout, in, rows, m, dst);
+          entries_times_weight<true>(q, row_scale, cin, w_k, s_k, cout, in, rows, m, dst, add);
         } else {
-          entries_times_weight<false>(q, row_scale, cin, w_k, s_k, cout, in, rows, m, dst);
+          entries_times_weight<false>(q, row_scale, cin, w_k, s_k, cout, in, rows, m, dst, add);
         }
       });
   return lidarseg::kStatusOk;
