@@ -77,22 +77,14 @@ void run_fused(const W* w, int64_t w_stride, int64_t cin, int64_t cout, const in
   const int64_t fit = kFusedBlockBytes / (cout * (int64_t)sizeof(float));
   const int64_t block_rows = fit > 16 ? fit : 16;
   const int64_t num_blocks = (num_out + block_rows - 1) / block_rows;
-  // starts[j * (num_blocks + 1) + b]: offset kernel_order[j]'s first entry with an output row
-  // in block b or later (its entries are sorted by output row, so a block's are one run).
-  const int64_t stride = num_blocks + 1;
-  std::vector<int64_t> starts(num_kernels * stride);
 #pragma omp parallel if (total * cin * cout >= kFusedParallelWork && num_blocks > 1)
   {
-#pragma omp for schedule(static)
-    for (int64_t j = 0; j < num_kernels; ++j) {
-      const int32_t k = kernel_order[j];
-      int64_t at = bounds[k];
-      for (int64_t b = 0; b <= num_blocks; ++b) {
-        const int64_t row = b * block_rows < num_out ? b * block_rows : num_out;
-        at = gallop_lower_bound(out_idx, at, bounds[k + 1], row);
-        starts[j * stride + b] = at;
-      }
-    }
+    // Per offset, where this thread's last block ended in its entries (sorted by output row, so
+    // a block's are one run): a thread's blocks ascend, so its next block's run starts a short
+    // gallop further on. No table shared between threads, and so no barrier to wait at for a
+    // thread that is still waking up.
+    std::vector<int64_t> cursor(num_kernels);
+    for (int64_t j = 0; j < num_kernels; ++j) cursor[j] = bounds[kernel_order[j]];
     std::vector<int32_t> rows(block_rows);
 #pragma omp for schedule(dynamic, 1)
     for (int64_t b = 0; b < num_blocks; ++b) {
@@ -105,7 +97,9 @@ void run_fused(const W* w, int64_t w_stride, int64_t cin, int64_t cout, const in
       }
       for (int64_t j = 0; j < num_kernels; ++j) {
         const int32_t k = kernel_order[j];
-        const int64_t first = starts[j * stride + b], last = starts[j * stride + b + 1];
+        const int64_t first = gallop_lower_bound(out_idx, cursor[j], bounds[k + 1], block);
+        const int64_t last = gallop_lower_bound(out_idx, first, bounds[k + 1], end);
+        cursor[j] = last;
         if (last > first) {
           entries(false, w + (int64_t)k * w_stride, in_idx + first, out_idx + first,
                   last - first, out, StoreAddend{nullptr, nullptr});

@@ -164,8 +164,12 @@ LS_API int ls_voxel_keys_cpu(const float* points, int64_t n, int64_t cols, const
 LS_API int ls_valid_points_cpu(const float* points, int64_t n, int64_t cols, const float* params,
                                uint8_t* keep, int64_t* counts) {
   if (n < 0 || cols < 3) return kStatusBadArgument;
+  // One thread, on purpose: the service calls this on its event loop thread while it decodes
+  // a body, and a parallel region there would give the process a second OpenMP team. With more
+  // threads in teams than CPUs, libgomp stops spinning at all (its throttled spin count, 0
+  // under OMP_WAIT_POLICY=passive), and every one of the worker's 145 parallel regions a frame
+  // pays a thread's wake-up again (server network stage 74 -> 80-84 ms, in-process unchanged).
   int64_t not_finite = 0, outside = 0;
-#pragma omp parallel for schedule(static) reduction(+ : not_finite, outside) if (parts_for(n) > 1)
   for (int64_t i = 0; i < n; ++i) {
     const PointState state = point_state(points + i * cols, params);
     keep[i] = state == kKept;
