@@ -117,15 +117,15 @@ def test_decoding_starts_no_openmp_team():
         settings=SimpleNamespace(max_points=200_000, range_policy="clip"),
         pipeline=SimpleNamespace(voxel_config=config),
     )
+    decoded: dict[str, np.ndarray] = {}
     for fmt in ("kitti", "json", "ply", "pcd"):
         body, content_type = encode(points, fmt)
-        decoded = {}
 
         def work(body=body, content_type=content_type, fmt=fmt):
-            decoded["points"] = decode_frame(service, body, fmt, content_type, "t")[0]
+            decoded[fmt] = decode_frame(service, body, fmt, content_type, "t")[0]
 
         assert _new_threads_while(work) == 0, fmt
-        assert len(decoded["points"]) == len(points)
+        assert len(decoded[fmt]) == len(points)
     # the detector sees a team: the voxelizer's keys pass runs in parts on every thread
     if torch.get_num_threads() > 1:
         origin = np.array([-500, -500, -30], np.int32)
