@@ -83,13 +83,19 @@ void run_fused(const W* w, int64_t w_stride, int64_t cin, int64_t cout, const in
     // a block's are one run): a thread's blocks ascend, so its next block's run starts a short
     // gallop further on. No table shared between threads, and so no barrier to wait at for a
     // thread that is still waking up.
+    // (monotonic: OpenMP 5 lets a plain dynamic schedule hand a thread a lower block later; a
+    // cursor past the block is reset all the same.)
     std::vector<int64_t> cursor(num_kernels);
-    for (int64_t j = 0; j < num_kernels; ++j) cursor[j] = bounds[kernel_order[j]];
+    int64_t cursor_row = num_out + 1;  // rows below this one: the cursors must start over
     std::vector<int32_t> rows(block_rows);
-#pragma omp for schedule(dynamic, 1)
+#pragma omp for schedule(monotonic : dynamic, 1)
     for (int64_t b = 0; b < num_blocks; ++b) {
       const int64_t block = b * block_rows;
       const int64_t end = block + block_rows < num_out ? block + block_rows : num_out;
+      if (block < cursor_row) {
+        for (int64_t j = 0; j < num_kernels; ++j) cursor[j] = bounds[kernel_order[j]];
+      }
+      cursor_row = end;
       if (identity >= 0) {  // in = out = every row of the block
         for (int64_t r = block; r < end; ++r) rows[r - block] = (int32_t)r;
         entries(true, w + (int64_t)identity * w_stride, rows.data(), rows.data(), end - block,
