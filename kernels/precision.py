@@ -1,6 +1,8 @@
 """Which arithmetic precision the CPU engine runs, chosen at run time from the CPU's features.
 
-    auto  (default) bf16 where the CPU has AMX tiles (torch's bf16 matmul uses them), else int8
+    auto  (default) bf16 where the CPU has AMX tiles (torch's bf16 matmul uses them on the
+          grouped dataflow; the shipped tuned table, measured without AMX, gives every bf16
+          shape to the fused AVX512_BF16 kernel until bench.tuner is run there), else int8
           where it has AVX512_VNNI (its dot products do twice the multiply-adds of AVX512_BF16's
           per instruction: on the AMD EPYC Zen 4 box, 470 against 235 G per second and core,
           and our int8 network stage runs 1.3-1.4x faster than bf16), else bf16 where it has
