@@ -32,7 +32,7 @@ def quantized(x: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
 
 
 @needs_vnni
-@pytest.mark.parametrize("cols", [4, 16, 20, 48, 192])
+@pytest.mark.parametrize("cols", [4, 16, 20, 32, 48, 64, 192])
 def test_rows_quantize_as_numpy_does_bit_for_bit(cols):
     gen = torch.Generator().manual_seed(cols)
     x = torch.rand(300, cols, generator=gen) * torch.logspace(-3, 3, 300)[:, None]
