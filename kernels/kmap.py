@@ -13,8 +13,9 @@ Conventions (fixed for the whole project):
   and out swapped, so count(d) == count(-d) by construction.
 - How entries are found (each path gives the same map, entry for entry): on the CPU, rows in
   ascending (batch, x, y, z) order (the voxelizer's order, kept by every downsampling) take
-  merge joins over packed keys for kernel-3 submanifold maps and per-slab sorts for kernel ==
-  stride downsampling, with no hash table (csrc/sorted_kmap_cpu.cpp); kernel-3 maps of rows in
+  merge joins over packed keys for kernel-3 submanifold maps (csrc/sorted_kmap_cpu.cpp) and
+  per-column sorts for kernel == stride downsampling (csrc/sorted_downsample_cpu.cpp), with no
+  hash table; kernel-3 maps of rows in
   any other order go through 4x4x4 voxel blocks (csrc/block_kmap_cpu.cpp); everything else,
   and everything on CUDA, probes the coordinate hash table. A 1x1 map is the identity alone and
   needs no look-up anywhere.
@@ -277,7 +278,7 @@ def _parent_nbr(coords: torch.Tensor, out_of_row: torch.Tensor, stride: int, num
 
 def _sorted_downsample_cpu(coords: torch.Tensor, stride: int):
     """(out_coords, KernelMap) of a kernel == stride downsample of sorted coords, with no hash
-    table (csrc/sorted_kmap_cpu.cpp); None when the rows are not sorted."""
+    table (csrc/sorted_downsample_cpu.cpp); None when the rows are not sorted."""
     n = coords.shape[0]
     out_coords = torch.empty(n, 4, dtype=torch.int32)
     in_idx = torch.empty(n, dtype=torch.int32)
