@@ -15,10 +15,9 @@ Conventions (fixed for the whole project):
   ascending (batch, x, y, z) order (the voxelizer's order, kept by every downsampling) take
   merge joins over packed keys for kernel-3 submanifold maps (csrc/sorted_kmap_cpu.cpp) and
   per-column sorts for kernel == stride downsampling (csrc/sorted_downsample_cpu.cpp), with no
-  hash table; kernel-3 maps of rows in
-  any other order go through 4x4x4 voxel blocks (csrc/block_kmap_cpu.cpp); everything else,
-  and everything on CUDA, probes the coordinate hash table. A 1x1 map is the identity alone and
-  needs no look-up anywhere.
+  hash table; kernel-3 maps of rows in any other order go through 4x4x4 voxel blocks
+  (csrc/block_kmap_cpu.cpp); everything else, and everything on CUDA, probes the coordinate
+  hash table. A 1x1 map is the identity alone and needs no look-up anywhere.
 """
 
 from __future__ import annotations
