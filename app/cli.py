@@ -128,8 +128,8 @@ def add_serve_options(p: argparse.ArgumentParser, default=None) -> None:
 
 
 PRECISION_HELP = (
-    "LIDARSEG_PRECISION on the CPU: auto (bf16 where the CPU has AMX, else int8 where it "
-    "has AVX512_VNNI, else bf16 where it has AVX512_BF16, else fp32; the default), fp32, "
+    "LIDARSEG_PRECISION on the CPU: auto (int8 where the CPU "
+    "has AVX512_VNNI, else bf16 where it has AVX512_BF16 or AMX, else fp32; the default), fp32, "
     "bf16, int8"
 )
 

@@ -9,13 +9,15 @@ prints each precision's median network time with its spread (min..max), and the 
 each precision over fp32 as the median of the per-run ratios with their spread. Then the labels
 of the whole pipeline in each precision against fp32 (share of equal labels), and on the
 labelled validation frames (SemanticKITTI seq00_000000, spvnas_000000) the mIoU in each.
-The CPU's features (what `auto` chooses from) head the output; AMX cannot be measured on a CPU
-without it.
+The CPU's features (what `auto` chooses from) head the output. On a CPU with AMX, a name with
+"-avx512" appended (int8-avx512, bf16-avx512) runs that precision with AMX tiles off, on the
+AVX-512 kernels, so the tiles' gain is measured side by side too.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
 import time
@@ -39,6 +41,14 @@ def spread(values: list[float]) -> str:
     return f"{statistics.median(values):.3g} [{min(values):.3g}..{max(values):.3g}]"
 
 
+NO_TILES = "-avx512"  # a precision name ending so runs with AMX tiles off (the AVX-512 kernels)
+
+
+def kernels_for(name: str):
+    """A context in which `name`'s kernels run: AMX tiles off for NAME-avx512, else as set."""
+    return precision_mod.tiles_off() if name.endswith(NO_TILES) else contextlib.nullcontext()
+
+
 def time_networks(pipes: dict, points, sensor: str, runs: int):
     """(wall ms, process CPU ms) per network forward, per precision, runs interleaved. CPU time
     leaves out the time the OS gave other processes, so on a shared machine its ratio is the
@@ -53,12 +63,14 @@ def time_networks(pipes: dict, points, sensor: str, runs: int):
     cpu: dict[str, list[float]] = {name: [] for name in pipes}
     with torch.no_grad():
         for name, pipe in pipes.items():  # warm-up: plans, weight conversion, workspaces
-            pipe.network(inputs[name])
+            with kernels_for(name):
+                pipe.network(inputs[name])
         for _ in range(runs):
             for name, pipe in pipes.items():
-                c0, t0 = time.process_time(), time.perf_counter()
-                pipe.network(inputs[name])
-                wall[name].append((time.perf_counter() - t0) * 1e3)
+                with kernels_for(name):
+                    c0, t0 = time.process_time(), time.perf_counter()
+                    pipe.network(inputs[name])
+                    wall[name].append((time.perf_counter() - t0) * 1e3)
                 cpu[name].append((time.process_time() - c0) * 1e3)
     return wall, cpu
 
@@ -80,7 +92,10 @@ def main(argv=None) -> int:
         common.set_threads(args.threads)
     model, meta = load_model(args.weights, args.cr)
     names = meta["class_names"]
-    pipes = {name: pipeline_for(model, meta, "cpu", precision=name) for name in args.precisions}
+    pipes = {
+        name: pipeline_for(model, meta, "cpu", precision=name.removesuffix(NO_TILES))
+        for name in args.precisions
+    }
     info = precision_mod.describe("auto", precision_mod.resolve("auto"))
     print(
         f"# bench.precision weights={args.weights} threads={torch.get_num_threads()} "
@@ -94,7 +109,10 @@ def main(argv=None) -> int:
         frame = common.load_frame(frame_name, args.data)
         sensor = common.sensor_of(frame_name)
         times, cpu = time_networks(pipes, frame.points, sensor, args.runs)
-        labels = {name: pipe.segment(frame.points, sensor).labels for name, pipe in pipes.items()}
+        labels = {}
+        for name, pipe in pipes.items():
+            with kernels_for(name):
+                labels[name] = pipe.segment(frame.points, sensor).labels
         row = {"points": len(frame.points)}
         line = f"{frame_name}: {len(frame.points)} points"
         for name in args.precisions:

@@ -1,23 +1,23 @@
 """Which arithmetic precision the CPU engine runs, chosen at run time from the CPU's features.
 
-    auto  (default) bf16 where the CPU has AMX tiles (torch's bf16 matmul uses them on the
-          grouped dataflow; the shipped tuned table, measured without AMX, gives every bf16
-          shape to the fused AVX512_BF16 kernel until bench.tuner is run there), else int8
-          where it has AVX512_VNNI (its dot products do twice the multiply-adds of AVX512_BF16's
-          per instruction: on the AMD EPYC Zen 4 box, 470 against 235 G per second and core,
-          and our int8 network stage runs 1.3-1.4x faster than bf16), else bf16 where it has
-          AVX512_BF16, else fp32
+    auto  (default) int8 where the CPU has AVX512_VNNI (its dot products do twice the
+          multiply-adds of AVX512_BF16's per instruction: on the AMD EPYC Zen 4 box, 470
+          against 235 G per second and core, and our int8 network stage runs 1.3-1.4x faster
+          than bf16; on the Intel Xeon with AMX both run on AMX tiles and int8 is still the
+          faster), else bf16 where it has AVX512_BF16 or AMX_BF16, else fp32
     fp32  everything in fp32
     bf16  inputs and weights of every sparse conv rounded to bf16, products summed in fp32
-          (the fused kernel, csrc/fused_bf16_cpu.cpp, or torch's bf16 matmul on the grouped
-          path); outputs, biases, residuals and the head stay fp32. Pinned on a CPU without
+          (the fused kernel, csrc/fused_bf16_cpu.cpp, on AMX tiles where the CPU has them, or
+          torch's bf16 matmul on the grouped path); outputs, biases, residuals and the head
+          stay fp32. Pinned on a CPU without
           native bf16 it still runs (torch's bf16 matmul, slower than fp32).
     int8  input rows of every sparse conv as uint8 with one scale per row (measured as the row is
           quantized: nothing to calibrate), weights as int8 with one scale per offset and output
-          channel, products summed exactly in int32 by AVX512_VNNI dot products
-          (csrc/fused_int8_cpu.cpp); outputs, biases, residuals and the head stay fp32. Convs it
-          does not apply to (the input layer, negative inputs) run in the fallback precision:
-          bf16 where the CPU has it natively, else fp32. Refused on a CPU without AVX512_VNNI.
+          channel, products summed exactly in int32 by AVX512_VNNI dot products or AMX tiles
+          (csrc/fused_int8_cpu.cpp, the same bits either way); outputs, biases, residuals
+          and the head stay fp32. Convs it does not apply to (the input layer, negative
+          inputs) run in the fallback precision: bf16 where the CPU has it natively, else
+          fp32. Refused on a CPU without AVX512_VNNI.
 
 On CUDA the precision is the model's dtype (fp16 models run fp16); this setting is CPU-only and
 `resolve` answers fp32 for other devices.
@@ -25,6 +25,8 @@ On CUDA the precision is the model's dtype (fp16 models run fp16); this setting 
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import functools
 from pathlib import Path
 
@@ -97,6 +99,33 @@ def fused_int8_lanes() -> int:
     return int(backend.library("cpu").ls_fused_int8_lanes_cpu())
 
 
+TILE_KINDS = {1: "int8", 2: "bf16"}  # the bits of ls_amx_tiles_cpu's answer (csrc/amx_cpu.cpp)
+
+
+def amx_tiles(request: int = -1) -> tuple[str, ...]:
+    """The precisions whose fused kernels run on AMX tiles here (the CPU has them and Linux
+    grants them): ("int8", "bf16") on an AMX CPU. request=0 turns tiles off and 1 back on (the
+    default), for every thread: benchmarks and tests compare the kernels side by side."""
+    from . import backend
+
+    kinds = ctypes.c_int32(0)
+    status = backend.library("cpu").ls_amx_tiles_cpu(request, ctypes.addressof(kinds))
+    if status != 0:
+        raise ValueError(f"amx_tiles: request must be -1, 0 or 1, got {request}")
+    return tuple(name for bit, name in TILE_KINDS.items() if kinds.value & bit)
+
+
+@contextlib.contextmanager
+def tiles_off():
+    """AMX tiles off inside the block (the AVX-512 kernels run), back to their state after."""
+    was_on = bool(amx_tiles())
+    amx_tiles(0)
+    try:
+        yield
+    finally:
+        amx_tiles(1 if was_on else 0)
+
+
 def native_bf16() -> bool:
     """Whether this CPU multiplies bf16 natively (our fused kernel or torch's AMX matmul)."""
     return fused_bf16_lanes() > 0 or "AMX_BF16" in cpu_features()
@@ -136,8 +165,6 @@ def resolve(name: str | None, device: str | torch.device = "cpu") -> str:
     if torch.device(device).type != "cpu":
         return "fp32"
     if value == "auto":
-        if "AMX_BF16" in cpu_features():
-            return "bf16"
         return "int8" if fused_int8_lanes() else "bf16" if native_bf16() else "fp32"
     if value == "int8" and not fused_int8_lanes():
         raise PrecisionError(_no_int8())
@@ -159,11 +186,19 @@ def describe(requested: str | None, running: str) -> dict:
         "running": running,
         "cpu_features": list(cpu_features()),
         "bf16_kernel": (
-            "fused AVX512_BF16"
+            "fused AMX_BF16 tiles"
+            if "bf16" in amx_tiles()
+            else "fused AVX512_BF16"
             if fused_bf16_lanes() > 0
             else "torch bf16 matmul (AMX)"
             if "AMX_BF16" in cpu_features()
             else "torch bf16 matmul (no native bf16: slower than fp32)"
         ),
-        "int8_kernel": "fused AVX512_VNNI" if fused_int8_lanes() > 0 else "none (no AVX512_VNNI)",
+        "int8_kernel": (
+            "fused AMX_INT8 tiles"
+            if "int8" in amx_tiles() and fused_int8_lanes() > 0
+            else "fused AVX512_VNNI"
+            if fused_int8_lanes() > 0
+            else "none (no AVX512_VNNI)"
+        ),
     }

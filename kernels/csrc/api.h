@@ -103,7 +103,8 @@ LS_API int ls_fused_conv_f32_cpu(const float* x, int64_t cin, const float* w, in
 // w_packed[k][p][o][j] = w[k][2p + j][o] (p < cin / 2), so cin must be even; cout must be a
 // multiple of 16. ls_fused_bf16_lanes_cpu() is 16 where this CPU has AVX512_BF16 (checked at run
 // time: the library is not compiled for it) and 0 where it has not; the conv then returns
-// kStatusBadArgument.
+// kStatusBadArgument. Where the CPU has AMX_BF16 tiles (and ls_amx_tiles_cpu leaves them on) the
+// products are summed by tiles instead (amx_tiles.h): the same sums, in another order.
 LS_API int ls_fused_bf16_lanes_cpu(void);
 LS_API int ls_fused_conv_bf16_cpu(const ls_bf16* x, int64_t cin, const ls_bf16* w_packed,
                                   int64_t cout, const int32_t* in_idx, const int32_t* out_idx,
@@ -124,6 +125,11 @@ LS_API int ls_fused_conv_bf16_cpu(const ls_bf16* x, int64_t cin, const ls_bf16* 
 // too: its sign bit is set), NaN or inf (q then means nothing: the caller keeps another
 // precision); AVX512_VNNI CPUs only, as the conv.
 LS_API int ls_fused_int8_lanes_cpu(void);
+// Whether the int8 and bf16 convs run on AMX tiles (amx_tiles.h), where the CPU has them and
+// Linux grants them: *kinds = 1 (int8) | 2 (bf16) for those that do. request -1 only asks;
+// 0 turns tiles off, 1 back on (the default), for every thread, to compare the two kernels: on
+// tiles the int8 conv gives the same bits as on AVX512_VNNI.
+LS_API int ls_amx_tiles_cpu(int32_t request, int32_t* kinds);
 LS_API int ls_quantize_rows_u8_cpu(const float* x, int64_t n, int64_t c, uint8_t* q,
                                    float* scale, int64_t* negative);
 // The same for the rows of a [n, ca] and b [n, cb] side by side, as if concatenated (q [n,

@@ -18,6 +18,7 @@
 // channels are one 32-bit broadcast. cin must be a multiple of 4, cout of 16.
 #include <string.h>
 
+#include "amx_tiles.h"
 #include "api.h"
 #include "fused_driver.h"
 
@@ -60,6 +61,24 @@ inline __mmask16 lane_mask(int64_t left) {
   return left >= kLanes ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1);
 }
 
+// One vector of an entry's int32 sums (output channels col + 16 v ..), scaled, added into (or
+// stored in, with bias and residual, when kStore) its out row dst (from col on): the AVX512_VNNI
+// tiles and the AMX ones both end here, so both give the same bits.
+template <bool kStore>
+__attribute__((always_inline)) LS_VNNI_TARGET inline void scale_into(
+    __m512i sums, __m512 scale, float* dst, const float* bias, const float* res, int64_t col,
+    int v) {
+  // every step spelled out (fused multiply-adds, no separate multiply that the compiler could
+  // contract with the next add in one inlined copy and not in another)
+  const __m512 sum = _mm512_cvtepi32_ps(sums);
+  const __m512 addend = !kStore           ? _mm512_loadu_ps(dst + v * kLanes)
+                        : bias != nullptr ? _mm512_loadu_ps(bias + col + v * kLanes)
+                                          : _mm512_setzero_ps();
+  __m512 value = _mm512_fmadd_ps(sum, scale, addend);
+  if (kStore && res != nullptr) value = _mm512_add_ps(value, _mm512_loadu_ps(res + v * kLanes));
+  _mm512_storeu_ps(dst + v * kLanes, value);
+}
+
 // One tile: rows in[0..rows) of q times wq[:, :, col .. col + NV * 16), scaled by the row's scale
 // and the weight's, added into (or stored in, when kStore) the out rows.
 template <int NV, bool kStore>
@@ -91,14 +110,7 @@ __attribute__((always_inline)) LS_VNNI_TARGET inline void tile(
     float* dst = out + (int64_t)out_rows[r] * cout + col;
     const float* res = kStore && add.residual ? add.residual + out_rows[r] * cout + col : nullptr;
     for (int v = 0; v < NV; ++v) {
-      const __m512 sum = _mm512_cvtepi32_ps((__m512i)acc[r][v]), scale = _mm512_mul_ps(ws[v], rs);
-      __m512 value = kStore ? _mm512_mul_ps(sum, scale)
-                            : _mm512_fmadd_ps(sum, scale, _mm512_loadu_ps(dst + v * kLanes));
-      if (kStore && add.bias != nullptr) {
-        value = _mm512_add_ps(value, _mm512_loadu_ps(add.bias + col + v * kLanes));
-      }
-      if (kStore && res != nullptr) value = _mm512_add_ps(value, _mm512_loadu_ps(res + v * kLanes));
-      _mm512_storeu_ps(dst + v * kLanes, value);
+      scale_into<kStore>((__m512i)acc[r][v], _mm512_mul_ps(ws[v], rs), dst, add.bias, res, col, v);
     }
   }
 }
@@ -174,11 +186,105 @@ LS_VNNI_TARGET void entries_times_weight(const uint8_t* q, const float* row_scal
   }
 }
 
+#if LS_HAVE_AMX
+// What the AMX tiles of one offset's entries end in (amx_tiles.h: emit): their int32 sums scaled
+// into the out rows, as the AVX512_VNNI tiles do it.
+template <bool kStore>
+struct ScaleTiles {
+  const float* row_scale;
+  const float* w_scale;
+  int64_t cout;
+  const int32_t* in;
+  const int32_t* out_rows;
+  float* out;
+  lidarseg::StoreAddend add;
+
+  __attribute__((always_inline)) LS_AMX_TARGET void prefetch(int64_t e) const {
+    const char* row = (const char*)(out + (int64_t)out_rows[e] * cout);
+    for (int64_t b = 0; b < cout * 4; b += 64) __builtin_prefetch(row + b, 1);
+  }
+
+  __attribute__((always_inline)) LS_AMX_TARGET void operator()(int64_t first, int rows,
+                                                               int64_t col, int nv,
+                                                               const int32_t* c) const {
+    __m512 ws[lidarseg::amx::kVecs];
+    for (int v = 0; v < nv; ++v) ws[v] = _mm512_loadu_ps(w_scale + col + v * kLanes);
+    for (int r = 0; r < rows; ++r) {
+      const __m512 rs = _mm512_set1_ps(row_scale[in[first + r]]);
+      const int64_t row = out_rows[first + r];
+      float* dst = out + row * cout + col;
+      const float* res = kStore && add.residual ? add.residual + row * cout + col : nullptr;
+      for (int v = 0; v < nv; ++v) {
+        const __m512i sums = _mm512_load_si512(c + r * lidarseg::amx::kVecs * kLanes + v * kLanes);
+        scale_into<kStore>(sums, _mm512_mul_ps(ws[v], rs), dst, add.bias, res, col, v);
+      }
+    }
+  }
+};
+
+template <bool kStore>
+void entries_on_tiles(const uint8_t* q, const float* row_scale, int64_t cin, const int8_t* wq,
+                      const float* w_scale, int64_t cout, const int32_t* in,
+                      const int32_t* out_rows, int64_t m, float* out,
+                      const lidarseg::StoreAddend& add) {
+  lidarseg::amx::entries_times_weight<true>(
+      q, cin, (const uint8_t*)wq, cout, in, m,
+      ScaleTiles<kStore>{row_scale, w_scale, cout, in, out_rows, out, add});
+}
+#endif
+
 bool cpu_has_int8_dot() {
   return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
          __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
 }
 #else
+#if LS_HAVE_AMX
+// What the AMX tiles of one offset's entries end in (amx_tiles.h: emit): their int32 sums scaled
+// into the out rows, as the AVX512_VNNI tiles do it.
+template <bool kStore>
+struct ScaleTiles {
+  const float* row_scale;
+  const float* w_scale;
+  int64_t cout;
+  const int32_t* in;
+  const int32_t* out_rows;
+  float* out;
+  lidarseg::StoreAddend add;
+
+  __attribute__((always_inline)) LS_AMX_TARGET void prefetch(int64_t e) const {
+    const char* row = (const char*)(out + (int64_t)out_rows[e] * cout);
+    for (int64_t b = 0; b < cout * 4; b += 64) __builtin_prefetch(row + b, 1);
+  }
+
+  __attribute__((always_inline)) LS_AMX_TARGET void operator()(int64_t first, int rows,
+                                                               int64_t col, int nv,
+                                                               const int32_t* c) const {
+    __m512 ws[lidarseg::amx::kVecs];
+    for (int v = 0; v < nv; ++v) ws[v] = _mm512_loadu_ps(w_scale + col + v * kLanes);
+    for (int r = 0; r < rows; ++r) {
+      const __m512 rs = _mm512_set1_ps(row_scale[in[first + r]]);
+      const int64_t row = out_rows[first + r];
+      float* dst = out + row * cout + col;
+      const float* res = kStore && add.residual ? add.residual + row * cout + col : nullptr;
+      for (int v = 0; v < nv; ++v) {
+        const __m512i sums = _mm512_load_si512(c + r * lidarseg::amx::kVecs * kLanes + v * kLanes);
+        scale_into<kStore>(sums, _mm512_mul_ps(ws[v], rs), dst, add.bias, res, col, v);
+      }
+    }
+  }
+};
+
+template <bool kStore>
+void entries_on_tiles(const uint8_t* q, const float* row_scale, int64_t cin, const int8_t* wq,
+                      const float* w_scale, int64_t cout, const int32_t* in,
+                      const int32_t* out_rows, int64_t m, float* out,
+                      const lidarseg::StoreAddend& add) {
+  lidarseg::amx::entries_times_weight<true>(
+      q, cin, (const uint8_t*)wq, cout, in, m,
+      ScaleTiles<kStore>{row_scale, w_scale, cout, in, out_rows, out, add});
+}
+#endif
+
 bool cpu_has_int8_dot() { return false; }
 #endif
 
@@ -222,12 +328,25 @@ LS_API int ls_fused_conv_int8_cpu(const uint8_t* q, const float* row_scale, int6
     return lidarseg::kStatusBadArgument;
   }
 #if LS_HAVE_INT8_DOT
+  const bool tiles = LS_HAVE_AMX && lidarseg::tiles_ready(lidarseg::TileKind::kInt8) &&
+                     lidarseg::amx::row_fits(cin);
+  (void)tiles;  // unused where the build has no AMX
   lidarseg::run_fused(
       w_packed, cin * cout, cin, cout, in_idx, out_idx, bounds, kernel_order, num_kernels,
       identity, bias, residual, relu, num_out, out,
       [=](bool store, const int8_t* w_k, const int32_t* in, const int32_t* rows, int64_t m,
           float* dst, const lidarseg::StoreAddend& add) {
         const float* s_k = w_scale + (w_k - w_packed) / cin;  // (k * cin * cout) / cin
+#if LS_HAVE_AMX
+        if (tiles && store) {
+          entries_on_tiles<true>(q, row_scale, cin, w_k, s_k, cout, in, rows, m, dst, add);
+          return;
+        }
+        if (tiles) {
+          entries_on_tiles<false>(q, row_scale, cin, w_k, s_k, cout, in, rows, m, dst, add);
+          return;
+        }
+#endif
         if (store) {
           entries_times_weight<true>(q, row_scale, cin, w_k, s_k, cout, in, rows, m, dst, add);
         } else {

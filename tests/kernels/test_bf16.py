@@ -19,6 +19,9 @@ GROUPED = GroupingTable(defaults={"cpu/bf16": (0.3, math.inf, "grouped")})
 needs_bf16_cpu = pytest.mark.skipif(
     precision.fused_bf16_lanes() == 0, reason="this CPU has no AVX512_BF16"
 )
+needs_amx = pytest.mark.skipif(
+    "bf16" not in precision.amx_tiles(), reason="no AMX tiles here (CPU or Linux)"
+)
 
 
 def case(kind, cin, cout, seed=21):
@@ -49,6 +52,34 @@ def test_fused_bf16_sums_bf16_products_in_fp32(kind, cin, cout):
     with torch.no_grad():
         fp32 = sparse_conv(x, w, kmap, EngineConfig(grouping=FUSED), bias, True, res)
     assert not torch.equal(out, fp32)
+
+
+@needs_amx
+@pytest.mark.parametrize("kind", ["subm", "down", "up"])
+@pytest.mark.parametrize("cin, cout", [(10, 16), (16, 32), (96, 48), (30, 80), (192, 128)])
+def test_amx_tiles_sum_the_same_bf16_products(kind, cin, cout):
+    """On AMX tiles and on AVX512_BF16 dot products (tiles off) the fused conv sums the same
+    products in fp32, only in another order: both at the oracle."""
+    kmap, x, w, bias, res, expected = case(kind, cin, cout)
+    config = EngineConfig(precision="bf16", grouping=FUSED)
+    with torch.no_grad():
+        tiles = sparse_conv(x, w, kmap, config, bias, True, res)
+        with precision.tiles_off():
+            assert precision.amx_tiles() == ()
+            vectors = sparse_conv(x, w, kmap, config, bias, True, res)
+    assert "bf16" in precision.amx_tiles()  # back on
+    for out in (tiles, vectors):
+        torch.testing.assert_close(out.double(), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_amx_tiles_are_reported_only_where_the_cpu_has_them():
+    on = precision.amx_tiles()
+    assert set(on) <= {"int8", "bf16"}
+    if "AMX_TILE" not in precision.cpu_features():
+        assert on == ()
+    with pytest.raises(ValueError, match="-1, 0 or 1"):
+        precision.amx_tiles(2)
+    assert precision.amx_tiles() == on
 
 
 @needs_bf16_cpu
@@ -130,12 +161,10 @@ def test_auto_follows_the_cpu_features():
     features = precision.cpu_features()
     if "AVX512_BF16" in features:
         assert precision.fused_bf16_lanes() == 16
-    if "AMX_BF16" in features:
-        assert precision.resolve("auto") == "bf16"
-    elif precision.fused_int8_lanes():
+    if precision.fused_int8_lanes():
         assert "AVX512_VNNI" in features
         assert precision.resolve("auto") == "int8"
-    elif "AVX512_BF16" in features:
+    elif "AVX512_BF16" in features or "AMX_BF16" in features:
         assert precision.resolve("auto") == "bf16"
     else:
         assert precision.resolve("auto") == "fp32"

@@ -26,12 +26,12 @@ needs_objdump = pytest.mark.skipif(shutil.which("objdump") is None, reason="objd
 needs_nvcc = pytest.mark.skipif(build.nvcc_path() is None, reason="nvcc not found")
 
 
-# The translation units allowed AVX-512 in a portable library: their functions carry target
-# attributes and run only after a run-time CPU feature check (kernels/precision.py; the head's
-# argmax in engine_cpu.cpp checks on its own).
+# The sources allowed AVX-512 in a portable library: their functions carry target attributes
+# and run only after a run-time CPU feature check (kernels/precision.py; the head's argmax in
+# engine_cpu.cpp and the AMX tiles, amx_cpu.cpp, check on their own).
 RUNTIME_DISPATCHED = tuple(
     Path(build.__file__).parent / "csrc" / name
-    for name in ("fused_bf16_cpu.cpp", "fused_int8_cpu.cpp", "engine_cpu.cpp")
+    for name in ("fused_bf16_cpu.cpp", "fused_int8_cpu.cpp", "engine_cpu.cpp", "amx_tiles.h")
 )
 
 
@@ -47,7 +47,7 @@ def _zmm_by_function(lib: Path) -> dict[str, int]:
     function = ""
     for line in text.splitlines():
         if line.endswith(">:") and "<" in line:
-            symbol = line[line.index("<") + 1 : -2]
+            symbol = line[line.index("<") + 1 : -2].replace("(anonymous namespace)::", "")
             match = re.search(r"(\w+)(?:<[^()]*>)?\(", symbol)
             function = match.group(1) if match else symbol
         elif "%zmm" in line:

@@ -111,6 +111,22 @@ def test_fused_int8_is_bitwise_reproducible_across_thread_counts():
 
 
 @needs_vnni
+@pytest.mark.skipif("int8" not in precision.amx_tiles(), reason="no AMX tiles here")
+@pytest.mark.parametrize("kind", ["subm", "down", "up"])
+@pytest.mark.parametrize("cin, cout", [(12, 16), (16, 32), (96, 48), (20, 80), (192, 128)])
+def test_amx_tiles_give_the_bits_of_vnni(kind, cin, cout):
+    """The int32 sums are exact either way and the fp32 scaling is one shared function: AMX
+    tiles and AVX512_VNNI dot products (tiles off) give the same bits."""
+    kmap, x, w, bias, res = case(kind, cin, cout)
+    config = EngineConfig(precision="int8", grouping=INT8)
+    with torch.no_grad():
+        tiles = sparse_conv(x, w, kmap, config, bias, True, res)
+        with precision.tiles_off():
+            vectors = sparse_conv(x, w, kmap, config, bias, True, res)
+    assert torch.equal(tiles, vectors)
+
+
+@needs_vnni
 def test_int8_gives_way_to_its_fallback():
     """Negative inputs (the quantizer says so), the input layer (Cin <= 8) and a shape the tuner
     gave to the fallback run exactly as the fallback precision does."""

@@ -1,0 +1,179 @@
+// AMX tiles for the fused int8 and bf16 kernels (fused_int8_cpu.cpp, fused_bf16_cpu.cpp): Intel's
+// eight tile registers of 16 rows x 64 bytes, and the unit that multiplies them (tdpbusd: int32 +=
+// u8 x s8 in quads, tdpbf16ps: fp32 += bf16 x bf16 in pairs). Where the CPU has them, one
+// instruction does the work of 16 rows x 16 output channels x one 64-byte chunk of input row:
+// AVX-512 dot products need 16 per row for the same.
+//
+// The walk over the map and the weights are the kernels' own (fused_driver.h, the quad and pair
+// packings): a packed weight row is 16 output channels x 4 bytes of input channels, exactly one
+// row of a B tile, so B tiles load straight from the packed weights (row stride cout * 4 bytes).
+// Input rows are scattered, so the 16 rows of a tile are first copied side by side (A tiles need
+// one stride); 16 consecutive input rows (the identity offset, runs along a column) load in place.
+//
+// Tile registers: 0-3 accumulate 16 entries x 16 output channels each (64 channels per pass);
+// 4 and 5 hold a full 64-byte chunk of inputs (A) and weights (B), 6 and 7 the last, shorter chunk
+// (input rows of 16 int8 or bf16 channels take only that one).
+//
+// Linux hands out the tile registers' 8 KB of state only to a process that asks
+// (arch_prctl(ARCH_REQ_XCOMP_PERM)); tiles_granted() asks once. Everything here runs only after
+// tiles_ready() said yes, and only in functions compiled for AMX (LS_AMX_TARGET).
+#pragma once
+#include <stdint.h>
+#include <string.h>
+
+#include <type_traits>
+
+#if defined(__x86_64__) && defined(__linux__)
+#include <immintrin.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#define LS_HAVE_AMX 1
+// every CPU with AMX has these AVX-512 subsets too: the kernels' emit functors use them
+#define LS_AMX_TARGET                                                                  \
+  __attribute__((target("amx-tile,amx-int8,amx-bf16,avx512f,avx512bw,avx512vl,avx512vnni," \
+                        "avx512bf16")))
+#else
+#define LS_HAVE_AMX 0
+#endif
+
+namespace lidarseg {
+
+enum class TileKind : int { kInt8 = 1, kBf16 = 2 };  // bits of ls_amx_tiles_cpu's answer
+
+// Whether the kernels of this kind run on AMX tiles: the CPU has them, Linux granted them and
+// ls_amx_tiles_cpu has not turned them off (amx_cpu.cpp).
+bool tiles_ready(TileKind kind);
+
+namespace amx {
+
+constexpr int kRows = 16;                 // map entries per tile (a tile's rows)
+constexpr int kChunkBytes = 64;           // bytes of input row per A tile row
+constexpr int kVecs = 4;                  // accumulator tiles: 64 output channels per pass
+constexpr int64_t kMaxRowBytes = 2048;    // input row bytes the staging copy holds
+constexpr int kCStride = kVecs * 16 * 4;  // bytes per row of the accumulators' copy
+
+// Rows no longer than this go through tiles (the staging copy's size); longer ones, never seen in
+// a MinkUNet (at most 384 channels), stay on the AVX-512 kernels.
+inline bool row_fits(int64_t row_bytes) {
+  return row_bytes > 0 && row_bytes <= kMaxRowBytes && row_bytes % 4 == 0;
+}
+
+}  // namespace amx
+
+#if LS_HAVE_AMX
+namespace amx {
+
+struct alignas(64) TileConfig {  // ldtilecfg's 64-byte layout (palette 1)
+  uint8_t palette;
+  uint8_t start_row;
+  uint8_t reserved[14];
+  uint16_t colsb[16];
+  uint8_t rows[16];
+};
+
+inline TileConfig config_for(int64_t row_bytes) {
+  TileConfig c;
+  memset(&c, 0, sizeof(c));
+  c.palette = 1;
+  const int tail = (int)(row_bytes % kChunkBytes);
+  for (int t = 0; t < 6; ++t) c.colsb[t] = kChunkBytes, c.rows[t] = kRows;
+  if (tail > 0) {
+    c.colsb[6] = (uint16_t)tail, c.rows[6] = kRows;        // A: 16 rows x tail bytes
+    c.colsb[7] = kChunkBytes, c.rows[7] = (uint8_t)(tail / 4);  // B: tail / 4 rows
+  }
+  return c;
+}
+
+#define LS_AMX_DOT(kInt8, acc, a, b) \
+  do {                               \
+    if constexpr (kInt8) {           \
+      _tile_dpbusd(acc, a, b);       \
+    } else {                         \
+      _tile_dpbf16ps(acc, a, b);     \
+    }                                \
+  } while (0)
+
+// One chunk of inputs in tile A times the same chunk of weights (B rows from w, column blocks
+// 64 bytes apart) into accumulators 0 .. nv-1.
+#define LS_AMX_CHUNK(kInt8, A, B, a_ptr, a_stride, w_ptr, w_stride, nv) \
+  do {                                                                  \
+    _tile_loadd(A, a_ptr, a_stride);                                    \
+    _tile_loadd(B, w_ptr, w_stride);                                    \
+    LS_AMX_DOT(kInt8, 0, A, B);                                         \
+    if (nv > 1) {                                                       \
+      _tile_loadd(B, (w_ptr) + 64, w_stride);                           \
+      LS_AMX_DOT(kInt8, 1, A, B);                                       \
+    }                                                                   \
+    if (nv > 2) {                                                       \
+      _tile_loadd(B, (w_ptr) + 128, w_stride);                          \
+      LS_AMX_DOT(kInt8, 2, A, B);                                       \
+    }                                                                   \
+    if (nv > 3) {                                                       \
+      _tile_loadd(B, (w_ptr) + 192, w_stride);                          \
+      LS_AMX_DOT(kInt8, 3, A, B);                                       \
+    }                                                                   \
+  } while (0)
+
+// Rows in[0..m) of x (row_bytes each) times the packed weight w (rows of cout * 4 bytes), 16
+// entries per tile; per tile and 64 output channels, emit(first, rows, col, nv, c) gets the
+// products of entries first .. first + rows in c: row r, channel col + j at c[r * kVecs * 16 + j]
+// (int32 for int8, fp32 for bf16), j < nv * 16; emit.prefetch(e) asks for entry e's out row a
+// tile ahead.
+template <bool kInt8, typename Emit, typename Sum = std::conditional_t<kInt8, int32_t, float>>
+LS_AMX_TARGET void entries_times_weight(const uint8_t* x, int64_t row_bytes, const uint8_t* w,
+                                        int64_t cout, const int32_t* in, int64_t m, Emit emit) {
+  const TileConfig cfg = config_for(row_bytes);
+  _tile_loadconfig(&cfg);
+  alignas(64) uint8_t staged[kRows * kMaxRowBytes];
+  alignas(64) int32_t c[kRows * kVecs * 16];
+  const int64_t full = row_bytes / kChunkBytes, w_stride = cout * 4;
+  for (int64_t first = 0; first < m; first += kRows) {
+    const int rows = (int)(m - first < kRows ? m - first : kRows);
+    const int32_t* idx = in + first;
+    for (int64_t e = first + kRows; e < first + 2 * kRows && e < m; ++e) {
+      // ask for the next tile's scattered input and output rows while this one computes
+      const uint8_t* row = x + (int64_t)in[e] * row_bytes;
+      for (int64_t b = 0; b < row_bytes; b += 64) __builtin_prefetch(row + b);
+      emit.prefetch(e);
+    }
+    const uint8_t* a = staged;
+    if (rows == kRows && idx[kRows - 1] - idx[0] == kRows - 1) {  // ascending: a run in place
+      a = x + (int64_t)idx[0] * row_bytes;
+    } else {
+      for (int r = 0; r < rows; ++r) {
+        memcpy(staged + r * row_bytes, x + (int64_t)idx[r] * row_bytes, row_bytes);
+      }
+      if (rows < kRows) memset(staged + rows * row_bytes, 0, (kRows - rows) * row_bytes);
+    }
+    for (int64_t col = 0; col < cout; col += kVecs * 16) {
+      const int64_t left = (cout - col) / 16, nv = left < kVecs ? left : kVecs;
+      _tile_zero(0);
+      _tile_zero(1);
+      _tile_zero(2);
+      _tile_zero(3);
+      const uint8_t* w_col = w + col * 4;
+      for (int64_t k = 0; k < full; ++k) {
+        LS_AMX_CHUNK(kInt8, 4, 5, a + k * kChunkBytes, row_bytes, w_col + k * kRows * w_stride,
+                     w_stride, nv);
+      }
+      if (row_bytes % kChunkBytes != 0) {
+        LS_AMX_CHUNK(kInt8, 6, 7, a + full * kChunkBytes, row_bytes,
+                     w_col + full * kRows * w_stride, w_stride, nv);
+      }
+      _tile_stored(0, c, kCStride);
+      if (nv > 1) _tile_stored(1, c + 16, kCStride);
+      if (nv > 2) _tile_stored(2, c + 32, kCStride);
+      if (nv > 3) _tile_stored(3, c + 48, kCStride);
+      emit(first, rows, col, (int)nv, (const Sum*)c);
+    }
+  }
+  _tile_release();
+}
+
+#undef LS_AMX_CHUNK
+#undef LS_AMX_DOT
+
+}  // namespace amx
+#endif  // LS_HAVE_AMX
+
+}  // namespace lidarseg
