@@ -78,7 +78,7 @@ def conv_bf16(
 
 def _fused(xb, pairs, plan: ExecutionPlan, bias, relu, residual) -> torch.Tensor:
     cout = pairs.shape[2]
-    dst = fused_output(plan, plan.num_out, cout)
+    dst = fused_output(plan.num_out, cout)
     backend.call(
         "fused_conv_bf16",
         xb.device,

@@ -188,7 +188,7 @@ def _fused_conv(
     if src.dtype != torch.float32 or weight.shape[2] % lib.ls_fused_lanes_cpu() != 0:
         return None
     kmap = plan.kmap.transposed if transposed else plan.kmap  # entries sorted by output
-    dst = fused_output(plan, plan.num_in if transposed else plan.num_out, weight.shape[2])
+    dst = fused_output(plan.num_in if transposed else plan.num_out, weight.shape[2])
     backend.call(
         "fused_conv_f32",
         src.device,

@@ -10,10 +10,10 @@ from .grouping import ExecutionPlan
 from .kmap import KernelMap
 
 
-def fused_output(plan: ExecutionPlan, num_dst: int, cout: int) -> torch.Tensor:
-    """The fp32 output [num_dst, cout]: uninitialised where the identity offset stores each row
-    first, else zeros."""
-    return (torch.empty if plan.identity is not None else torch.zeros)(num_dst, cout)
+def fused_output(num_dst: int, cout: int) -> torch.Tensor:
+    """The fp32 output [num_dst, cout], uninitialised: the fused kernels store each row first
+    (the identity offset) or clear it themselves, block by block while it is in cache."""
+    return torch.empty(num_dst, cout)
 
 
 def walk_args(

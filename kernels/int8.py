@@ -110,7 +110,7 @@ def conv_int8(
         return None
     q, row_scale = quantized
     packed, w_scale = int8_weights(weight)
-    dst = fused_output(plan, plan.num_out, cout)
+    dst = fused_output(plan.num_out, cout)
     backend.call(
         "fused_conv_int8",
         src.device,

@@ -82,8 +82,9 @@ LS_API int ls_scatter_add_unique_f64_cpu(const double* src, int64_t m, int64_t c
 // Fused gather-GEMM-scatter over the map (fused_cpu.cpp): for each kernel index k in
 // kernel_order, out[out_idx[e]] += x[in_idx[e]] @ w[k] for e in [bounds[k], bounds[k + 1]).
 // With identity >= 0 (a submanifold map's centre, num_in == num_out) every row first gets
-// out[q] = x[q] @ w[identity], so out needs no initial values; with identity = -1 the offsets
-// add to what out holds. Each offset's entries must be sorted by out_idx (kmap.py keeps maps
+// out[q] = x[q] @ w[identity]; with identity = -1 every row starts at zero (cleared block by
+// block, in cache, just before the offsets add into it): either way out needs no initial
+// values. Each offset's entries must be sorted by out_idx (kmap.py keeps maps
 // that way). Then, per row, out += bias [cout] and out += residual [num_out, cout] (each when
 // not NULL), and out = max(out, 0) when relu != 0: a folded BatchNorm, a residual block's
 // shortcut and its ReLU (models/fold.py). x [n_in, cin],

@@ -100,6 +100,8 @@ void run_fused(const W* w, int64_t w_stride, int64_t cin, int64_t cout, const in
         for (int64_t r = block; r < end; ++r) rows[r - block] = (int32_t)r;
         entries(true, w + (int64_t)identity * w_stride, rows.data(), rows.data(), end - block,
                 out, StoreAddend{bias, residual});
+      } else {  // the offsets add into zeros, cleared here while the block is in cache
+        __builtin_memset(out + block * cout, 0, (end - block) * cout * sizeof(float));
       }
       for (int64_t j = 0; j < num_kernels; ++j) {
         const int32_t k = kernel_order[j];
