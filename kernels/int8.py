@@ -29,6 +29,8 @@ from .fused import fused_output, walk_args
 from .grouping import ExecutionPlan
 from .precision import fused_int8_lanes
 
+CPU = torch.device("cpu")
+
 LANES = 16  # output channels per vector in the kernel: Cout must be a multiple
 
 
@@ -66,26 +68,54 @@ def quantize_rows(src: torch.Tensor | RowConcat, q: torch.Tensor, scale: torch.T
     return not bool(negative.item())
 
 
+# workspace slots: the last input quantized here (READ_SLOTS), and the ring of outputs that
+# int8 convs quantized as they made them (MADE_SLOTS, two deep: a block's conv1 output is read by
+# its conv2 after the shortcut's conv may have made another)
+READ_SLOTS = (6, 7)
+MADE_SLOTS = ((8, 9), (10, 11))
+
+
 def _quantized(
     src: torch.Tensor | RowConcat, workspace
 ) -> tuple[torch.Tensor, torch.Tensor] | None:
-    """(q uint8 [N, C], row scales fp32 [N]) of src, or None where it has a negative value. A
-    conv that reads the very rows the int8 conv before it read (a residual block's first conv,
-    then its 1x1 shortcut) reuses that quantization. The record holds src itself, so no other
-    tensor can take its memory meanwhile, and src's version counter says whether it was written
-    since."""
+    """(q uint8 [N, C], row scales fp32 [N]) of src, or None where it has a negative value.
+    Rows quantized before are not quantized again: the output of an int8 conv that quantized it
+    as it made it (_made_rows), and the rows the int8 conv before read (a residual block's first
+    conv, then its 1x1 shortcut). Each record holds src itself, so no other tensor can take its
+    memory meanwhile, and src's version counter says whether it was written since."""
     memo = workspace.memo()
-    last = memo.get("int8_rows")
-    if last is not None and last[0] is src and last[1] == src._version:
-        return last[2], last[3]
+    for record in (memo.get("int8_rows"), *memo.get("int8_made", ())):
+        if record is not None and record[0] is src and record[1] == src._version:
+            return record[2], record[3]
     memo.pop("int8_rows", None)  # its buffers are about to be overwritten
     n, cin = src.shape
-    q = workspace.get(6, n, cin, torch.uint8, src.device)
-    row_scale = workspace.get(7, n, 1, torch.float32, src.device).view(n)
+    q = workspace.get(READ_SLOTS[0], n, cin, torch.uint8, src.device)
+    row_scale = workspace.get(READ_SLOTS[1], n, 1, torch.float32, src.device).view(n)
     if not quantize_rows(src, q, row_scale):
         return None
     memo["int8_rows"] = (src, src._version, q, row_scale)
     return q, row_scale
+
+
+def _made_rows(workspace, num_out: int, cout: int):
+    """(q, scales, failed flag, keep) for a conv that quantizes its output as it makes it: the
+    buffers of the ring slot that comes next (its record dropped now), and keep(dst) to record
+    them once the conv has run."""
+    memo = workspace.memo()
+    ring = memo.setdefault("int8_made", [None, None])
+    turn = memo.get("int8_made_turn", 0)
+    memo["int8_made_turn"] = 1 - turn
+    ring[turn] = None  # its buffers are about to be overwritten
+    q_slot, scale_slot = MADE_SLOTS[turn]
+    q = workspace.get(q_slot, num_out, cout, torch.uint8, CPU)
+    scale = workspace.get(scale_slot, num_out, 1, torch.float32, CPU).view(num_out)
+    failed = torch.zeros(1, dtype=torch.int64)
+
+    def keep(dst: torch.Tensor) -> None:
+        if not failed.item():
+            ring[turn] = (dst, dst._version, q, scale)
+
+    return q, scale, failed, keep
 
 
 def conv_int8(
@@ -111,6 +141,9 @@ def conv_int8(
     q, row_scale = quantized
     packed, w_scale = int8_weights(weight)
     dst = fused_output(plan.num_out, cout)
+    # a submanifold conv's ReLU output is what the next int8 conv reads: quantized in the kernel,
+    # block by block in cache, it need not be read back from memory for it
+    made = _made_rows(workspace, plan.num_out, cout) if relu and plan.identity is not None else None
     backend.call(
         "fused_conv_int8",
         src.device,
@@ -121,5 +154,8 @@ def conv_int8(
         w_scale,
         cout,
         *walk_args(plan.kmap, plan, bias, residual, relu, dst),
+        *(made[:3] if made else (None, None, None)),
     )
+    if made:
+        made[3](dst)
     return dst

@@ -84,6 +84,17 @@ inline TileConfig config_for(int64_t row_bytes) {
   return c;
 }
 
+// One input row into the staging copy: 64-byte vector moves, the last one masked (a call to
+// memcpy per row cost more than the tile's arithmetic).
+LS_AMX_TARGET inline void copy_row(const uint8_t* src, int64_t n, uint8_t* dst) {
+  int64_t b = 0;
+  for (; b + 64 <= n; b += 64) _mm512_storeu_si512(dst + b, _mm512_loadu_si512(src + b));
+  if (b < n) {
+    const __mmask64 m = (__mmask64)((1ULL << (n - b)) - 1);  // n - b < 64
+    _mm512_mask_storeu_epi8(dst + b, m, _mm512_maskz_loadu_epi8(m, src + b));
+  }
+}
+
 #define LS_AMX_DOT(kInt8, acc, a, b) \
   do {                               \
     if constexpr (kInt8) {           \
@@ -140,9 +151,8 @@ LS_AMX_TARGET void entries_times_weight(const uint8_t* x, int64_t row_bytes, con
     if (rows == kRows && idx[kRows - 1] - idx[0] == kRows - 1) {  // ascending: a run in place
       a = x + (int64_t)idx[0] * row_bytes;
     } else {
-      for (int r = 0; r < rows; ++r) {
-        memcpy(staged + r * row_bytes, x + (int64_t)idx[r] * row_bytes, row_bytes);
-      }
+      for (int r = 0; r < rows; ++r) copy_row(x + (int64_t)idx[r] * row_bytes, row_bytes,
+                                              staged + r * row_bytes);
       if (rows < kRows) memset(staged + rows * row_bytes, 0, (kRows - rows) * row_bytes);
     }
     for (int64_t col = 0; col < cout; col += kVecs * 16) {

@@ -121,6 +121,11 @@ LS_API int ls_fused_conv_bf16_cpu(const ls_bf16* x, int64_t cin, const ls_bf16* 
 // added into out; bias, residual and out in fp32 as above. cin a multiple of 4, cout of 16.
 // ls_fused_int8_lanes_cpu() is 16 where this CPU has AVX512_VNNI (checked at run time) and 0
 // where it has not; the conv then returns kStatusBadArgument.
+// With q_out (and scale_out, q_failed) not NULL the conv also quantizes its out rows as
+// ls_quantize_rows_u8_cpu would (the same bits), each block of rows once it is final, while it
+// is in cache: q_out [num_out, cout], scale_out [num_out]; *q_failed |= 1 where some row has a
+// negative, NaN or infinite value (q_out then means nothing). The next int8 conv reads them
+// instead of quantizing its input again.
 // ls_quantize_rows_u8_cpu: per row of x [n, c], q = rint(x * (255 / row max)) and scale =
 // row max / 255 (a row of zeros: q 0, scale 0); *negative = 1 when some value is negative (-0.0
 // too: its sign bit is set), NaN or inf (q then means nothing: the caller keeps another
@@ -143,7 +148,8 @@ LS_API int ls_fused_conv_int8_cpu(const uint8_t* q, const float* row_scale, int6
                                   const int64_t* bounds, const int32_t* kernel_order,
                                   int64_t num_kernels, int32_t identity, const float* bias,
                                   const float* residual, int32_t relu, int64_t num_out,
-                                  float* out);
+                                  float* out, uint8_t* q_out, float* scale_out,
+                                  int64_t* q_failed);
 
 // Per kernel index, the entries reordered by output row (each offset's outputs are distinct).
 LS_API int ls_sort_entries_by_out_cpu(const int32_t* in_idx, const int32_t* out_idx,

@@ -156,53 +156,6 @@ bool cpu_has_bf16_dot() {
          __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bf16");
 }
 #else
-#if LS_HAVE_AMX
-// What the AMX tiles of one offset's entries end in (amx_tiles.h: emit): their fp32 sums added
-// into the out rows (or stored, with bias and residual, for the identity offset).
-template <bool kStore>
-struct AddTiles {
-  int64_t cout;
-  const int32_t* out_rows;
-  float* out;
-  lidarseg::StoreAddend add;
-
-  __attribute__((always_inline)) LS_AMX_TARGET void prefetch(int64_t e) const {
-    const char* row = (const char*)(out + (int64_t)out_rows[e] * cout);
-    for (int64_t b = 0; b < cout * 4; b += 64) __builtin_prefetch(row + b, 1);
-  }
-
-  __attribute__((always_inline)) LS_AMX_TARGET void operator()(int64_t first, int rows,
-                                                               int64_t col, int nv,
-                                                               const float* c) const {
-    for (int r = 0; r < rows; ++r) {
-      const int64_t row = out_rows[first + r];
-      float* dst = out + row * cout + col;
-      const float* res = kStore && add.residual ? add.residual + row * cout + col : nullptr;
-      for (int v = 0; v < nv; ++v) {
-        __m512 value = _mm512_load_ps(c + r * lidarseg::amx::kVecs * kLanes + v * kLanes);
-        if (!kStore) value = _mm512_add_ps(_mm512_loadu_ps(dst + v * kLanes), value);
-        if (kStore && add.bias != nullptr) {
-          value = _mm512_add_ps(value, _mm512_loadu_ps(add.bias + col + v * kLanes));
-        }
-        if (kStore && res != nullptr) {
-          value = _mm512_add_ps(value, _mm512_loadu_ps(res + v * kLanes));
-        }
-        _mm512_storeu_ps(dst + v * kLanes, value);
-      }
-    }
-  }
-};
-
-template <bool kStore>
-void entries_on_tiles(const uint16_t* x, int64_t cin, const uint16_t* wp, int64_t cout,
-                      const int32_t* in, const int32_t* out_rows, int64_t m, float* out,
-                      const lidarseg::StoreAddend& add) {
-  lidarseg::amx::entries_times_weight<false>(
-      (const uint8_t*)x, cin * 2, (const uint8_t*)wp, cout, in, m,
-      AddTiles<kStore>{cout, out_rows, out, add});
-}
-#endif
-
 bool cpu_has_bf16_dot() { return false; }
 #endif
 

@@ -61,14 +61,20 @@ struct StoreAddend {
   const float* residual;  // [num_out, cout], indexed by output row
 };
 
+struct NoBlockHook {
+  void operator()(int64_t, int64_t) const {}
+};
+
 // entries(kStore, w_k, in, out_rows, m, out, add): rows in[0..m) of x times offset weight w_k,
 // stored into (kStore, plus add's terms) or added to the out rows out_rows[0..m).
-// w_k = w + k * w_stride.
-template <typename W, typename Entries>
+// w_k = w + k * w_stride. after_block(first, end), when given, runs once the out rows
+// [first, end) are final, on the thread that computed them, while they are still in cache.
+template <typename W, typename Entries, typename AfterBlock = NoBlockHook>
 void run_fused(const W* w, int64_t w_stride, int64_t cin, int64_t cout, const int32_t* in_idx,
                const int32_t* out_idx, const int64_t* bounds, const int32_t* kernel_order,
                int64_t num_kernels, int32_t identity, const float* bias, const float* residual,
-               int32_t relu, int64_t num_out, float* out, Entries entries) {
+               int32_t relu, int64_t num_out, float* out, Entries entries,
+               AfterBlock after_block = AfterBlock{}) {
   int64_t total = identity >= 0 ? num_out : 0;
   for (int64_t j = 0; j < num_kernels; ++j) {
     const int32_t k = kernel_order[j];
@@ -119,6 +125,7 @@ void run_fused(const W* w, int64_t w_stride, int64_t cin, int64_t cout, const in
         fused_epilogue(bias, residual == nullptr ? nullptr : residual + block * cout, relu != 0,
                        cout, out + block * cout, end - block);
       }
+      after_block(block, end);
     }
   }
 }

@@ -154,6 +154,26 @@ LS_VNNI_TARGET bool quantize_row(const float* a, int64_t ca, const float* b, int
   return true;
 }
 
+// The out rows of a finished block quantized as the next int8 conv reads them (quantize_row:
+// the same bits as ls_quantize_rows_u8_cpu), while they are in cache; *failed |= 1 for a row
+// that cannot be (a negative, NaN or infinite value).
+struct QuantizeBlock {
+  const float* out;
+  int64_t cout;
+  uint8_t* q;
+  float* scale;
+  int64_t* failed;
+
+  LS_VNNI_TARGET void operator()(int64_t first, int64_t end) const {
+    if (q == nullptr) return;
+    bool bad = false;
+    for (int64_t r = first; r < end; ++r) {
+      bad |= !quantize_row(out + r * cout, cout, nullptr, 0, q + r * cout, scale + r);
+    }
+    if (bad) __atomic_fetch_or(failed, (int64_t)1, __ATOMIC_RELAXED);
+  }
+};
+
 // Entries [0, m) of one offset (outputs owned by this thread) times that offset's packed weight.
 template <bool kStore>
 LS_VNNI_TARGET void entries_times_weight(const uint8_t* q, const float* row_scale, int64_t cin,
@@ -238,53 +258,6 @@ bool cpu_has_int8_dot() {
          __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
 }
 #else
-#if LS_HAVE_AMX
-// What the AMX tiles of one offset's entries end in (amx_tiles.h: emit): their int32 sums scaled
-// into the out rows, as the AVX512_VNNI tiles do it.
-template <bool kStore>
-struct ScaleTiles {
-  const float* row_scale;
-  const float* w_scale;
-  int64_t cout;
-  const int32_t* in;
-  const int32_t* out_rows;
-  float* out;
-  lidarseg::StoreAddend add;
-
-  __attribute__((always_inline)) LS_AMX_TARGET void prefetch(int64_t e) const {
-    const char* row = (const char*)(out + (int64_t)out_rows[e] * cout);
-    for (int64_t b = 0; b < cout * 4; b += 64) __builtin_prefetch(row + b, 1);
-  }
-
-  __attribute__((always_inline)) LS_AMX_TARGET void operator()(int64_t first, int rows,
-                                                               int64_t col, int nv,
-                                                               const int32_t* c) const {
-    __m512 ws[lidarseg::amx::kVecs];
-    for (int v = 0; v < nv; ++v) ws[v] = _mm512_loadu_ps(w_scale + col + v * kLanes);
-    for (int r = 0; r < rows; ++r) {
-      const __m512 rs = _mm512_set1_ps(row_scale[in[first + r]]);
-      const int64_t row = out_rows[first + r];
-      float* dst = out + row * cout + col;
-      const float* res = kStore && add.residual ? add.residual + row * cout + col : nullptr;
-      for (int v = 0; v < nv; ++v) {
-        const __m512i sums = _mm512_load_si512(c + r * lidarseg::amx::kVecs * kLanes + v * kLanes);
-        scale_into<kStore>(sums, _mm512_mul_ps(ws[v], rs), dst, add.bias, res, col, v);
-      }
-    }
-  }
-};
-
-template <bool kStore>
-void entries_on_tiles(const uint8_t* q, const float* row_scale, int64_t cin, const int8_t* wq,
-                      const float* w_scale, int64_t cout, const int32_t* in,
-                      const int32_t* out_rows, int64_t m, float* out,
-                      const lidarseg::StoreAddend& add) {
-  lidarseg::amx::entries_times_weight<true>(
-      q, cin, (const uint8_t*)wq, cout, in, m,
-      ScaleTiles<kStore>{row_scale, w_scale, cout, in, out_rows, out, add});
-}
-#endif
-
 bool cpu_has_int8_dot() { return false; }
 #endif
 
@@ -323,8 +296,10 @@ LS_API int ls_fused_conv_int8_cpu(const uint8_t* q, const float* row_scale, int6
                                   const int64_t* bounds, const int32_t* kernel_order,
                                   int64_t num_kernels, int32_t identity, const float* bias,
                                   const float* residual, int32_t relu, int64_t num_out,
-                                  float* out) {
-  if (!cpu_has_int8_dot() || cout % kLanes != 0 || cin <= 0 || cin % 4 != 0 || num_out < 0) {
+                                  float* out, uint8_t* q_out, float* scale_out,
+                                  int64_t* q_failed) {
+  if (!cpu_has_int8_dot() || cout % kLanes != 0 || cin <= 0 || cin % 4 != 0 || num_out < 0 ||
+      (q_out != nullptr && (scale_out == nullptr || q_failed == nullptr))) {
     return lidarseg::kStatusBadArgument;
   }
 #if LS_HAVE_INT8_DOT
@@ -352,12 +327,13 @@ LS_API int ls_fused_conv_int8_cpu(const uint8_t* q, const float* row_scale, int6
         } else {
           entries_times_weight<false>(q, row_scale, cin, w_k, s_k, cout, in, rows, m, dst, add);
         }
-      });
+      },
+      QuantizeBlock{out, cout, q_out, scale_out, q_failed});
   return lidarseg::kStatusOk;
 #else
   (void)q, (void)row_scale, (void)w_packed, (void)w_scale, (void)in_idx, (void)out_idx;
   (void)bounds, (void)kernel_order, (void)num_kernels, (void)identity, (void)bias;
-  (void)residual, (void)relu, (void)out;
+  (void)residual, (void)relu, (void)out, (void)q_out, (void)scale_out, (void)q_failed;
   return lidarseg::kStatusBadArgument;  // unreachable: no int8 dot product on this architecture
 #endif
 }
