@@ -49,13 +49,15 @@ namespace amx {
 constexpr int kRows = 16;                 // map entries per tile (a tile's rows)
 constexpr int kChunkBytes = 64;           // bytes of input row per A tile row
 constexpr int kVecs = 4;                  // accumulator tiles: 64 output channels per pass
-constexpr int64_t kMaxRowBytes = 2048;    // input row bytes the staging copy holds
+constexpr int64_t kMaxRowBytes = 1024;    // input row bytes the staging copy holds
+constexpr int kMaxPasses = 4;             // column passes of 64: at most 256 output channels
 constexpr int kCStride = kVecs * 16 * 4;  // bytes per row of the accumulators' copy
 
-// Rows no longer than this go through tiles (the staging copy's size); longer ones, never seen in
-// a MinkUNet (at most 384 channels), stay on the AVX-512 kernels.
-inline bool row_fits(int64_t row_bytes) {
-  return row_bytes > 0 && row_bytes <= kMaxRowBytes && row_bytes % 4 == 0;
+// Shapes the tiles take (the staging copies' sizes); others, never seen in a MinkUNet (at most
+// 384 input and 256 output channels), stay on the AVX-512 kernels.
+inline bool shape_fits(int64_t row_bytes, int64_t cout) {
+  return row_bytes > 0 && row_bytes <= kMaxRowBytes && row_bytes % 4 == 0 && cout > 0 &&
+         cout <= kMaxPasses * kVecs * 16;
 }
 
 }  // namespace amx
@@ -95,6 +97,17 @@ LS_AMX_TARGET inline void copy_row(const uint8_t* src, int64_t n, uint8_t* dst) 
   }
 }
 
+// The sums of one tile (all its column passes) to emit.
+template <typename Sum, typename Emit>
+__attribute__((always_inline)) LS_AMX_TARGET inline void emit_tile(
+    const Emit& emit, int64_t first, int rows, int64_t cout, int64_t passes,
+    const int32_t (*sums)[kRows * kVecs * 16]) {
+  for (int64_t p = 0; p < passes; ++p) {
+    const int64_t col = p * kVecs * 16, left = (cout - col) / 16;
+    emit(first, rows, col, (int)(left < kVecs ? left : kVecs), (const Sum*)sums[p]);
+  }
+}
+
 #define LS_AMX_DOT(kInt8, acc, a, b) \
   do {                               \
     if constexpr (kInt8) {           \
@@ -125,38 +138,52 @@ LS_AMX_TARGET inline void copy_row(const uint8_t* src, int64_t n, uint8_t* dst) 
     }                                                                   \
   } while (0)
 
+// The 16 input rows of the tile at entries first .. first + rows side by side in buf (zeros
+// below rows), or where they already are: 16 consecutive rows (the identity offset, a run along
+// a column) are read in place.
+LS_AMX_TARGET inline const uint8_t* stage_inputs(const uint8_t* x, int64_t row_bytes,
+                                                 const int32_t* idx, int rows, uint8_t* buf) {
+  if (rows == kRows && idx[kRows - 1] - idx[0] == kRows - 1) return x + idx[0] * row_bytes;
+  for (int r = 0; r < rows; ++r) {
+    copy_row(x + (int64_t)idx[r] * row_bytes, row_bytes, buf + r * row_bytes);
+  }
+  if (rows < kRows) memset(buf + rows * row_bytes, 0, (kRows - rows) * row_bytes);
+  return buf;
+}
+
 // Rows in[0..m) of x (row_bytes each) times the packed weight w (rows of cout * 4 bytes), 16
 // entries per tile; per tile and 64 output channels, emit(first, rows, col, nv, c) gets the
 // products of entries first .. first + rows in c: row r, channel col + j at c[r * kVecs * 16 + j]
-// (int32 for int8, fp32 for bf16), j < nv * 16; emit.prefetch(e) asks for entry e's out row a
-// tile ahead.
+// (int32 for int8, fp32 for bf16), j < nv * 16; emit.prefetch(e) asks for entry e's out row two
+// tiles ahead.
+//
+// Software-pipelined by one tile: a tile's sums are handed to emit, and the next tile's inputs
+// staged, after the following tile's products are under way. Tile loads and stores do not take
+// values from the store buffer the way vector loads do: a tile load right after the stores that
+// staged its rows, or vector loads right after a tile store, wait for those stores to reach the
+// cache, and in this order nothing waits.
 template <bool kInt8, typename Emit, typename Sum = std::conditional_t<kInt8, int32_t, float>>
 LS_AMX_TARGET void entries_times_weight(const uint8_t* x, int64_t row_bytes, const uint8_t* w,
                                         int64_t cout, const int32_t* in, int64_t m, Emit emit) {
   const TileConfig cfg = config_for(row_bytes);
   _tile_loadconfig(&cfg);
-  alignas(64) uint8_t staged[kRows * kMaxRowBytes];
-  alignas(64) int32_t c[kRows * kVecs * 16];
+  alignas(64) uint8_t staged[2][kRows * kMaxRowBytes];
+  alignas(64) int32_t c[2][kMaxPasses][kRows * kVecs * 16];
   const int64_t full = row_bytes / kChunkBytes, w_stride = cout * 4;
-  for (int64_t first = 0; first < m; first += kRows) {
-    const int rows = (int)(m - first < kRows ? m - first : kRows);
-    const int32_t* idx = in + first;
-    for (int64_t e = first + kRows; e < first + 2 * kRows && e < m; ++e) {
-      // ask for the next tile's scattered input and output rows while this one computes
+  const int64_t passes = (cout + kVecs * 16 - 1) / (kVecs * 16);
+  const uint8_t* a_next = stage_inputs(x, row_bytes, in, (int)(m < kRows ? m : kRows), staged[0]);
+  int64_t t = 0, first = 0;
+  for (; first < m; ++t, first += kRows) {
+    for (int64_t e = first + 2 * kRows; e < first + 3 * kRows && e < m; ++e) {
       const uint8_t* row = x + (int64_t)in[e] * row_bytes;
       for (int64_t b = 0; b < row_bytes; b += 64) __builtin_prefetch(row + b);
       emit.prefetch(e);
     }
-    const uint8_t* a = staged;
-    if (rows == kRows && idx[kRows - 1] - idx[0] == kRows - 1) {  // ascending: a run in place
-      a = x + (int64_t)idx[0] * row_bytes;
-    } else {
-      for (int r = 0; r < rows; ++r) copy_row(x + (int64_t)idx[r] * row_bytes, row_bytes,
-                                              staged + r * row_bytes);
-      if (rows < kRows) memset(staged + rows * row_bytes, 0, (kRows - rows) * row_bytes);
-    }
-    for (int64_t col = 0; col < cout; col += kVecs * 16) {
-      const int64_t left = (cout - col) / 16, nv = left < kVecs ? left : kVecs;
+    const uint8_t* a = a_next;
+    for (int64_t p = 0; p < passes; ++p) {
+      const int64_t col = p * kVecs * 16, left = (cout - col) / 16;
+      const int64_t nv = left < kVecs ? left : kVecs;
+      int32_t* sums = c[t & 1][p];
       _tile_zero(0);
       _tile_zero(1);
       _tile_zero(2);
@@ -170,12 +197,20 @@ LS_AMX_TARGET void entries_times_weight(const uint8_t* x, int64_t row_bytes, con
         LS_AMX_CHUNK(kInt8, 6, 7, a + full * kChunkBytes, row_bytes,
                      w_col + full * kRows * w_stride, w_stride, nv);
       }
-      _tile_stored(0, c, kCStride);
-      if (nv > 1) _tile_stored(1, c + 16, kCStride);
-      if (nv > 2) _tile_stored(2, c + 32, kCStride);
-      if (nv > 3) _tile_stored(3, c + 48, kCStride);
-      emit(first, rows, col, (int)nv, (const Sum*)c);
+      _tile_stored(0, sums, kCStride);
+      if (nv > 1) _tile_stored(1, sums + 16, kCStride);
+      if (nv > 2) _tile_stored(2, sums + 32, kCStride);
+      if (nv > 3) _tile_stored(3, sums + 48, kCStride);
     }
+    if (t > 0) emit_tile<Sum>(emit, first - kRows, kRows, cout, passes, c[(t - 1) & 1]);
+    if (first + kRows < m) {
+      const int rows = (int)(m - first - kRows < kRows ? m - first - kRows : kRows);
+      a_next = stage_inputs(x, row_bytes, in + first + kRows, rows, staged[(t + 1) & 1]);
+    }
+  }
+  if (t > 0) {
+    const int64_t last = (t - 1) * kRows;
+    emit_tile<Sum>(emit, last, (int)(m - last), cout, passes, c[(t - 1) & 1]);
   }
   _tile_release();
 }

@@ -174,7 +174,7 @@ LS_API int ls_fused_conv_bf16_cpu(const ls_bf16* x, int64_t cin, const ls_bf16* 
   }
 #if LS_HAVE_BF16_DOT
   const bool tiles = LS_HAVE_AMX && lidarseg::tiles_ready(lidarseg::TileKind::kBf16) &&
-                     lidarseg::amx::row_fits(cin * 2);
+                     lidarseg::amx::shape_fits(cin * 2, cout);
   (void)tiles;  // unused where the build has no AMX
   lidarseg::run_fused(
       w_packed, cin * cout, cin, cout, in_idx, out_idx, bounds, kernel_order, num_kernels,
