@@ -62,13 +62,16 @@ struct StoreAddend {
 };
 
 struct NoBlockHook {
-  void operator()(int64_t, int64_t) const {}
+  bool takes_relu() const { return false; }
+  void operator()(int64_t, int64_t, bool) const {}
 };
 
 // entries(kStore, w_k, in, out_rows, m, out, add): rows in[0..m) of x times offset weight w_k,
 // stored into (kStore, plus add's terms) or added to the out rows out_rows[0..m).
-// w_k = w + k * w_stride. after_block(first, end), when given, runs once the out rows
-// [first, end) are final, on the thread that computed them, while they are still in cache.
+// w_k = w + k * w_stride. after_block(first, end, relu), when given, runs once the out rows
+// [first, end) are final, on the thread that computed them, while they are still in cache; where
+// after_block.takes_relu() it is handed the ReLU of a submanifold conv (relu = true: it applies
+// it before its own reading of the rows, one pass over them instead of two).
 template <typename W, typename Entries, typename AfterBlock = NoBlockHook>
 void run_fused(const W* w, int64_t w_stride, int64_t cin, int64_t cout, const int32_t* in_idx,
                const int32_t* out_idx, const int64_t* bounds, const int32_t* kernel_order,
@@ -83,6 +86,7 @@ void run_fused(const W* w, int64_t w_stride, int64_t cin, int64_t cout, const in
   const int64_t fit = kFusedBlockBytes / (cout * (int64_t)sizeof(float));
   const int64_t block_rows = fit > 16 ? fit : 16;
   const int64_t num_blocks = (num_out + block_rows - 1) / block_rows;
+  const bool hook_relu = identity >= 0 && relu && after_block.takes_relu();
 #pragma omp parallel if (total * cin * cout >= kFusedParallelWork && num_blocks > 1)
   {
     // Per offset, where this thread's last block ended in its entries (sorted by output row, so
@@ -119,13 +123,13 @@ void run_fused(const W* w, int64_t w_stride, int64_t cin, int64_t cout, const in
                   last - first, out, StoreAddend{nullptr, nullptr});
         }
       }
-      if (identity >= 0 && relu) {  // bias and residual went in with the identity's store
+      if (identity >= 0 && relu && !hook_relu) {  // bias, residual: in the identity's store
         fused_epilogue(nullptr, nullptr, true, cout, out + block * cout, end - block);
       } else if (identity < 0 && (bias != nullptr || residual != nullptr || relu)) {
         fused_epilogue(bias, residual == nullptr ? nullptr : residual + block * cout, relu != 0,
                        cout, out + block * cout, end - block);
       }
-      after_block(block, end);
+      after_block(block, end, hook_relu);
     }
   }
 }

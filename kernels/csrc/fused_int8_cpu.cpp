@@ -158,21 +158,35 @@ LS_VNNI_TARGET bool quantize_row(const float* a, int64_t ca, const float* b, int
   return true;
 }
 
+// max(0, x) in place, as fused_epilogue's ReLU (NaN and -0.0 to +0.0: vmaxps returns its second
+// operand, zero, for a NaN and for two zeros).
+LS_VNNI_TARGET inline void relu_row(float* row, int64_t c) {
+  for (int64_t j = 0; j < c; j += kLanes) {
+    const __mmask16 m = lane_mask(c - j);
+    _mm512_mask_storeu_ps(row + j, m, _mm512_max_ps(_mm512_maskz_loadu_ps(m, row + j),
+                                                    _mm512_setzero_ps()));
+  }
+}
+
 // The out rows of a finished block quantized as the next int8 conv reads them (quantize_row:
-// the same bits as ls_quantize_rows_u8_cpu), while they are in cache; *failed |= 1 for a row
-// that cannot be (a negative, NaN or infinite value).
+// the same bits as ls_quantize_rows_u8_cpu), while they are in cache, after the conv's ReLU when
+// it is handed that; *failed |= 1 for a row that cannot be (a negative, NaN or infinite value).
 struct QuantizeBlock {
-  const float* out;
+  float* out;
   int64_t cout;
   uint8_t* q;
   float* scale;
   int64_t* failed;
 
-  LS_VNNI_TARGET void operator()(int64_t first, int64_t end) const {
+  bool takes_relu() const { return q != nullptr; }
+
+  LS_VNNI_TARGET void operator()(int64_t first, int64_t end, bool relu) const {
     if (q == nullptr) return;
     bool bad = false;
     for (int64_t r = first; r < end; ++r) {
-      bad |= !quantize_row(out + r * cout, cout, nullptr, 0, q + r * cout, scale + r);
+      float* row = out + r * cout;
+      if (relu) relu_row(row, cout);
+      bad |= !quantize_row(row, cout, nullptr, 0, q + r * cout, scale + r);
     }
     if (bad) __atomic_fetch_or(failed, (int64_t)1, __ATOMIC_RELAXED);
   }

@@ -183,3 +183,34 @@ def test_a_conv_reading_the_same_rows_reuses_their_quantization(monkeypatch):
         assert len(calls) == 3
         assert torch.equal(halved, sparse_conv(x.clone(), w, kmap, config))
         assert not torch.equal(halved, first)
+
+
+@needs_vnni
+@pytest.mark.parametrize("cin, cout", [(32, 48), (64, 64)])
+def test_a_relu_conv_quantizes_its_output_as_the_next_conv_would(monkeypatch, cin, cout):
+    """A submanifold int8 conv with ReLU quantizes its output in the kernel (after the ReLU,
+    block by block): the next conv reads exactly the bits quantize_rows would give it, without
+    calling it, and the output itself is the one a conv that does not quantize it gives."""
+    import kernels.int8 as int8_module
+
+    kmap, x, w, bias, res = case("subm", cin, cout, seed=17)
+    x[::7] = 0  # rows of zeros: scale 0
+    w2 = torch.randn(27, cout, 32, generator=torch.Generator().manual_seed(3))
+    config = EngineConfig(precision="int8", grouping=INT8)
+    real_quantize = int8_module.quantize_rows
+    calls = []
+    monkeypatch.setattr(
+        int8_module, "quantize_rows", lambda *a: calls.append(1) or real_quantize(*a)
+    )
+    with torch.no_grad():
+        out = sparse_conv(x, w, kmap, config, bias - 0.5, True, res)  # some rows ReLU'd to 0
+        assert len(calls) == 1 and out.eq(0).any() and out.gt(0).any()
+        q, scale = int8_module._quantized(out, config.workspace)
+        assert len(calls) == 1  # the kernel's own quantization, recorded
+        want_q, want_scale = quantized(out)
+        assert np.array_equal(q.numpy(), want_q) and np.array_equal(scale.numpy(), want_scale)
+        chained = sparse_conv(out, w2, kmap, config, None, True)
+        assert len(calls) == 1
+        monkeypatch.setattr(int8_module, "_made_rows", lambda *a: None)
+        assert torch.equal(out, sparse_conv(x, w, kmap, config, bias - 0.5, True, res))
+        assert torch.equal(chained, sparse_conv(out.clone(), w2, kmap, config, None, True))
