@@ -3,8 +3,10 @@
     python -m bench.precision [--weights default] [--frames kitti00 nuscenes ouster128]
                               [--threads 2] [--runs 9] [--precisions fp32 bf16] [--json OUT]
 
-Per frame: the same voxels and maps, the network forward timed alternately in each precision
-(run r of every precision before run r + 1 of any, so a shared machine's load hits them alike);
+Per frame: the same voxels and maps, the network stage (what the service times as "network":
+the network and its head's argmax, SegmentationPipeline.network_stage) timed alternately in each
+precision (run r of every precision before run r + 1 of any, so a shared machine's load hits
+them alike);
 prints each precision's median network time with its spread (min..max), and the speed-up of
 each precision over fp32 as the median of the per-run ratios with their spread. Then the labels
 of the whole pipeline in each precision against fp32 (share of equal labels), and on the
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import json
 import statistics
 import time
@@ -59,7 +62,7 @@ def kernels_for(name: str):
 
 
 def time_networks(pipes: dict, points, sensor: str, runs: int):
-    """(wall ms, process CPU ms) per network forward, per precision, runs interleaved. CPU time
+    """(wall ms, process CPU ms) per network stage, per precision, runs interleaved. CPU time
     leaves out the time the OS gave other processes, so on a shared machine its ratio is the
     steadier one (it counts OpenMP's idle waiting too: set OMP_WAIT_POLICY=passive)."""
     inputs = {}
@@ -73,12 +76,13 @@ def time_networks(pipes: dict, points, sensor: str, runs: int):
     with torch.no_grad():
         for name, pipe in pipes.items():  # warm-up: plans, weight conversion, workspaces
             with kernels_for(name):
-                pipe.network(inputs[name])
+                pipe.network_stage(inputs[name])
+        gc.freeze()  # as the server does after its warm-up (app/service/main.py)
         for _ in range(runs):
             for name, pipe in pipes.items():
                 with kernels_for(name):
                     c0, t0 = time.process_time(), time.perf_counter()
-                    pipe.network(inputs[name])
+                    pipe.network_stage(inputs[name])
                     wall[name].append((time.perf_counter() - t0) * 1e3)
                 cpu[name].append((time.process_time() - c0) * 1e3)
     return wall, cpu

@@ -180,7 +180,7 @@ class SegmentationPipeline:
             elif keep_logits:
                 logits = self.network(x).feats
             else:
-                logits, voxel_labels = self._classes(x)
+                logits, voxel_labels = self.network_stage(x)
         results = []
         with clock.stage("devoxelize"):
             if voxel_labels is None:
@@ -205,10 +205,13 @@ class SegmentationPipeline:
             result.timing_ms = dict(clock.ms)
         return results
 
-    def _classes(self, x: SparseTensor) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-        """(logits, None), or (None, every voxel's class) where the head and the argmax run as
-        one kernel pass on the CPU (kernels/rows.py linear_argmax_u8: the logits are never
-        written; about 1.4 ms against 2.5-3 for torch's head and argmax on a KITTI frame)."""
+    def network_stage(
+        self, x: SparseTensor
+    ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """The network stage of a frame whose maps are built: (logits, None), or (None, every
+        voxel's class) where the head and the argmax run as one kernel pass on the CPU
+        (kernels/rows.py linear_argmax_u8: the logits are never written; about 1.4 ms against
+        2.5-3 for torch's head and argmax on a KITTI frame)."""
         head, features = (
             getattr(self.network, "head", None),
             getattr(self.network, "features", None),
