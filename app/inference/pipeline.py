@@ -205,9 +205,7 @@ class SegmentationPipeline:
             result.timing_ms = dict(clock.ms)
         return results
 
-    def network_stage(
-        self, x: SparseTensor
-    ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    def network_stage(self, x: SparseTensor) -> tuple[torch.Tensor | None, torch.Tensor | None]:
         """The network stage of a frame whose maps are built: (logits, None), or (None, every
         voxel's class) where the head and the argmax run as one kernel pass on the CPU
         (kernels/rows.py linear_argmax_u8: the logits are never written; about 1.4 ms against
