@@ -151,10 +151,22 @@ def _convert(op: str, p: Param, value, device: torch.device):
         raise TypeError(
             f"{op}: {p.name} ({p.ctype}) takes an int, got {type(value).__name__}"
         ) from None
-    bits = ctypes.sizeof(SCALAR_TYPES[p.ctype]) * 8
-    if not -(1 << (bits - 1)) <= value < (1 << (bits - 1)):
+    lo, hi = _int_range(p.ctype)
+    if not lo <= value < hi:
         raise ValueError(f"{op}: {p.name} = {value} does not fit {p.ctype}")
     return value
+
+
+def _int_range(ctype: str) -> tuple[int, int]:
+    """[lo, hi) of a C integer type of SCALAR_TYPES."""
+    bits = ctypes.sizeof(SCALAR_TYPES[ctype]) * 8
+    return -(1 << (bits - 1)), 1 << (bits - 1)
+
+
+def _arity_error(name: str, params, got: int) -> TypeError:
+    return TypeError(
+        f"{name} takes {len(params)} arguments ({', '.join(p.name for p in params)}), got {got}"
+    )
 
 
 def _device_of(device) -> torch.device:
@@ -187,8 +199,7 @@ def _cpu_op(op: str) -> tuple[str, Any, tuple[tuple[Param, Any, int, int], ...]]
     spec = []
     for p in params:
         want = POINTEE_DTYPES.get(p.ctype[:-1]) if p.pointer else None
-        bits = 0 if p.pointer else ctypes.sizeof(SCALAR_TYPES[p.ctype]) * 8
-        spec.append((p, want, -(1 << (bits - 1)) if bits else 0, (1 << (bits - 1)) if bits else 0))
+        spec.append((p, want, *((0, 0) if p.pointer else _int_range(p.ctype))))
     return name, getattr(library("cpu"), name), tuple(spec)
 
 
@@ -198,10 +209,7 @@ def _call_cpu(op: str, args: tuple) -> None:
     the thread that runs the network); anything else takes _convert's checks and messages."""
     name, fn, spec = _cpu_op(op)
     if len(args) != len(spec):
-        raise TypeError(
-            f"{name} takes {len(spec)} arguments ({', '.join(s[0].name for s in spec)})"
-            f", got {len(args)}"
-        )
+        raise _arity_error(name, [s[0] for s in spec], len(args))
     c_args = []
     for (p, want, lo, hi), a in zip(spec, args):
         if want is not None and isinstance(a, torch.Tensor):
@@ -231,10 +239,7 @@ def call(op: str, device, *args) -> None:
     cuda = device.type == "cuda"
     given = params[:-1] if cuda and params and params[-1].name == "stream" else params
     if len(args) != len(given):
-        raise TypeError(
-            f"{name} takes {len(given)} arguments ({', '.join(p.name for p in given)})"
-            f", got {len(args)}"
-        )
+        raise _arity_error(name, given, len(args))
     c_args = [_convert(name, p, a, device) for p, a in zip(given, args)]
     if not cuda:
         _raise_for(name, getattr(library("cpu"), name)(*c_args), device)
