@@ -23,7 +23,10 @@
 
 #include <type_traits>
 
-#if defined(__x86_64__) && defined(__linux__)
+// GCC 11 and clang 12 are the first to know the AMX intrinsics and __builtin_cpu_supports names;
+// older compilers build the library without tiles.
+#if defined(__x86_64__) && defined(__linux__) && \
+    ((defined(__clang__) && __clang_major__ >= 12) || (!defined(__clang__) && __GNUC__ >= 11))
 #include <immintrin.h>
 #include <sys/syscall.h>
 #include <unistd.h>
