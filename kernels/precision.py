@@ -106,13 +106,22 @@ def amx_tiles(request: int = -1) -> tuple[str, ...]:
     """The precisions whose fused kernels run on AMX tiles here (the CPU has them and Linux
     grants them): ("int8", "bf16") on an AMX CPU. request=0 turns tiles off and 1 back on (the
     default), for every thread: benchmarks and tests compare the kernels side by side."""
+    return _tiles_call(request)[0]
+
+
+def amx_tile_convs() -> int:
+    """How many convs ran on AMX tiles in this process so far (tests: tiles did run)."""
+    return _tiles_call(-1)[1]
+
+
+def _tiles_call(request: int) -> tuple[tuple[str, ...], int]:
     from . import backend
 
-    kinds = ctypes.c_int32(0)
-    status = backend.library("cpu").ls_amx_tiles_cpu(request, ctypes.addressof(kinds))
-    if status != 0:
+    kinds, convs = ctypes.c_int32(0), ctypes.c_int64(0)
+    lib = backend.library("cpu")
+    if lib.ls_amx_tiles_cpu(request, ctypes.addressof(kinds), ctypes.addressof(convs)) != 0:
         raise ValueError(f"amx_tiles: request must be -1, 0 or 1, got {request}")
-    return tuple(name for bit, name in TILE_KINDS.items() if kinds.value & bit)
+    return tuple(name for bit, name in TILE_KINDS.items() if kinds.value & bit), convs.value
 
 
 @contextlib.contextmanager

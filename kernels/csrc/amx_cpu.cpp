@@ -10,6 +10,7 @@ namespace lidarseg {
 namespace {
 
 std::atomic<int> g_tiles_on{1};
+std::atomic<int64_t> g_tile_convs{0};  // convs run on tiles since the process started
 
 #if LS_HAVE_AMX
 constexpr long kGetXcompPerm = 0x1022;  // arch_prctl codes (Linux 5.16+, asm/prctl.h)
@@ -44,10 +45,15 @@ bool tiles_ready(TileKind kind) {
          tiles_granted();
 }
 
+void count_tile_conv() { g_tile_convs.fetch_add(1, std::memory_order_relaxed); }
+
 }  // namespace lidarseg
 
-LS_API int ls_amx_tiles_cpu(int32_t request, int32_t* kinds) {
-  if (request < -1 || request > 1 || kinds == nullptr) return lidarseg::kStatusBadArgument;
+LS_API int ls_amx_tiles_cpu(int32_t request, int32_t* kinds, int64_t* convs) {
+  if (request < -1 || request > 1 || kinds == nullptr || convs == nullptr) {
+    return lidarseg::kStatusBadArgument;
+  }
+  *convs = lidarseg::g_tile_convs.load(std::memory_order_relaxed);
   if (request >= 0) lidarseg::g_tiles_on.store(request, std::memory_order_relaxed);
   using lidarseg::TileKind;
   *kinds = (lidarseg::tiles_ready(TileKind::kInt8) ? (int)TileKind::kInt8 : 0) |

@@ -46,6 +46,8 @@ enum class TileKind : int { kInt8 = 1, kBf16 = 2 };  // bits of ls_amx_tiles_cpu
 // Whether the kernels of this kind run on AMX tiles: the CPU has them, Linux granted them and
 // ls_amx_tiles_cpu has not turned them off (amx_cpu.cpp).
 bool tiles_ready(TileKind kind);
+// Counts one conv run on tiles (ls_amx_tiles_cpu reports the count: tests see that tiles ran).
+void count_tile_conv();
 
 namespace amx {
 

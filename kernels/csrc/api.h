@@ -132,10 +132,11 @@ LS_API int ls_fused_conv_bf16_cpu(const ls_bf16* x, int64_t cin, const ls_bf16* 
 // precision); AVX512_VNNI CPUs only, as the conv.
 LS_API int ls_fused_int8_lanes_cpu(void);
 // Whether the int8 and bf16 convs run on AMX tiles (amx_tiles.h), where the CPU has them and
-// Linux grants them: *kinds = 1 (int8) | 2 (bf16) for those that do. request -1 only asks;
-// 0 turns tiles off, 1 back on (the default), for every thread, to compare the two kernels: on
-// tiles the int8 conv gives the same bits as on AVX512_VNNI.
-LS_API int ls_amx_tiles_cpu(int32_t request, int32_t* kinds);
+// Linux grants them: *kinds = 1 (int8) | 2 (bf16) for those that do, *convs = how many convs
+// ran on tiles since the process started. request -1 only asks; 0 turns tiles off, 1 back on
+// (the default), for every thread, to compare the two kernels: on tiles the int8 conv gives
+// the same bits as on AVX512_VNNI.
+LS_API int ls_amx_tiles_cpu(int32_t request, int32_t* kinds, int64_t* convs);
 LS_API int ls_quantize_rows_u8_cpu(const float* x, int64_t n, int64_t c, uint8_t* q,
                                    float* scale, int64_t* negative);
 // The same for the rows of a [n, ca] and b [n, cb] side by side, as if concatenated (q [n,

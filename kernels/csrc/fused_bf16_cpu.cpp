@@ -176,6 +176,7 @@ LS_API int ls_fused_conv_bf16_cpu(const ls_bf16* x, int64_t cin, const ls_bf16* 
   const bool tiles = LS_HAVE_AMX && lidarseg::tiles_ready(lidarseg::TileKind::kBf16) &&
                      lidarseg::amx::shape_fits(cin * 2, cout);
   (void)tiles;  // unused where the build has no AMX
+  if (tiles) lidarseg::count_tile_conv();
   lidarseg::run_fused(
       w_packed, cin * cout, cin, cout, in_idx, out_idx, bounds, kernel_order, num_kernels,
       identity, bias, residual, relu, num_out, out,

@@ -325,6 +325,7 @@ LS_API int ls_fused_conv_int8_cpu(const uint8_t* q, const float* row_scale, int6
                      lidarseg::tiles_ready(lidarseg::TileKind::kInt8) &&
                      lidarseg::amx::shape_fits(cin, cout);
   (void)tiles;  // unused where the build has no AMX
+  if (tiles) lidarseg::count_tile_conv();
   lidarseg::run_fused(
       w_packed, cin * cout, cin, cout, in_idx, out_idx, bounds, kernel_order, num_kernels,
       identity, bias, residual, relu, num_out, out,

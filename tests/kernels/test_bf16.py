@@ -63,10 +63,13 @@ def test_amx_tiles_sum_the_same_bf16_products(kind, cin, cout):
     kmap, x, w, bias, res, expected = case(kind, cin, cout)
     config = EngineConfig(precision="bf16", grouping=FUSED)
     with torch.no_grad():
+        before = precision.amx_tile_convs()
         tiles = sparse_conv(x, w, kmap, config, bias, True, res)
+        assert precision.amx_tile_convs() == before + 1  # it ran on tiles
         with precision.tiles_off():
             assert precision.amx_tiles() == ()
             vectors = sparse_conv(x, w, kmap, config, bias, True, res)
+        assert precision.amx_tile_convs() == before + 1
     assert "bf16" in precision.amx_tiles()  # back on
     for out in (tiles, vectors):
         torch.testing.assert_close(out.double(), expected, rtol=1e-5, atol=1e-5)
@@ -77,6 +80,8 @@ def test_amx_tiles_are_reported_only_where_the_cpu_has_them():
     assert set(on) <= {"int8", "bf16"}
     if "AMX_TILE" not in precision.cpu_features():
         assert on == ()
+    if on == ():
+        assert precision.amx_tile_convs() == 0
     with pytest.raises(ValueError, match="-1, 0 or 1"):
         precision.amx_tiles(2)
     assert precision.amx_tiles() == on

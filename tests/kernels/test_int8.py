@@ -113,16 +113,23 @@ def test_fused_int8_is_bitwise_reproducible_across_thread_counts():
 @needs_vnni
 @pytest.mark.skipif("int8" not in precision.amx_tiles(), reason="no AMX tiles here")
 @pytest.mark.parametrize("kind", ["subm", "down", "up"])
-@pytest.mark.parametrize("cin, cout", [(12, 16), (16, 32), (96, 48), (20, 80), (192, 128)])
+@pytest.mark.parametrize(
+    "cin, cout", [(48, 16), (52, 32), (96, 48), (100, 80), (192, 128), (64, 256), (32, 32)]
+)
 def test_amx_tiles_give_the_bits_of_vnni(kind, cin, cout):
     """The int32 sums are exact either way and the fp32 scaling is one shared function: AMX
-    tiles and AVX512_VNNI dot products (tiles off) give the same bits."""
+    tiles and AVX512_VNNI dot products (tiles off) give the same bits. Tiles take Cin >= 48:
+    one chunk, a short last chunk, several, and up to four column passes (Cin 32 stays on
+    VNNI either way)."""
     kmap, x, w, bias, res = case(kind, cin, cout)
     config = EngineConfig(precision="int8", grouping=INT8)
     with torch.no_grad():
+        before = precision.amx_tile_convs()
         tiles = sparse_conv(x, w, kmap, config, bias, True, res)
+        assert precision.amx_tile_convs() == before + (cin >= 48)  # ran on tiles, or not
         with precision.tiles_off():
             vectors = sparse_conv(x, w, kmap, config, bias, True, res)
+        assert precision.amx_tile_convs() == before + (cin >= 48)
     assert torch.equal(tiles, vectors)
 
 
