@@ -102,6 +102,21 @@ LS_AMX_TARGET inline void copy_row(const uint8_t* src, int64_t n, uint8_t* dst) 
   }
 }
 
+// What an emit functor writes: the out rows [*, cout] of the entries, entry e's at out_rows[e].
+struct OutRows {
+  int64_t cout;
+  const int32_t* out_rows;
+  float* out;
+
+  float* row(int64_t e) const { return out + (int64_t)out_rows[e] * cout; }
+
+  // entry e's out row, asked for ahead (to be written)
+  __attribute__((always_inline)) LS_AMX_TARGET void prefetch(int64_t e) const {
+    const char* bytes = (const char*)row(e);
+    for (int64_t b = 0; b < cout * 4; b += 64) __builtin_prefetch(bytes + b, 1);
+  }
+};
+
 // The sums of one tile (all its column passes) to emit.
 template <typename Sum, typename Emit>
 __attribute__((always_inline)) LS_AMX_TARGET inline void emit_tile(

@@ -108,16 +108,8 @@ LS_BF16_TARGET void entries_times_weight(const uint16_t* x, int64_t cin, const u
 // What the AMX tiles of one offset's entries end in (amx_tiles.h: emit): their fp32 sums added
 // into the out rows (or stored, with bias and residual, for the identity offset).
 template <bool kStore>
-struct AddTiles {
-  int64_t cout;
-  const int32_t* out_rows;
-  float* out;
+struct AddTiles : lidarseg::amx::OutRows {
   lidarseg::StoreAddend add;
-
-  __attribute__((always_inline)) LS_AMX_TARGET void prefetch(int64_t e) const {
-    const char* row = (const char*)(out + (int64_t)out_rows[e] * cout);
-    for (int64_t b = 0; b < cout * 4; b += 64) __builtin_prefetch(row + b, 1);
-  }
 
   __attribute__((always_inline)) LS_AMX_TARGET void operator()(int64_t first, int rows,
                                                                int64_t col, int nv,
@@ -147,7 +139,7 @@ void entries_on_tiles(const uint16_t* x, int64_t cin, const uint16_t* wp, int64_
                       const lidarseg::StoreAddend& add) {
   lidarseg::amx::entries_times_weight<false>(
       (const uint8_t*)x, cin * 2, (const uint8_t*)wp, cout, in, m,
-      AddTiles<kStore>{cout, out_rows, out, add});
+      AddTiles<kStore>{{cout, out_rows, out}, add});
 }
 #endif
 

@@ -228,19 +228,11 @@ LS_VNNI_TARGET void entries_times_weight(const uint8_t* q, const float* row_scal
 // What the AMX tiles of one offset's entries end in (amx_tiles.h: emit): their int32 sums scaled
 // into the out rows, as the AVX512_VNNI tiles do it.
 template <bool kStore>
-struct ScaleTiles {
+struct ScaleTiles : lidarseg::amx::OutRows {
   const float* row_scale;
   const float* w_scale;
-  int64_t cout;
   const int32_t* in;
-  const int32_t* out_rows;
-  float* out;
   lidarseg::StoreAddend add;
-
-  __attribute__((always_inline)) LS_AMX_TARGET void prefetch(int64_t e) const {
-    const char* row = (const char*)(out + (int64_t)out_rows[e] * cout);
-    for (int64_t b = 0; b < cout * 4; b += 64) __builtin_prefetch(row + b, 1);
-  }
 
   __attribute__((always_inline)) LS_AMX_TARGET void operator()(int64_t first, int rows,
                                                                int64_t col, int nv,
@@ -267,7 +259,7 @@ void entries_on_tiles(const uint8_t* q, const float* row_scale, int64_t cin, con
                       const lidarseg::StoreAddend& add) {
   lidarseg::amx::entries_times_weight<true>(
       q, cin, (const uint8_t*)wq, cout, in, m,
-      ScaleTiles<kStore>{row_scale, w_scale, cout, in, out_rows, out, add});
+      ScaleTiles<kStore>{{cout, out_rows, out}, row_scale, w_scale, in, add});
 }
 #endif
 
