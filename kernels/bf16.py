@@ -3,7 +3,9 @@ in fp32, output (with bias, residual and ReLU) in fp32 (kernels/precision.py say
 
 - "fused" dataflow: csrc/fused_bf16_cpu.cpp (AVX512_BF16 dot products), the same walk over the
   map as the fp32 fused kernel; needs the CPU feature (checked at run time), even Cin and Cout a
-  multiple of 16.
+  multiple of 16. Where the CPU has AMX tiles the same walk multiplies on them
+  (ls_fused_conv_bf16_tiles_cpu, csrc/amx_tiles.h) and reads the fp32 input rows themselves,
+  rounding each to bf16 as it stages it for a tile: no bf16 copy of the input is made.
 - "grouped" dataflow (or where fused does not apply): the fp32 engine's launches with torch's
   bf16 matmul (oneDNN: AMX tiles where the CPU has them), which returns each launch's partial
   sums rounded to bf16; they are widened to fp32 and added into the fp32 output.
@@ -13,7 +15,7 @@ whose inputs are raw point features (coordinates in metres, where bf16's 8-bit m
 only 0.25 m at 50 m), and with so few products per output bf16 would save nothing.
 
 Weights are converted once per weight tensor (and again only if it changes in place) and kept
-beside it; the input rows are converted per call into a reused workspace buffer.
+beside it; the input rows are converted per call into a reused workspace buffer (not on tiles).
 Inference only: nothing here records autograd history.
 """
 
@@ -26,7 +28,7 @@ from .chunking import chunks
 from .derived import derived
 from .fused import fused_output, walk_args
 from .grouping import ExecutionPlan
-from .precision import fused_bf16_lanes
+from .precision import amx_tiles, fused_bf16_lanes, tiles_fit
 from .rows import gather_rows, scatter_add_unique
 
 FP32_MAX_CIN = 8
@@ -62,12 +64,15 @@ def conv_bf16(
     if cin <= FP32_MAX_CIN:
         return None
     cout = weight.shape[2]
-    xb = workspace.get(2, n, cin, torch.bfloat16, src.device)
-    xb.copy_(src)
     plain, pairs = bf16_weights(weight)
     lanes = fused_bf16_lanes()
-    if plan.fused and pairs is not None and lanes and cout % lanes == 0:
-        return _fused(xb, pairs, plan, bias, relu, residual)
+    fused = plan.fused and pairs is not None and lanes and cout % lanes == 0
+    if fused and "bf16" in amx_tiles() and tiles_fit(cin * 2, cout) and src.is_contiguous():
+        return _fused("fused_conv_bf16_tiles", src, pairs, plan, bias, relu, residual)
+    xb = workspace.get(2, n, cin, torch.bfloat16, src.device)
+    xb.copy_(src)
+    if fused:
+        return _fused("fused_conv_bf16", xb, pairs, plan, bias, relu, residual)
     dst = _grouped(xb, plain, plan, workspace, rows_under_cap_bf16(memory_cap, cin, cout))
     if bias is not None:
         dst += bias
@@ -76,14 +81,16 @@ def conv_bf16(
     return dst.relu_() if relu else dst
 
 
-def _fused(xb, pairs, plan: ExecutionPlan, bias, relu, residual) -> torch.Tensor:
+def _fused(op: str, x, pairs, plan: ExecutionPlan, bias, relu, residual) -> torch.Tensor:
+    """The fused bf16 conv: fused_conv_bf16 on a bf16 copy of the input, or on AMX tiles
+    fused_conv_bf16_tiles on the fp32 input itself (rounded to bf16 as it is staged)."""
     cout = pairs.shape[2]
     dst = fused_output(plan.num_out, cout)
     backend.call(
-        "fused_conv_bf16",
-        xb.device,
-        xb,
-        xb.shape[1],
+        op,
+        x.device,
+        x,
+        x.shape[1],
         pairs,
         cout,
         *walk_args(plan.kmap, plan, bias, residual, relu, dst),

@@ -124,6 +124,15 @@ def _tiles_call(request: int) -> tuple[tuple[str, ...], int]:
     return tuple(name for bit, name in TILE_KINDS.items() if kinds.value & bit), convs.value
 
 
+@functools.lru_cache(maxsize=None)
+def tiles_fit(row_bytes: int, cout: int) -> bool:
+    """Whether a conv with input rows of row_bytes bytes and cout outputs fits AMX tiles (the
+    staging copies' sizes, csrc/amx_tiles.h); larger ones stay on the AVX-512 kernels."""
+    from . import backend
+
+    return backend.library("cpu").ls_amx_shape_fits_cpu(row_bytes, cout) == 0
+
+
 @contextlib.contextmanager
 def tiles_off():
     """AMX tiles off inside the block (the AVX-512 kernels run), back to their state after."""

@@ -60,3 +60,8 @@ LS_API int ls_amx_tiles_cpu(int32_t request, int32_t* kinds, int64_t* convs) {
            (lidarseg::tiles_ready(TileKind::kBf16) ? (int)TileKind::kBf16 : 0);
   return lidarseg::kStatusOk;
 }
+
+LS_API int ls_amx_shape_fits_cpu(int64_t row_bytes, int64_t cout) {
+  return lidarseg::amx::shape_fits(row_bytes, cout) ? lidarseg::kStatusOk
+                                                    : lidarseg::kStatusBadArgument;
+}

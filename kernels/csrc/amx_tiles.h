@@ -158,45 +158,85 @@ __attribute__((always_inline)) LS_AMX_TARGET inline void emit_tile(
     }                                                                   \
   } while (0)
 
-// The 16 input rows of the tile at entries first .. first + rows side by side in buf (zeros
-// below rows), or where they already are: 16 consecutive rows (the identity offset, a run along
-// a column) are read in place.
-LS_AMX_TARGET inline const uint8_t* stage_inputs(const uint8_t* x, int64_t row_bytes,
-                                                 const int32_t* idx, int rows, uint8_t* buf) {
-  if (rows == kRows && idx[kRows - 1] - idx[0] == kRows - 1) return x + idx[0] * row_bytes;
-  for (int r = 0; r < rows; ++r) {
-    copy_row(x + (int64_t)idx[r] * row_bytes, row_bytes, buf + r * row_bytes);
-  }
-  if (rows < kRows) memset(buf + rows * row_bytes, 0, (kRows - rows) * row_bytes);
-  return buf;
-}
+// Input rows already in the tiles' format (uint8 for int8, bf16 for bf16), row_bytes each.
+struct ByteRows {
+  const uint8_t* x;
+  int64_t row_bytes;
 
-// Rows in[0..m) of x (row_bytes each) times the packed weight w (rows of cout * 4 bytes), 16
-// entries per tile; per tile and 64 output channels, emit(first, rows, col, nv, c) gets the
-// products of entries first .. first + rows in c: row r, channel col + j at c[r * kVecs * 16 + j]
-// (int32 for int8, fp32 for bf16), j < nv * 16; emit.prefetch(e) asks for entry e's out row two
-// tiles ahead.
+  int64_t bytes() const { return row_bytes; }
+
+  // The 16 rows idx[0 .. rows) side by side in buf (zeros below rows), or where they already
+  // are: 16 consecutive rows (the identity offset, a run along a column) are read in place.
+  LS_AMX_TARGET const uint8_t* stage(const int32_t* idx, int rows, uint8_t* buf) const {
+    if (rows == kRows && idx[kRows - 1] - idx[0] == kRows - 1) return x + idx[0] * row_bytes;
+    for (int r = 0; r < rows; ++r) {
+      copy_row(x + (int64_t)idx[r] * row_bytes, row_bytes, buf + r * row_bytes);
+    }
+    if (rows < kRows) memset(buf + rows * row_bytes, 0, (kRows - rows) * row_bytes);
+    return buf;
+  }
+
+  __attribute__((always_inline)) LS_AMX_TARGET void prefetch(int64_t i) const {
+    const uint8_t* row = x + i * row_bytes;
+    for (int64_t b = 0; b < row_bytes; b += 64) __builtin_prefetch(row + b);
+  }
+};
+
+// fp32 input rows of cin values, rounded to bf16 as they are staged (vcvtneps2bf16: to nearest
+// even, as torch rounds, except that a subnormal input becomes zero): no separate bf16 copy.
+struct Bf16FromFp32Rows {
+  const float* x;
+  int64_t cin;
+
+  int64_t bytes() const { return cin * 2; }
+
+  LS_AMX_TARGET const uint8_t* stage(const int32_t* idx, int rows, uint8_t* buf) const {
+    for (int r = 0; r < rows; ++r) {
+      const float* src = x + (int64_t)idx[r] * cin;
+      uint16_t* dst = (uint16_t*)(buf + r * cin * 2);
+      for (int64_t j = 0; j < cin; j += 16) {
+        const __mmask16 m = cin - j >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (cin - j)) - 1);
+        const __m256bh h = _mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, src + j));
+        _mm256_mask_storeu_epi16(dst + j, m, (__m256i)h);
+      }
+    }
+    if (rows < kRows) memset(buf + rows * cin * 2, 0, (kRows - rows) * cin * 2);
+    return buf;
+  }
+
+  __attribute__((always_inline)) LS_AMX_TARGET void prefetch(int64_t i) const {
+    const char* row = (const char*)(x + i * cin);
+    for (int64_t b = 0; b < cin * 4; b += 64) __builtin_prefetch(row + b);
+  }
+};
+
+// Rows in[0..m) of src (ByteRows, Bf16FromFp32Rows: src.bytes() staged bytes each) times the
+// packed weight w (rows of cout * 4 bytes), 16 entries per tile; per tile and 64 output
+// channels, emit(first, rows, col, nv, c) gets the products of entries first .. first + rows in
+// c: row r, channel col + j at c[r * kVecs * 16 + j] (int32 for int8, fp32 for bf16),
+// j < nv * 16; emit.prefetch(e) asks for entry e's out row two tiles ahead.
 //
 // Software-pipelined by one tile: a tile's sums are handed to emit, and the next tile's inputs
 // staged, after the following tile's products are under way. Tile loads and stores do not take
 // values from the store buffer the way vector loads do: a tile load right after the stores that
 // staged its rows, or vector loads right after a tile store, wait for those stores to reach the
 // cache, and in this order nothing waits.
-template <bool kInt8, typename Emit, typename Sum = std::conditional_t<kInt8, int32_t, float>>
-LS_AMX_TARGET void entries_times_weight(const uint8_t* x, int64_t row_bytes, const uint8_t* w,
-                                        int64_t cout, const int32_t* in, int64_t m, Emit emit) {
+template <bool kInt8, typename Source, typename Emit,
+          typename Sum = std::conditional_t<kInt8, int32_t, float>>
+LS_AMX_TARGET void entries_times_weight(const Source& src, const uint8_t* w, int64_t cout,
+                                        const int32_t* in, int64_t m, Emit emit) {
+  const int64_t row_bytes = src.bytes();
   const TileConfig cfg = config_for(row_bytes);
   _tile_loadconfig(&cfg);
   alignas(64) uint8_t staged[2][kRows * kMaxRowBytes];
   alignas(64) int32_t c[2][kMaxPasses][kRows * kVecs * 16];
   const int64_t full = row_bytes / kChunkBytes, w_stride = cout * 4;
   const int64_t passes = (cout + kVecs * 16 - 1) / (kVecs * 16);
-  const uint8_t* a_next = stage_inputs(x, row_bytes, in, (int)(m < kRows ? m : kRows), staged[0]);
+  const uint8_t* a_next = src.stage(in, (int)(m < kRows ? m : kRows), staged[0]);
   int64_t t = 0, first = 0;
   for (; first < m; ++t, first += kRows) {
     for (int64_t e = first + 2 * kRows; e < first + 3 * kRows && e < m; ++e) {
-      const uint8_t* row = x + (int64_t)in[e] * row_bytes;
-      for (int64_t b = 0; b < row_bytes; b += 64) __builtin_prefetch(row + b);
+      src.prefetch(in[e]);
       emit.prefetch(e);
     }
     const uint8_t* a = a_next;
@@ -225,7 +265,7 @@ LS_AMX_TARGET void entries_times_weight(const uint8_t* x, int64_t row_bytes, con
     if (t > 0) emit_tile<Sum>(emit, first - kRows, kRows, cout, passes, c[(t - 1) & 1]);
     if (first + kRows < m) {
       const int rows = (int)(m - first - kRows < kRows ? m - first - kRows : kRows);
-      a_next = stage_inputs(x, row_bytes, in + first + kRows, rows, staged[(t + 1) & 1]);
+      a_next = src.stage(in + first + kRows, rows, staged[(t + 1) & 1]);
     }
   }
   if (t > 0) {

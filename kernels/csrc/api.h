@@ -104,8 +104,7 @@ LS_API int ls_fused_conv_f32_cpu(const float* x, int64_t cin, const float* w, in
 // w_packed[k][p][o][j] = w[k][2p + j][o] (p < cin / 2), so cin must be even; cout must be a
 // multiple of 16. ls_fused_bf16_lanes_cpu() is 16 where this CPU has AVX512_BF16 (checked at run
 // time: the library is not compiled for it) and 0 where it has not; the conv then returns
-// kStatusBadArgument. Where the CPU has AMX_BF16 tiles (and ls_amx_tiles_cpu leaves them on) the
-// products are summed by tiles instead (amx_tiles.h): the same sums, in another order.
+// kStatusBadArgument.
 LS_API int ls_fused_bf16_lanes_cpu(void);
 LS_API int ls_fused_conv_bf16_cpu(const ls_bf16* x, int64_t cin, const ls_bf16* w_packed,
                                   int64_t cout, const int32_t* in_idx, const int32_t* out_idx,
@@ -113,6 +112,18 @@ LS_API int ls_fused_conv_bf16_cpu(const ls_bf16* x, int64_t cin, const ls_bf16* 
                                   int64_t num_kernels, int32_t identity, const float* bias,
                                   const float* residual, int32_t relu, int64_t num_out,
                                   float* out);
+// The same conv on AMX tiles (amx_tiles.h), where ls_amx_tiles_cpu reports bf16 tiles (else
+// kStatusBadArgument), reading x [n_in, cin] in fp32: each row is rounded to bf16 as it is
+// staged for a tile (to nearest even, as torch rounds, except that a subnormal value becomes
+// zero), so no bf16 copy of x is made. The products are summed in fp32 as above, in another
+// order. cin * 2 <= 1024 bytes and cout <= 256.
+LS_API int ls_fused_conv_bf16_tiles_cpu(const float* x, int64_t cin, const ls_bf16* w_packed,
+                                        int64_t cout, const int32_t* in_idx,
+                                        const int32_t* out_idx, const int64_t* bounds,
+                                        const int32_t* kernel_order, int64_t num_kernels,
+                                        int32_t identity, const float* bias,
+                                        const float* residual, int32_t relu, int64_t num_out,
+                                        float* out);
 
 // The int8 twin (fused_int8_cpu.cpp): q [n_in, cin] uint8 input rows with row_scale [n_in]
 // (x ~ q * row_scale), w_packed int8 in quads of input channels, w_packed[k][g][o][j] =
@@ -137,6 +148,9 @@ LS_API int ls_fused_int8_lanes_cpu(void);
 // (the default), for every thread, to compare the two kernels: on tiles the int8 conv gives
 // the same bits as on AVX512_VNNI.
 LS_API int ls_amx_tiles_cpu(int32_t request, int32_t* kinds, int64_t* convs);
+// kStatusOk where a conv with input rows of row_bytes bytes and cout outputs fits the tiles'
+// staging copies (at most 1024 bytes a row, 256 outputs), else kStatusBadArgument.
+LS_API int ls_amx_shape_fits_cpu(int64_t row_bytes, int64_t cout);
 LS_API int ls_quantize_rows_u8_cpu(const float* x, int64_t n, int64_t c, uint8_t* q,
                                    float* scale, int64_t* negative);
 // The same for the rows of a [n, ca] and b [n, cb] side by side, as if concatenated (q [n,

@@ -134,11 +134,11 @@ struct AddTiles : lidarseg::amx::OutRows {
 };
 
 template <bool kStore>
-void entries_on_tiles(const uint16_t* x, int64_t cin, const uint16_t* wp, int64_t cout,
+void entries_on_tiles(const float* x, int64_t cin, const uint16_t* wp, int64_t cout,
                       const int32_t* in, const int32_t* out_rows, int64_t m, float* out,
                       const lidarseg::StoreAddend& add) {
   lidarseg::amx::entries_times_weight<false>(
-      (const uint8_t*)x, cin * 2, (const uint8_t*)wp, cout, in, m,
+      lidarseg::amx::Bf16FromFp32Rows{x, cin}, (const uint8_t*)wp, cout, in, m,
       AddTiles<kStore>{{cout, out_rows, out}, add});
 }
 #endif
@@ -155,36 +155,30 @@ bool cpu_has_bf16_dot() { return false; }
 
 LS_API int ls_fused_bf16_lanes_cpu(void) { return cpu_has_bf16_dot() ? kLanes : 0; }
 
-LS_API int ls_fused_conv_bf16_cpu(const ls_bf16* x, int64_t cin, const ls_bf16* w_packed,
-                                  int64_t cout, const int32_t* in_idx, const int32_t* out_idx,
-                                  const int64_t* bounds, const int32_t* kernel_order,
-                                  int64_t num_kernels, int32_t identity, const float* bias,
-                                  const float* residual, int32_t relu, int64_t num_out,
-                                  float* out) {
-  if (!cpu_has_bf16_dot() || cout % kLanes != 0 || cin <= 0 || cin % 2 != 0 || num_out < 0) {
-    return lidarseg::kStatusBadArgument;
-  }
+namespace {
+
+// The walk of both bf16 entry points (fused_driver.h); x is bf16 for the AVX512_BF16 kernel,
+// fp32 for the tiles (Bf16FromFp32Rows rounds it as it stages it).
+template <bool kTiles, typename X>
+int walk(const X* x, int64_t cin, const ls_bf16* w_packed, int64_t cout, const int32_t* in_idx,
+         const int32_t* out_idx, const int64_t* bounds, const int32_t* kernel_order,
+         int64_t num_kernels, int32_t identity, const float* bias, const float* residual,
+         int32_t relu, int64_t num_out, float* out) {
 #if LS_HAVE_BF16_DOT
-  const bool tiles = LS_HAVE_AMX && lidarseg::tiles_ready(lidarseg::TileKind::kBf16) &&
-                     lidarseg::amx::shape_fits(cin * 2, cout);
-  (void)tiles;  // unused where the build has no AMX
-  if (tiles) lidarseg::count_tile_conv();
   lidarseg::run_fused(
       w_packed, cin * cout, cin, cout, in_idx, out_idx, bounds, kernel_order, num_kernels,
       identity, bias, residual, relu, num_out, out,
       [=](bool store, const uint16_t* w_k, const int32_t* in, const int32_t* rows, int64_t m,
           float* dst, const lidarseg::StoreAddend& add) {
+        if constexpr (kTiles) {
 #if LS_HAVE_AMX
-        if (tiles && store) {
-          entries_on_tiles<true>(x, cin, w_k, cout, in, rows, m, dst, add);
-          return;
-        }
-        if (tiles) {
-          entries_on_tiles<false>(x, cin, w_k, cout, in, rows, m, dst, add);
-          return;
-        }
+          if (store) {
+            entries_on_tiles<true>(x, cin, w_k, cout, in, rows, m, dst, add);
+          } else {
+            entries_on_tiles<false>(x, cin, w_k, cout, in, rows, m, dst, add);
+          }
 #endif
-        if (store) {
+        } else if (store) {
           entries_times_weight<true>(x, cin, w_k, cout, in, rows, m, dst, add);
         } else {
           entries_times_weight<false>(x, cin, w_k, cout, in, rows, m, dst, add);
@@ -192,8 +186,42 @@ LS_API int ls_fused_conv_bf16_cpu(const ls_bf16* x, int64_t cin, const ls_bf16* 
       });
   return lidarseg::kStatusOk;
 #else
-  (void)x, (void)w_packed, (void)in_idx, (void)out_idx, (void)bounds, (void)kernel_order;
-  (void)num_kernels, (void)identity, (void)bias, (void)residual, (void)relu, (void)out;
+  (void)x, (void)cin, (void)w_packed, (void)cout, (void)in_idx, (void)out_idx, (void)bounds;
+  (void)kernel_order, (void)num_kernels, (void)identity, (void)bias, (void)residual, (void)relu;
+  (void)num_out, (void)out;
   return lidarseg::kStatusBadArgument;  // unreachable: no bf16 dot product on this architecture
 #endif
+}
+
+bool shape_ok(int64_t cin, int64_t cout, int64_t num_out) {
+  return cout % kLanes == 0 && cin > 0 && cin % 2 == 0 && num_out >= 0;
+}
+
+}  // namespace
+
+LS_API int ls_fused_conv_bf16_cpu(const ls_bf16* x, int64_t cin, const ls_bf16* w_packed,
+                                  int64_t cout, const int32_t* in_idx, const int32_t* out_idx,
+                                  const int64_t* bounds, const int32_t* kernel_order,
+                                  int64_t num_kernels, int32_t identity, const float* bias,
+                                  const float* residual, int32_t relu, int64_t num_out,
+                                  float* out) {
+  if (!cpu_has_bf16_dot() || !shape_ok(cin, cout, num_out)) return lidarseg::kStatusBadArgument;
+  return walk<false>(x, cin, w_packed, cout, in_idx, out_idx, bounds, kernel_order, num_kernels,
+                     identity, bias, residual, relu, num_out, out);
+}
+
+LS_API int ls_fused_conv_bf16_tiles_cpu(const float* x, int64_t cin, const ls_bf16* w_packed,
+                                        int64_t cout, const int32_t* in_idx,
+                                        const int32_t* out_idx, const int64_t* bounds,
+                                        const int32_t* kernel_order, int64_t num_kernels,
+                                        int32_t identity, const float* bias,
+                                        const float* residual, int32_t relu, int64_t num_out,
+                                        float* out) {
+  if (!lidarseg::tiles_ready(lidarseg::TileKind::kBf16) || !shape_ok(cin, cout, num_out) ||
+      !lidarseg::amx::shape_fits(cin * 2, cout)) {
+    return lidarseg::kStatusBadArgument;
+  }
+  lidarseg::count_tile_conv();
+  return walk<true>(x, cin, w_packed, cout, in_idx, out_idx, bounds, kernel_order, num_kernels,
+                    identity, bias, residual, relu, num_out, out);
 }

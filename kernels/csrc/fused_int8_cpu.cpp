@@ -258,7 +258,7 @@ void entries_on_tiles(const uint8_t* q, const float* row_scale, int64_t cin, con
                       const int32_t* out_rows, int64_t m, float* out,
                       const lidarseg::StoreAddend& add) {
   lidarseg::amx::entries_times_weight<true>(
-      q, cin, (const uint8_t*)wq, cout, in, m,
+      lidarseg::amx::ByteRows{q, cin}, (const uint8_t*)wq, cout, in, m,
       ScaleTiles<kStore>{{cout, out_rows, out}, row_scale, w_scale, in, add});
 }
 #endif
