@@ -213,7 +213,7 @@ def describe(requested: str | None, running: str) -> dict:
             else "torch bf16 matmul (no native bf16: slower than fp32)"
         ),
         "int8_kernel": (
-            "fused AMX_INT8 tiles (AVX512_VNNI below 48 input channels)"
+            "fused AMX_INT8 tiles (AVX512_VNNI for narrow inputs)"
             if "int8" in amx_tiles() and fused_int8_lanes() > 0
             else "fused AVX512_VNNI"
             if fused_int8_lanes() > 0
