@@ -139,7 +139,7 @@ class Workspace:
 
     def memo(self) -> dict:
         """This thread's dict for what one call leaves for the next (kernels/int8.py keeps the
-        last quantized input there)."""
+        last quantized input, and the outputs int8 convs quantized as they made them, there)."""
         return self._local.__dict__.setdefault("memo", {})
 
     def get(
