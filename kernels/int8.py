@@ -1,11 +1,13 @@
 """int8 inference on the CPU (kernels/precision.py says when it runs): a sparse conv's input rows
 as uint8 with one scale per row, its weights as int8 with one scale per (offset, output channel),
-products summed exactly in int32 by AVX512_VNNI dot products (csrc/fused_int8_cpu.cpp), each
-map entry's sum scaled to fp32 and added into the fp32 output (bias, residual, ReLU in fp32).
+products summed exactly in int32 by AVX512_VNNI dot products or AMX tiles, the same bits either
+way (csrc/fused_int8_cpu.cpp, amx_tiles.h), each map entry's sum scaled to fp32 and added into
+the fp32 output (bias, residual, ReLU in fp32).
 
 Nothing is calibrated ahead of time: a row's scale is its own maximum / 255, measured as the row
-is quantized (one pass, ls_quantize_rows_u8_cpu), so a frame from another sensor or scene gets
-scales that fit it. Weights: scale = max |w| / 127 over the input channels of one offset and
+is quantized (one pass, ls_quantize_rows_u8_cpu; for a submanifold conv's ReLU output, by that
+conv itself as it finishes each block of rows: _made_rows), so a frame from another sensor or
+scene gets scales that fit it. Weights: scale = max |w| / 127 over the input channels of one offset and
 output channel, values rounded to the nearest int8. On the default model this keeps labels
 99.66-99.91 % equal to fp32 on every real frame in shared/ (README, precision table).
 
