@@ -8,8 +8,8 @@ Nothing is calibrated ahead of time: a row's scale is its own maximum / 255, mea
 is quantized (one pass, ls_quantize_rows_u8_cpu; for a submanifold conv's ReLU output, by that
 conv itself as it finishes each block of rows: _made_rows), so a frame from another sensor or
 scene gets scales that fit it. Weights: scale = max |w| / 127 over the input channels of one
-offset and output channel, values rounded to the nearest int8. On the default model this keeps labels
-99.66-99.91 % equal to fp32 on every real frame in shared/ (README, precision table).
+offset and output channel, values rounded to the nearest int8. On the default model this keeps
+labels 99.66-99.91 % equal to fp32 on every real frame in shared/ (README, precision table).
 
 Where it does not apply the conv runs as bf16 would (kernels/bf16.py: the fused bf16 kernel,
 else fp32): the input layer (at most FP32_MAX_CIN channels: raw point features, some negative),
