@@ -9,14 +9,15 @@ sort-unique of the same packed 64-bit keys (np.unique(keys, return_inverse=True)
 voxels in order and every point's voxel, nothing else). Prints both medians with their spread
 (min..max), wall and process CPU time, and the ratio voxelize / floor as the median of the
 per-run ratios with its spread. The CPU-time ratio is the steadier one on a shared machine.
-Both run under the server's process settings (app/threads.py, app/heap.py), as bench.service's
-in-process pipeline does: glibc's heap reuses the buffers of one call in the next, as it does in
-the service's stream of frames.
+Both run under the server's process settings (app/threads.py, app/heap.py, gc.freeze() after the
+warm-up), as bench.service's in-process pipeline does: glibc's heap reuses the buffers of one
+call in the next, as it does in the service's stream of frames.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import statistics
 import time
 
@@ -82,6 +83,7 @@ def compare(name: str, voxel: float, args) -> None:
     cpu = {k: [] for k in fns}
     for fn in fns.values():
         fn()  # warm-up
+    gc.freeze()  # as the server does after its warm-up (app/service/main.py)
     for _ in range(args.runs):
         for k, fn in fns.items():
             c0, t0 = time.process_time(), time.perf_counter()
