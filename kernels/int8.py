@@ -31,8 +31,6 @@ from .fused import fused_output, walk_args
 from .grouping import ExecutionPlan
 from .precision import fused_int8_lanes
 
-CPU = torch.device("cpu")
-
 LANES = 16  # output channels per vector in the kernel: Cout must be a multiple
 
 
@@ -109,8 +107,8 @@ def _made_rows(workspace, num_out: int, cout: int):
     memo["int8_made_turn"] = 1 - turn
     ring[turn] = None  # its buffers are about to be overwritten
     q_slot, scale_slot = MADE_SLOTS[turn]
-    q = workspace.get(q_slot, num_out, cout, torch.uint8, CPU)
-    scale = workspace.get(scale_slot, num_out, 1, torch.float32, CPU).view(num_out)
+    q = workspace.get(q_slot, num_out, cout, torch.uint8, backend.CPU)
+    scale = workspace.get(scale_slot, num_out, 1, torch.float32, backend.CPU).view(num_out)
     failed = torch.zeros(1, dtype=torch.int64)
 
     def keep(dst: torch.Tensor) -> None:

@@ -9,8 +9,8 @@
     bf16  inputs and weights of every sparse conv rounded to bf16, products summed in fp32
           (the fused kernel, csrc/fused_bf16_cpu.cpp, on AMX tiles where the CPU has them, or
           torch's bf16 matmul on the grouped path); outputs, biases, residuals and the head
-          stay fp32. Pinned on a CPU without
-          native bf16 it still runs (torch's bf16 matmul, slower than fp32).
+          stay fp32. Pinned on a CPU without native bf16 it still runs (torch's bf16 matmul,
+          slower than fp32).
     int8  input rows of every sparse conv as uint8 with one scale per row (measured as the row is
           quantized: nothing to calibrate), weights as int8 with one scale per offset and output
           channel, products summed exactly in int32 by AVX512_VNNI dot products or AMX tiles
