@@ -147,13 +147,15 @@ def block_keys(run_keys: np.ndarray, low: np.ndarray, high: np.ndarray) -> Block
 
 def first_in_blocks(
     run_keys: np.ndarray, blocks: BlockKeys, block_slot: np.ndarray, num_slots: int
-) -> np.ndarray:
-    """bool [runs]: whether each run is the first with its key, from the slot a hash set gave
-    each block run (block_slot, one per blocks.words row) among num_slots
-    (ls_first_in_blocks_cpu: a bitmap of the block's cells per slot up to the highest used, 64
-    bytes each at BLOCK_SHIFT 3; Open3D's slots are a dense prefix, one per block, so that is
-    at most 64 bytes per run)."""
-    first = torch.empty(len(run_keys), dtype=torch.uint8)
+) -> tuple[np.ndarray, int]:
+    """(int64 [runs]: the first run with each run's key, itself for a first run; how many
+    distinct keys) from the slot a hash set gave each block run (block_slot, one per blocks.words
+    row) among num_slots (ls_first_in_blocks_cpu: a bitmap of the block's cells per slot up to the
+    highest used, 64 bytes each at BLOCK_SHIFT 3; Open3D's slots are a dense prefix, one per
+    block, so that is at most 64 bytes per run; the bitmaps' set bits number the distinct keys,
+    so a repeat finds its first run in one step)."""
+    first_run = torch.empty(len(run_keys), dtype=torch.int64)
+    num_first = torch.zeros(1, dtype=torch.int64)
     backend.call(
         "first_in_blocks",
         "cpu",
@@ -164,24 +166,28 @@ def first_in_blocks(
         len(blocks.words),
         num_slots,
         BLOCK_SHIFT,
-        first,
+        first_run,
+        num_first,
     )
-    return first.numpy().view(np.bool_)
+    return first_run.numpy(), int(num_first)
 
 
 def voxel_sums(
     points: np.ndarray,
     feature_cols: list[int],
     feature_scales: list[float],
-    voxel_of_point: np.ndarray,
+    run_of_point: np.ndarray,
+    voxel_of_run: np.ndarray,
     sums: torch.Tensor,
     counts: torch.Tensor,
-) -> None:
-    """Adds one frame's point features to float64 sums [M, F] and point counts int64 [M], in point
-    order (ls_voxel_sums_cpu); feature j is points[:, feature_cols[j]] * feature_scales[j] in
-    float32, 0 for a column of -1."""
+) -> np.ndarray:
+    """Every point's voxel, voxel_of_run[run_of_point] (-1 for an ignored point's run of -1), as
+    int64 [N]; adds one frame's point features to float64 sums [M, F] and point counts int64 [M],
+    in point order (ls_voxel_sums_cpu); feature j is points[:, feature_cols[j]] *
+    feature_scales[j] in float32, 0 for a column of -1."""
     pts = _read_only_points(points)
     n, cols = pts.shape
+    voxel_of_point = torch.empty(n, dtype=torch.int64)
     backend.call(
         "voxel_sums",
         "cpu",
@@ -191,11 +197,15 @@ def voxel_sums(
         torch.tensor(feature_cols, dtype=torch.int32),
         torch.tensor(feature_scales, dtype=torch.float32),
         len(feature_cols),
-        torch.from_numpy(np.ascontiguousarray(voxel_of_point, dtype=np.int64)),
+        torch.from_numpy(np.ascontiguousarray(run_of_point, dtype=np.int64)),
+        torch.from_numpy(np.ascontiguousarray(voxel_of_run, dtype=np.int64)),
+        len(voxel_of_run),
         len(sums),
+        voxel_of_point,
         sums,
         counts,
     )
+    return voxel_of_point.numpy()
 
 
 def voxel_means(sums: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
@@ -208,13 +218,15 @@ def voxel_means(sums: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
 
 
 def voxel_order(
-    run_keys: np.ndarray, first: np.ndarray, origin: np.ndarray
+    run_keys: np.ndarray, first_run: np.ndarray, origin: np.ndarray, num_voxels: int | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(voxel row of every run, int32 [M, 4] distinct (batch, x, y, z) ascending) once a hash set
-    has marked each distinct key's first run (ls_voxel_order_cpu: only those M keys are sorted;
-    a repeated key finds its row among them by binary search)."""
-    first_u8 = np.ascontiguousarray(first).view(np.uint8)
-    num_voxels = int(np.count_nonzero(first_u8))
+    """(voxel row of every run, int32 [M, 4] distinct (batch, x, y, z) ascending) once each run's
+    first run with the same key is known (first_in_blocks; M of them are their own, num_voxels if
+    the caller has counted them): ls_voxel_order_cpu sorts only those M keys, and a repeat takes
+    its first run's row."""
+    first_run = np.ascontiguousarray(first_run, dtype=np.int64)
+    if num_voxels is None:
+        num_voxels = int(np.count_nonzero(first_run == np.arange(len(first_run))))
     voxel_of_run = torch.empty(len(run_keys), dtype=torch.int64)
     coords = torch.empty((num_voxels, 4), dtype=torch.int32)
     backend.call(
@@ -222,7 +234,7 @@ def voxel_order(
         "cpu",
         torch.from_numpy(np.ascontiguousarray(run_keys, dtype=np.int64)),
         len(run_keys),
-        torch.from_numpy(first_u8),
+        torch.from_numpy(first_run),
         torch.from_numpy(np.ascontiguousarray(origin, dtype=np.int32)),
         num_voxels,
         voxel_of_run,

@@ -132,15 +132,15 @@ def voxelize(
     low = np.min([k.low for k in keys], axis=0) if keys else np.zeros(3, np.int64)
     high = np.max([k.high for k in keys], axis=0) if keys else np.zeros(3, np.int64)
     voxel_of_run, coords = _distinct_in_order(run_keys, origin, low, high)
-    lookup = np.append(voxel_of_run, -1)  # run -1 (an ignored point) -> voxel -1
     # numpy's zeros (calloc): torch's would fill 2 MB in parallel and leave OpenMP spinning
     sums = torch.from_numpy(np.zeros((len(coords), len(config.features)), np.float64))
     counts = torch.from_numpy(np.zeros(len(coords), np.int64))
     point_to_voxel = []
     for points, frame_keys, frame_sensor in zip(frames, keys, sensors):
-        mapping = lookup[frame_keys.run_of_point]
         columns, scales = _feature_columns(points, config, frame_sensor)
-        voxel_kernels.voxel_sums(points, columns, scales, mapping, sums, counts)
+        mapping = voxel_kernels.voxel_sums(
+            points, columns, scales, frame_keys.run_of_point, voxel_of_run, sums, counts
+        )
         point_to_voxel.append(torch.from_numpy(mapping))
     feats = voxel_kernels.voxel_means(sums, counts)  # float64 means rounded once to float32
     ignored = [{"non_finite": k.non_finite, "out_of_range": k.out_of_range} for k in keys]
@@ -213,10 +213,12 @@ def _distinct_in_order(
             raise RuntimeError("Open3D's hash set did not find every block it was given")
         slots = slots.copy()
         slots[again] = found_slots.numpy()
-    first = voxel_kernels.first_in_blocks(run_keys, blocks, slots, table.capacity())
+    first_run, num_voxels = voxel_kernels.first_in_blocks(
+        run_keys, blocks, slots, table.capacity()
+    )
     # Open3D's table goes before the ordering pass (its memory crowds the caches the pass needs)
     del table, inserted
-    return voxel_kernels.voxel_order(run_keys, first, origin)
+    return voxel_kernels.voxel_order(run_keys, first_run, origin, num_voxels)
 
 
 def _voxelize_by_sorting(

@@ -224,13 +224,16 @@ LS_API int ls_voxel_keys_cpu(const float* points, int64_t n, int64_t cols, const
                              const int32_t* origin, int64_t batch, int64_t first_run,
                              int64_t* run_keys, int64_t* run_of_point, int64_t* counts,
                              int64_t* err);
-// For every point i with v = voxel_of_point[i] >= 0, in point order: sums[v, j] += feature j
+// For every point i, v = voxel_of_run[run_of_point[i]] (-1 where run_of_point[i] is -1, an
+// ignored point) into voxel_of_point[i], and where v >= 0, in point order: sums[v, j] += feature j
 // (points[i, feature_cols[j]] * feature_scales[j] in float32; a column < 0 is 0) as float64, and
-// counts[v] += 1: the sums numpy's bincount makes. sums [num_voxels, num_features].
+// counts[v] += 1: the sums numpy's bincount makes. sums [num_voxels, num_features];
+// kStatusBadArgument for a run outside [-1, runs) or a voxel outside [0, num_voxels).
 LS_API int ls_voxel_sums_cpu(const float* points, int64_t n, int64_t cols,
                              const int32_t* feature_cols, const float* feature_scales,
-                             int64_t num_features, const int64_t* voxel_of_point,
-                             int64_t num_voxels, double* sums, int64_t* counts);
+                             int64_t num_features, const int64_t* run_of_point,
+                             const int64_t* voxel_of_run, int64_t runs, int64_t num_voxels,
+                             int64_t* voxel_of_point, double* sums, int64_t* counts);
 // means[v, j] = float32(sums[v, j] / max(counts[v], 1)): numpy's float64 division, then one
 // rounding to float32. sums [num_voxels, num_features].
 LS_API int ls_voxel_means_cpu(const double* sums, const int64_t* counts, int64_t num_voxels,
@@ -244,19 +247,20 @@ LS_API int ls_voxel_means_cpu(const double* sums, const int64_t* counts, int64_t
 LS_API int ls_block_keys_cpu(const int64_t* run_keys, int64_t runs, int64_t shift,
                              const int64_t* low, const int32_t* widths, int64_t words,
                              int32_t* out, int32_t* block_run, int64_t* count);
-// first[r] = whether run r is the first run of its key, given slot[b] in [0, num_slots), the
-// slot a hash set gave block run b (ls_block_keys_cpu with the same shift, 1..4), and the block
-// run block_run[r] of each run: one bitmap of 2^(3 shift) cells per slot used.
+// first_run[r] = the first run with run r's key (r itself for a first run), *num_first how many
+// distinct keys, given slot[b] in [0, num_slots), the slot a hash set gave block run b
+// (ls_block_keys_cpu with the same shift, 1..4), and the block run block_run[r] of each run: one
+// bitmap of 2^(3 shift) cells per slot used, its set bits numbering the distinct keys.
 LS_API int ls_first_in_blocks_cpu(const int64_t* run_keys, int64_t runs, const int32_t* block_run,
                                   const int32_t* slot, int64_t block_runs, int64_t num_slots,
-                                  int64_t shift, uint8_t* first);
-// The voxels of a batch from its runs (ls_voxel_keys_cpu) once a hash set has marked the first
-// run of each distinct key (first[r] != 0; num_voxels of them): coords [num_voxels, 4] the
-// distinct (batch, x, y, z) in ascending key order (fields plus origin), voxel_of_run[r] the row
-// of run r's voxel there (a repeated key's by binary search among the sorted distinct keys).
-// kStatusBadArgument for a negative key, a key marked first twice, or a repeated key with no
-// marked run.
-LS_API int ls_voxel_order_cpu(const int64_t* run_keys, int64_t runs, const uint8_t* first,
+                                  int64_t shift, int64_t* first_run, int64_t* num_first);
+// The voxels of a batch from its runs (ls_voxel_keys_cpu) once the first run of each key is
+// known (first_run as ls_first_in_blocks_cpu gives it; num_voxels first runs): coords
+// [num_voxels, 4] the distinct (batch, x, y, z) in ascending key order (fields plus origin),
+// voxel_of_run[r] the row of run r's voxel there (a repeat's is its first run's).
+// kStatusBadArgument for a negative key, a key with two first runs, or a first_run entry that is
+// not an earlier first run with the same key.
+LS_API int ls_voxel_order_cpu(const int64_t* run_keys, int64_t runs, const int64_t* first_run,
                               const int32_t* origin, int64_t num_voxels, int64_t* voxel_of_run,
                               int32_t* coords);
 

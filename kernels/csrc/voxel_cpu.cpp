@@ -5,6 +5,13 @@
 // gives what one pass in point order gives; the sums pass splits the voxels among the threads and
 // adds each voxel's points in point order, so the sums are the ones numpy's bincount makes, bit
 // for bit.
+//
+// The whole file without trapping math (before any include, so that <cmath>'s inline functions
+// take it too): GCC then vectorizes the keys pass's float -> int conversions, which it keeps
+// scalar while they may set FP exception flags (nothing here reads them; values are unchanged).
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("no-trapping-math")
+#endif
 #include <omp.h>
 
 #include <algorithm>
@@ -36,12 +43,6 @@ inline PointState point_state(const float* p, const float* params) {
   return inside ? kKept : kOutside;
 }
 
-// floor(v / voxel) as an offset from origin, or -1 outside [0, 2^17).
-inline int64_t axis_cell(float v, float voxel, int32_t origin) {
-  const int64_t cell = (int64_t)std::floor(v / voxel) - origin;
-  return (cell >= 0 && cell < kAxisCells) ? cell : -1;
-}
-
 // Work (points, or points or voxels times features) below which one thread does a pass.
 constexpr int64_t kParallelWork = 1 << 15;
 
@@ -59,38 +60,91 @@ struct KeysPart {
   int64_t bad = -1;  // the first point outside the caller's grid
 };
 
+// A point's key in keys_of_part's first loop, or why it has none.
+constexpr int64_t kKeyNotFinite = -1, kKeyOutside = -2, kKeyOffGrid = -3;
+
+// floor(q) as an int64, clamped to +-1e9 (beyond any cell field); NaN gives -1e9. Comparisons
+// and selects only, which the vectorizer turns into blends.
+inline int64_t clamped_floor(float q) {
+  constexpr float kFar = 1e9f;
+  const float f = std::floor(q);
+  const float high = f < kFar ? f : kFar;
+  return (int64_t)(high > -kFar ? high : -kFar);
+}
+
+// The keys (or kKey* codes) of points [begin, end) into key[0 .. end - begin): no branch and
+// no store but the key, so the compiler vectorizes it (the divisions most of all). kCols > 0:
+// points of that many columns (a stride the compiler knows: it then vectorizes the loads too);
+// 0: `cols` columns.
+template <int kCols>
+void chunk_keys(const float* points, int64_t cols, const float* params, const int32_t* origin,
+                int64_t batch_bits, int64_t begin, int64_t end, int64_t* key) {
+  if (kCols > 0) cols = kCols;
+  const float voxel = params[0], max_xy = params[1], z_lo = params[2], z_hi = params[3];
+  for (int64_t i = begin; i < end; ++i) {
+    const float* p = points + i * cols;
+    const float px = p[0], py = p[1], pz = p[2];
+    // point_state's rule, as bitwise ands: branches would stop the vectorizer
+    const bool finite = std::isfinite(px) & std::isfinite(py) & std::isfinite(pz);
+    const bool inside =
+        (std::fabs(px) <= max_xy) & (std::fabs(py) <= max_xy) & (pz >= z_lo) & (pz <= z_hi);
+    // floor(v / voxel) - origin (float32 division), the floor clamped first so that any point's
+    // converts to int64 (a kept point's clamped cell is still off the grid, a kKeyOffGrid)
+    const int64_t x = clamped_floor(px / voxel) - origin[0];
+    const int64_t y = clamped_floor(py / voxel) - origin[1];
+    const int64_t z = clamped_floor(pz / voxel) - origin[2];
+    const bool on_grid = ((x | y | z) >= 0) & (((x | y | z) >> kAxisBits) == 0);
+    const int64_t packed = batch_bits | x << (2 * kAxisBits) | y << kAxisBits | z;
+    const int64_t why = finite ? kKeyOutside : kKeyNotFinite;
+    const int64_t kept_key = on_grid ? packed : kKeyOffGrid;
+    key[i - begin] = (finite & inside) ? kept_key : why;
+  }
+}
+
 void keys_of_part(const float* points, int64_t cols, const float* params, const int32_t* origin,
                   int64_t batch_bits, int64_t* run_keys, int64_t* run_of_point, KeysPart& part) {
-  const float voxel = params[0];
+  constexpr int64_t kChunk = 512;
+  int64_t key[kChunk];
   int64_t* keys = run_keys + part.begin;
-  for (int64_t i = part.begin; i < part.end; ++i) {
-    const float* p = points + i * cols;
-    run_of_point[i] = -1;
-    const PointState state = point_state(p, params);
-    if (state != kKept) {
-      part.non_finite += state == kNotFinite;
-      part.out_of_range += state == kOutside;
-      continue;
+  int64_t runs = 0, last = -1, non_finite = 0, out_of_range = 0;
+  int64_t low[3] = {kAxisCells, kAxisCells, kAxisCells}, high[3] = {-1, -1, -1};
+  for (int64_t begin = part.begin; begin < part.end; begin += kChunk) {
+    const int64_t end = std::min(begin + kChunk, part.end);
+    switch (cols) {  // the sensors' layouts: x y z, x y z intensity, nuScenes' five columns
+      case 3: chunk_keys<3>(points, cols, params, origin, batch_bits, begin, end, key); break;
+      case 4: chunk_keys<4>(points, cols, params, origin, batch_bits, begin, end, key); break;
+      case 5: chunk_keys<5>(points, cols, params, origin, batch_bits, begin, end, key); break;
+      default: chunk_keys<0>(points, cols, params, origin, batch_bits, begin, end, key);
     }
-    const int64_t x = axis_cell(p[0], voxel, origin[0]), y = axis_cell(p[1], voxel, origin[1]);
-    const int64_t z = axis_cell(p[2], voxel, origin[2]);
-    if (x < 0 || y < 0 || z < 0) {  // the caller's origin does not cover its range
-      part.bad = i;
-      return;
+    for (int64_t i = begin; i < end; ++i) {
+      const int64_t k = key[i - begin];
+      run_of_point[i] = -1;
+      if (k < 0) {
+        if (k == kKeyOffGrid) {  // the caller's origin does not cover its range
+          part.bad = i;
+          return;
+        }
+        non_finite += k == kKeyNotFinite;
+        out_of_range += k == kKeyOutside;
+        continue;
+      }
+      if (runs == 0 || k != last) {  // a scan often repeats a voxel: its fields only change here
+        for (int a = 0; a < 3; ++a) {
+          low[a] = std::min(low[a], key_field(k, a + 1));
+          high[a] = std::max(high[a], key_field(k, a + 1));
+        }
+        keys[runs++] = k;
+        if (runs == 1) part.first_key = k;
+        last = k;
+      }
+      run_of_point[i] = runs - 1;
     }
-    const int64_t key = batch_bits | x << (2 * kAxisBits) | y << kAxisBits | z;
-    const int64_t cell[3] = {x, y, z};
-    for (int a = 0; a < 3; ++a) {
-      part.low[a] = std::min(part.low[a], cell[a]);
-      part.high[a] = std::max(part.high[a], cell[a]);
-    }
-    if (part.runs == 0 || key != part.last_key) {  // a scan often repeats a voxel
-      keys[part.runs++] = key;
-      if (part.runs == 1) part.first_key = key;
-      part.last_key = key;
-    }
-    run_of_point[i] = part.runs - 1;
   }
+  part.runs = runs;
+  part.last_key = last;
+  part.non_finite = non_finite;
+  part.out_of_range = out_of_range;
+  for (int a = 0; a < 3; ++a) part.low[a] = low[a], part.high[a] = high[a];
 }
 
 }  // namespace
@@ -183,24 +237,31 @@ LS_API int ls_valid_points_cpu(const float* points, int64_t n, int64_t cols, con
 
 LS_API int ls_voxel_sums_cpu(const float* points, int64_t n, int64_t cols,
                              const int32_t* feature_cols, const float* feature_scales,
-                             int64_t num_features, const int64_t* voxel_of_point,
-                             int64_t num_voxels, double* sums, int64_t* counts) {
-  if (n < 0 || num_features < 1 || num_voxels < 0) return kStatusBadArgument;
+                             int64_t num_features, const int64_t* run_of_point,
+                             const int64_t* voxel_of_run, int64_t runs, int64_t num_voxels,
+                             int64_t* voxel_of_point, double* sums, int64_t* counts) {
+  if (n < 0 || runs < 0 || num_features < 1 || num_voxels < 0) return kStatusBadArgument;
   for (int64_t j = 0; j < num_features; ++j) {
     if (feature_cols[j] >= cols) return kStatusBadArgument;
   }
-  for (int64_t i = 0; i < n; ++i) {
-    if (voxel_of_point[i] >= num_voxels) return kStatusBadArgument;
-  }
+  bool bad = false;  // branch-free checks, which the compiler vectorizes
+  for (int64_t r = 0; r < runs; ++r) bad |= (voxel_of_run[r] < 0) | (voxel_of_run[r] >= num_voxels);
+  for (int64_t i = 0; i < n; ++i) bad |= (run_of_point[i] < -1) | (run_of_point[i] >= runs);
+  if (bad) return kStatusBadArgument;
   // Each thread owns a range of voxels and reads every point, adding those of its voxels: every
-  // voxel's sum still runs in point order, so the sums are the same on any thread count.
+  // voxel's sum still runs in point order, so the sums are the same on any thread count. It also
+  // owns a range of points, whose voxels it writes (each thread finds every point's voxel itself:
+  // reading the other's would move the lines between the cores).
   const int parts = parts_for(n * num_features);
 #pragma omp parallel for schedule(static) if (parts > 1)
   for (int part = 0; part < parts; ++part) {
     const int64_t lo = num_voxels * part / parts, hi = num_voxels * (part + 1) / parts;
+    const int64_t first_point = n * part / parts, end_point = n * (part + 1) / parts;
     for (int64_t i = 0; i < n; ++i) {
-      const int64_t v = voxel_of_point[i];
-      if (v < lo || v >= hi) continue;  // ignored points (v = -1) belong to no part
+      const int64_t r = run_of_point[i];
+      const int64_t v = r < 0 ? -1 : voxel_of_run[r];  // -1: an ignored point
+      if (i >= first_point && i < end_point) voxel_of_point[i] = v;
+      if (v < lo || v >= hi) continue;  // ignored points belong to no part
       const float* p = points + i * cols;
       double* s = sums + v * num_features;
       for (int64_t j = 0; j < num_features; ++j) {  // a column < 0 is a constant 0 (xyz only)

@@ -1,7 +1,7 @@
 // The voxels of the runs' keys in order (app/inference/voxelize.py, after voxel_cpu.cpp's keys
 // pass): the key of each run's block for Open3D's hash set, the first run of each key from the
-// slots it gives (a bitmap per block), and the distinct keys radix-sorted, every run given its
-// voxel. Host only, as voxel_cpu.cpp.
+// slots it gives (a bitmap per block, whose set bits also number the distinct keys), and the
+// distinct keys radix-sorted, every run given its voxel. Host only, as voxel_cpu.cpp.
 #include <algorithm>
 #include <cstdint>
 #include <vector>
@@ -72,67 +72,67 @@ struct TightPacking {
   int bits;
 };
 
-// The tight packing of keys (their fields' spans) and the keys packed with it.
+// The tight packing of keys (their fields' spans) and the keys packed with it: straight loops
+// over the fields (no per-field loop or range check: every key is inside the spans), which the
+// compiler vectorizes.
 TightPacking tight_keys(const std::vector<int64_t>& keys, std::vector<uint64_t>& packed) {
   TightPacking t;
   int64_t high[4];
-  for (int f = 0; f < 4; ++f) t.low[f] = INT64_MAX, high[f] = INT64_MIN;
-  for (const int64_t key : keys) {
-    for (int f = 0; f < 4; ++f) {
-      t.low[f] = std::min(t.low[f], key_field(key, f));
-      high[f] = std::max(high[f], key_field(key, f));
+  const size_t n = keys.size();
+  for (int f = 0; f < 4; ++f) {
+    int64_t lo = INT64_MAX, hi = INT64_MIN;
+    for (size_t i = 0; i < n; ++i) {
+      const int64_t v = key_field(keys[i], f);
+      lo = std::min(lo, v);
+      hi = std::max(hi, v);
     }
+    t.low[f] = lo, high[f] = hi;
   }
   t.bits = 0;
-  for (int f = 0; f < 4; ++f) {
-    t.width[f] = keys.empty() ? 0 : bit_length(high[f] - t.low[f]);
+  int shift[4];
+  for (int f = 3; f >= 0; --f) {
+    t.width[f] = n == 0 ? 0 : bit_length(high[f] - t.low[f]);
+    shift[f] = t.bits;
     t.bits += t.width[f];
   }
-  packed.resize(keys.size());
-  for (size_t i = 0; i < keys.size(); ++i) pack_fields(keys[i], 0, t.low, t.width, &packed[i]);
-  return t;
-}
-
-// Where each leading digit's keys start among ascending packed keys: start[d] = the first
-// position whose top `digit_bits` bits (of `bits`) are >= d, start[2^digit_bits] = n. A search
-// for a key then looks only among the keys of its leading digit (one or two on average).
-std::vector<int64_t> digit_starts(const std::vector<uint64_t>& sorted, int bits, int digit_bits) {
-  const size_t digits = size_t(1) << digit_bits;
-  std::vector<int64_t> start(digits + 1);
-  size_t d = 0;
-  for (size_t v = 0; v < sorted.size(); ++v) {
-    const size_t top = (size_t)(sorted[v] >> (bits - digit_bits));
-    while (d <= top) start[d++] = (int64_t)v;
+  packed.resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    uint64_t p = 0;
+    for (int f = 0; f < 4; ++f) p |= uint64_t(key_field(keys[i], f) - t.low[f]) << shift[f];
+    packed[i] = p;
   }
-  while (d <= digits) start[d++] = (int64_t)sorted.size();
-  return start;
+  return t;
 }
 
 }  // namespace
 
-LS_API int ls_voxel_order_cpu(const int64_t* run_keys, int64_t runs, const uint8_t* first,
+LS_API int ls_voxel_order_cpu(const int64_t* run_keys, int64_t runs, const int64_t* first_run,
                               const int32_t* origin, int64_t num_voxels, int64_t* voxel_of_run,
                               int32_t* coords) {
   if (runs < 0 || num_voxels < 0) return kStatusBadArgument;
   std::vector<int64_t> distinct;
   distinct.reserve(num_voxels);
   for (int64_t r = 0; r < runs; ++r) {
-    if (run_keys[r] < 0) return kStatusBadArgument;
-    if (!first[r]) continue;
+    const int64_t f = first_run[r];
+    if (run_keys[r] < 0 || f < 0 || f > r) return kStatusBadArgument;
+    if (f < r) {  // a repeat: of a first run with the same key
+      if (first_run[f] != f || run_keys[f] != run_keys[r]) return kStatusBadArgument;
+      continue;
+    }
     if ((int64_t)distinct.size() == num_voxels) return kStatusBadArgument;
     distinct.push_back(run_keys[r]);
   }
   if ((int64_t)distinct.size() != num_voxels) return kStatusBadArgument;
   std::vector<uint64_t> packed;
   const TightPacking tight = tight_keys(distinct, packed);
-  std::vector<int64_t> order(num_voxels), rank(num_voxels), sorted(num_voxels);
+  std::vector<int64_t> order(num_voxels), rank(num_voxels);
   radix_argsort(packed.data(), num_voxels, tight.bits, order.data());
-  std::vector<uint64_t> sorted_packed(num_voxels);
   const int64_t axis_mask = kAxisCells - 1;
+  int64_t previous = -1;
   for (int64_t v = 0; v < num_voxels; ++v) {
-    const int64_t key = sorted[v] = distinct[order[v]];
-    sorted_packed[v] = packed[order[v]];
-    if (v > 0 && key == sorted[v - 1]) return kStatusBadArgument;  // a key marked first twice
+    const int64_t key = distinct[order[v]];
+    if (key == previous) return kStatusBadArgument;  // a key with two first runs
+    previous = key;
     rank[order[v]] = v;
     int32_t* c = coords + 4 * v;
     c[0] = (int32_t)(key >> kBatchShift);
@@ -140,27 +140,9 @@ LS_API int ls_voxel_order_cpu(const int64_t* run_keys, int64_t runs, const uint8
     c[2] = (int32_t)((key >> kAxisBits) & axis_mask) + origin[1];
     c[3] = (int32_t)(key & axis_mask) + origin[2];
   }
-  // a repeated key: its voxel by binary search among the sorted distinct keys of its leading
-  // digit (as many digit bits as the voxel count has, about one key per digit, at most 20: the
-  // table then holds at most 8 MiB)
-  const int digit_bits =
-      std::min({tight.bits, std::max(bit_length((uint64_t)num_voxels), 1), 20});
-  const std::vector<int64_t> start = digit_starts(sorted_packed, tight.bits, digit_bits);
+  // a first run takes its key's row; a repeat the row its first run took (an earlier run)
   for (int64_t r = 0, d = 0; r < runs; ++r) {
-    if (first[r]) {
-      voxel_of_run[r] = rank[d++];
-      continue;
-    }
-    uint64_t p;
-    if (!pack_fields(run_keys[r], 0, tight.low, tight.width, &p)) {
-      return kStatusBadArgument;  // outside every first key's span: no first run
-    }
-    const size_t top = tight.bits == 0 ? 0 : (size_t)(p >> (tight.bits - digit_bits));
-    const auto begin = sorted_packed.begin() + start[top];
-    const auto end = sorted_packed.begin() + start[top + 1];
-    const auto at = std::lower_bound(begin, end, p);
-    if (at == end || *at != p) return kStatusBadArgument;  // no first run
-    voxel_of_run[r] = at - sorted_packed.begin();
+    voxel_of_run[r] = first_run[r] == r ? rank[d++] : voxel_of_run[first_run[r]];
   }
   return kStatusOk;
 }
@@ -226,8 +208,8 @@ LS_API int ls_block_keys_cpu(const int64_t* run_keys, int64_t runs, int64_t shif
 
 LS_API int ls_first_in_blocks_cpu(const int64_t* run_keys, int64_t runs, const int32_t* block_run,
                                   const int32_t* slot, int64_t block_runs, int64_t num_slots,
-                                  int64_t shift, uint8_t* first) {
-  if (runs < 0 || block_runs < 0 || num_slots < 0 || shift < 1 || shift > 4) {
+                                  int64_t shift, int64_t* first_run, int64_t* num_first) {
+  if (runs < 0 || runs > INT32_MAX || block_runs < 0 || num_slots < 0 || shift < 1 || shift > 4) {
     return kStatusBadArgument;
   }
   int64_t used = 0;  // slots 0 .. used - 1 get a bitmap: a hash set's slots are a dense prefix
@@ -237,7 +219,10 @@ LS_API int ls_first_in_blocks_cpu(const int64_t* run_keys, int64_t runs, const i
   }
   const int64_t cells = int64_t(1) << (3 * shift), words = std::max<int64_t>(cells / 64, 1);
   const int64_t cell_mask = (int64_t(1) << shift) - 1;
+  // Pass 1: each block's bitmap of its cells, first_run[r] = r where run r's cell is new.
   std::vector<uint64_t> seen(used * words, 0);
+  std::vector<int64_t> cell_of_run(runs);  // bitmap bit: slot * cells + cell
+  int64_t firsts = 0;
   for (int64_t r = 0; r < runs; ++r) {
     if (block_run[r] < 0 || block_run[r] >= block_runs || run_keys[r] < 0) {
       return kStatusBadArgument;
@@ -245,11 +230,28 @@ LS_API int ls_first_in_blocks_cpu(const int64_t* run_keys, int64_t runs, const i
     const int64_t x = key_field(run_keys[r], 1) & cell_mask;
     const int64_t y = key_field(run_keys[r], 2) & cell_mask;
     const int64_t z = key_field(run_keys[r], 3) & cell_mask;
-    const int64_t cell = (x << shift | y) << shift | z;
-    uint64_t& word = seen[slot[block_run[r]] * words + (cell >> 6)];
-    const uint64_t bit = uint64_t(1) << (cell & 63);
-    first[r] = !(word & bit);
-    word |= bit;
+    const int64_t bit = slot[block_run[r]] * cells + ((x << shift | y) << shift | z);
+    cell_of_run[r] = bit;
+    uint64_t& word = seen[bit >> 6];
+    const uint64_t mask = uint64_t(1) << (bit & 63);
+    first_run[r] = (word & mask) ? -1 : r;
+    firsts += !(word & mask);
+    word |= mask;
   }
+  // Each set bit's place among all set bits (the bits below it, by the words' popcounts): a
+  // dense index of the distinct keys, where each first run leaves its index for its repeats.
+  std::vector<int32_t> below(seen.size() + 1, 0);
+  for (size_t w = 0; w < seen.size(); ++w) {
+    below[w + 1] = below[w] + __builtin_popcountll(seen[w]);
+  }
+  std::vector<int64_t> first_of_cell(firsts);
+  for (int64_t r = 0; r < runs; ++r) {
+    const int64_t bit = cell_of_run[r];
+    const uint64_t lower = seen[bit >> 6] & ((uint64_t(1) << (bit & 63)) - 1);
+    const int64_t place = below[bit >> 6] + __builtin_popcountll(lower);
+    if (first_run[r] == r) first_of_cell[place] = r;
+    first_run[r] = first_of_cell[place];
+  }
+  *num_first = firsts;
   return kStatusOk;
 }

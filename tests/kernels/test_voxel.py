@@ -68,7 +68,12 @@ def test_feature_sums_are_bincounts_bit_for_bit():
     ids = rng.integers(-1, 200, 3000)
     sums = torch.zeros((200, 3), dtype=torch.float64)
     counts = torch.zeros(200, dtype=torch.int64)
-    voxel.voxel_sums(pts, [3, 0, -1], [0.25, 1.0, 1.0], ids, sums, counts)
+    # every point its own run; the runs' voxels in reverse
+    mapping = voxel.voxel_sums(
+        pts, [3, 0, -1], [0.25, 1.0, 1.0], ids, 199 - np.arange(200), sums, counts
+    )
+    assert np.array_equal(mapping, np.where(ids >= 0, 199 - ids, -1))
+    ids = mapping
     kept = ids >= 0
     scaled = pts[:, 3] * np.float32(0.25)
     want = np.bincount(ids[kept], weights=scaled[kept], minlength=200)
@@ -76,17 +81,17 @@ def test_feature_sums_are_bincounts_bit_for_bit():
     assert np.array_equal(sums[:, 1].numpy(), np.bincount(ids[kept], pts[kept, 0], 200))
     assert not sums[:, 2].any()
     assert np.array_equal(counts.numpy(), np.bincount(ids[kept], minlength=200))
-    with pytest.raises(KernelError, match="bad argument"):
-        voxel.voxel_sums(pts, [0], [1.0], np.full(3000, 200), sums[:, :1].contiguous(), counts)
+    one = sums[:, :1].contiguous()
+    with pytest.raises(KernelError, match="bad argument"):  # a run beyond the runs
+        voxel.voxel_sums(pts, [0], [1.0], np.full(3000, 200), np.arange(200), one, counts)
+    with pytest.raises(KernelError, match="bad argument"):  # a voxel beyond the voxels
+        voxel.voxel_sums(pts, [0], [1.0], np.zeros(3000), np.full(200, 200), one, counts)
 
 
 def first_runs(runs: np.ndarray) -> np.ndarray:
-    """What a hash set says of the runs' keys: each key's first run marked."""
-    seen, first = set(), np.zeros(len(runs), bool)
-    for r, key in enumerate(runs.tolist()):
-        first[r] = key not in seen
-        seen.add(key)
-    return first
+    """What a hash set says of the runs' keys: each run's first run with its key."""
+    seen: dict[int, int] = {}
+    return np.array([seen.setdefault(key, r) for r, key in enumerate(runs.tolist())], np.int64)
 
 
 @given(st.lists(st.integers(0, 2**62), min_size=1, max_size=300), st.integers(0, 3))
@@ -125,13 +130,19 @@ def test_order_gives_sorted_voxels_and_every_runs_row():
     assert np.array_equal(coords, np.stack(fields, 1).astype(np.int32))
     with pytest.raises(KernelError, match="bad argument"):  # keys are never negative
         voxel.voxel_order(np.where(np.arange(len(runs)) == 3, -1, runs), first, origin)
+    repeats = np.flatnonzero(first != np.arange(len(runs)))
     twice = first.copy()
-    twice[np.flatnonzero(~first)[0]] = True  # a key marked first twice
+    twice[repeats[0]] = repeats[0]  # a key with two first runs
     with pytest.raises(KernelError, match="bad argument"):
-        voxel.voxel_order(runs, twice, origin)
-    first[np.flatnonzero(first)[0]] = False  # a key without its first run
+        voxel.voxel_order(runs, twice, origin, len(uniq) + 1)
+    other = first.copy()  # a repeat pointing at a first run of another key
+    other[repeats[0]] = next(r for r in range(repeats[0]) if runs[r] != runs[repeats[0]])
     with pytest.raises(KernelError, match="bad argument"):
-        voxel.voxel_order(runs, first, origin)
+        voxel.voxel_order(runs, other, origin)
+    later = first.copy()  # a first run that is not the first: its repeat points forward
+    later[first[repeats[0]]] = repeats[0]
+    with pytest.raises(KernelError, match="bad argument"):
+        voxel.voxel_order(runs, later, origin, len(uniq))
 
 
 @pytest.mark.parametrize("span", [150, 2**16])  # one int32 per block key, then two
@@ -175,10 +186,9 @@ def test_block_keys_and_first_runs_match_numpy(span):
     slot_of_block_run = np.zeros(len(blocks.words), np.int32)
     slot_of_block_run[blocks.block_run] = same_blocks
     num_slots = int(same_blocks.max()) + 1
-    first = voxel.first_in_blocks(runs, blocks, slot_of_block_run, num_slots)
-    expected = np.zeros(len(runs), bool)
-    expected[np.unique(runs, return_index=True)[1]] = True
-    assert np.array_equal(first, expected)
+    first, num_first = voxel.first_in_blocks(runs, blocks, slot_of_block_run, num_slots)
+    assert np.array_equal(first, first_runs(runs))
+    assert num_first == len(np.unique(runs))
     with pytest.raises(KernelError, match="bad argument"):  # a slot beyond the table
         voxel.first_in_blocks(runs, blocks, slot_of_block_run, num_slots - 1)
     with pytest.raises(KernelError, match="bad argument"):  # a block run beyond the slots
@@ -246,7 +256,11 @@ def test_voxel_sums_and_means_do_not_depend_on_the_thread_count():
             torch.set_num_threads(threads)
             sums = torch.zeros(5_000, 4, dtype=torch.float64)
             counts = torch.zeros(5_000, dtype=torch.int64)
-            voxel.voxel_sums(pts, [0, 1, 2, 3], [1.0, 1.0, 1.0, 0.5], voxel_of_point, sums, counts)
+            runs = np.arange(5_000)
+            mapping = voxel.voxel_sums(
+                pts, [0, 1, 2, 3], [1.0, 1.0, 1.0, 0.5], voxel_of_point, runs, sums, counts
+            )
+            assert np.array_equal(mapping, voxel_of_point)
             assert np.array_equal(sums.numpy(), expected)
             means = voxel.voxel_means(sums, counts)
             c = np.maximum(counts.numpy(), 1)[:, None]
