@@ -180,11 +180,15 @@ def voxel_sums(
     voxel_of_run: np.ndarray,
     sums: torch.Tensor,
     counts: torch.Tensor,
+    clear: bool = False,
+    means: torch.Tensor | None = None,
 ) -> np.ndarray:
     """Every point's voxel, voxel_of_run[run_of_point] (-1 for an ignored point's run of -1), as
-    int64 [N]; adds one frame's point features to float64 sums [M, F] and point counts int64 [M],
-    in point order (ls_voxel_sums_cpu); feature j is points[:, feature_cols[j]] *
-    feature_scales[j] in float32, 0 for a column of -1."""
+    int64 [N]; adds one frame's point features to float64 sums [M, F] and point counts int64 [M]
+    (set to 0 first if `clear`: a batch's first frame), in point order (ls_voxel_sums_cpu);
+    feature j is points[:, feature_cols[j]] * feature_scales[j] in float32, 0 for a column of
+    -1. `means` (float32 [M, F], a batch's last frame): the float64 sums / max(counts, 1),
+    rounded once to float32, as numpy's division then astype gives them."""
     pts = _read_only_points(points)
     n, cols = pts.shape
     voxel_of_point = torch.empty(n, dtype=torch.int64)
@@ -201,20 +205,13 @@ def voxel_sums(
         torch.from_numpy(np.ascontiguousarray(voxel_of_run, dtype=np.int64)),
         len(voxel_of_run),
         len(sums),
+        int(clear),
         voxel_of_point,
         sums,
         counts,
+        means,
     )
     return voxel_of_point.numpy()
-
-
-def voxel_means(sums: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
-    """float32 [M, F]: float64 sums [M, F] / max(counts, 1), rounded once to float32, as numpy's
-    division then astype gives them (ls_voxel_means_cpu, one parallel pass)."""
-    m, f = sums.shape
-    means = torch.empty((m, f), dtype=torch.float32)
-    backend.call("voxel_means", "cpu", sums, counts, m, f, means)
-    return means
 
 
 def voxel_order(

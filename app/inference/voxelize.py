@@ -132,17 +132,26 @@ def voxelize(
     low = np.min([k.low for k in keys], axis=0) if keys else np.zeros(3, np.int64)
     high = np.max([k.high for k in keys], axis=0) if keys else np.zeros(3, np.int64)
     voxel_of_run, coords = _distinct_in_order(run_keys, origin, low, high)
-    # numpy's zeros (calloc): torch's would fill 2 MB in parallel and leave OpenMP spinning
-    sums = torch.from_numpy(np.zeros((len(coords), len(config.features)), np.float64))
-    counts = torch.from_numpy(np.zeros(len(coords), np.int64))
+    # the sums pass clears these (the first frame) and writes the means (the last)
+    num_features = len(config.features)
+    sums = torch.empty((len(coords), num_features), dtype=torch.float64)
+    counts = torch.empty(len(coords), dtype=torch.int64)
+    feats = torch.empty((len(coords), num_features), dtype=torch.float32)
     point_to_voxel = []
-    for points, frame_keys, frame_sensor in zip(frames, keys, sensors):
+    for b, (points, frame_keys, frame_sensor) in enumerate(zip(frames, keys, sensors)):
         columns, scales = _feature_columns(points, config, frame_sensor)
         mapping = voxel_kernels.voxel_sums(
-            points, columns, scales, frame_keys.run_of_point, voxel_of_run, sums, counts
+            points,
+            columns,
+            scales,
+            frame_keys.run_of_point,
+            voxel_of_run,
+            sums,
+            counts,
+            clear=b == 0,
+            means=feats if b == len(frames) - 1 else None,  # float64 means rounded once
         )
         point_to_voxel.append(torch.from_numpy(mapping))
-    feats = voxel_kernels.voxel_means(sums, counts)  # float64 means rounded once to float32
     ignored = [{"non_finite": k.non_finite, "out_of_range": k.out_of_range} for k in keys]
     return VoxelBatch(
         torch.from_numpy(coords).to(device), feats.to(device), point_to_voxel, ignored

@@ -227,17 +227,17 @@ LS_API int ls_voxel_keys_cpu(const float* points, int64_t n, int64_t cols, const
 // For every point i, v = voxel_of_run[run_of_point[i]] (-1 where run_of_point[i] is -1, an
 // ignored point) into voxel_of_point[i], and where v >= 0, in point order: sums[v, j] += feature j
 // (points[i, feature_cols[j]] * feature_scales[j] in float32; a column < 0 is 0) as float64, and
-// counts[v] += 1: the sums numpy's bincount makes. sums [num_voxels, num_features];
-// kStatusBadArgument for a run outside [-1, runs) or a voxel outside [0, num_voxels).
+// counts[v] += 1: the sums numpy's bincount makes. sums [num_voxels, num_features], counts
+// [num_voxels], set to 0 first when clear (a batch's first frame); means (NULL: not wanted; a
+// batch's last frame) [num_voxels, num_features] = float32(sums / max(counts, 1)): numpy's
+// float64 division, then one rounding. kStatusBadArgument for a run outside [-1, runs) or a
+// voxel outside [0, num_voxels).
 LS_API int ls_voxel_sums_cpu(const float* points, int64_t n, int64_t cols,
                              const int32_t* feature_cols, const float* feature_scales,
                              int64_t num_features, const int64_t* run_of_point,
                              const int64_t* voxel_of_run, int64_t runs, int64_t num_voxels,
-                             int64_t* voxel_of_point, double* sums, int64_t* counts);
-// means[v, j] = float32(sums[v, j] / max(counts[v], 1)): numpy's float64 division, then one
-// rounding to float32. sums [num_voxels, num_features].
-LS_API int ls_voxel_means_cpu(const double* sums, const int64_t* counts, int64_t num_voxels,
-                              int64_t num_features, float* means);
+                             int64_t clear, int64_t* voxel_of_point, double* sums,
+                             int64_t* counts, float* means);
 // Blocks of 2^shift cells per axis: the key of run r's block is batch and each axis's field >>
 // shift, minus low[f] (lowest value of field f: batch, x, y, z), packed in widths[f] bits each
 // (batch first), as one int32 (words == 1, at most 31 bits) or as the two halves of 64 bits

@@ -239,7 +239,8 @@ LS_API int ls_voxel_sums_cpu(const float* points, int64_t n, int64_t cols,
                              const int32_t* feature_cols, const float* feature_scales,
                              int64_t num_features, const int64_t* run_of_point,
                              const int64_t* voxel_of_run, int64_t runs, int64_t num_voxels,
-                             int64_t* voxel_of_point, double* sums, int64_t* counts) {
+                             int64_t clear, int64_t* voxel_of_point, double* sums,
+                             int64_t* counts, float* means) {
   if (n < 0 || runs < 0 || num_features < 1 || num_voxels < 0) return kStatusBadArgument;
   for (int64_t j = 0; j < num_features; ++j) {
     if (feature_cols[j] >= cols) return kStatusBadArgument;
@@ -249,14 +250,19 @@ LS_API int ls_voxel_sums_cpu(const float* points, int64_t n, int64_t cols,
   for (int64_t i = 0; i < n; ++i) bad |= (run_of_point[i] < -1) | (run_of_point[i] >= runs);
   if (bad) return kStatusBadArgument;
   // Each thread owns a range of voxels and reads every point, adding those of its voxels: every
-  // voxel's sum still runs in point order, so the sums are the same on any thread count. It also
-  // owns a range of points, whose voxels it writes (each thread finds every point's voxel itself:
-  // reading the other's would move the lines between the cores).
+  // voxel's sum still runs in point order, so the sums are the same on any thread count. It
+  // clears its voxels first and divides them last, in its own cache. It also owns a range of
+  // points, whose voxels it writes (each thread finds every point's voxel itself: reading the
+  // other's would move the lines between the cores).
   const int parts = parts_for(n * num_features);
 #pragma omp parallel for schedule(static) if (parts > 1)
   for (int part = 0; part < parts; ++part) {
     const int64_t lo = num_voxels * part / parts, hi = num_voxels * (part + 1) / parts;
     const int64_t first_point = n * part / parts, end_point = n * (part + 1) / parts;
+    if (clear) {
+      std::fill(sums + lo * num_features, sums + hi * num_features, 0.0);
+      std::fill(counts + lo, counts + hi, 0);
+    }
     for (int64_t i = 0; i < n; ++i) {
       const int64_t r = run_of_point[i];
       const int64_t v = r < 0 ? -1 : voxel_of_run[r];  // -1: an ignored point
@@ -270,18 +276,12 @@ LS_API int ls_voxel_sums_cpu(const float* points, int64_t n, int64_t cols,
       }
       ++counts[v];
     }
-  }
-  return kStatusOk;
-}
-
-LS_API int ls_voxel_means_cpu(const double* sums, const int64_t* counts, int64_t num_voxels,
-                              int64_t num_features, float* means) {
-  if (num_voxels < 0 || num_features < 1) return kStatusBadArgument;
-#pragma omp parallel for schedule(static) if (parts_for(num_voxels * num_features) > 1)
-  for (int64_t v = 0; v < num_voxels; ++v) {
-    const double c = (double)std::max<int64_t>(counts[v], 1);
-    for (int64_t j = 0; j < num_features; ++j) {
-      means[v * num_features + j] = (float)(sums[v * num_features + j] / c);
+    if (means == nullptr) continue;
+    for (int64_t v = lo; v < hi; ++v) {  // numpy's float64 division, rounded once to float32
+      const double c = (double)std::max<int64_t>(counts[v], 1);
+      for (int64_t j = 0; j < num_features; ++j) {
+        means[v * num_features + j] = (float)(sums[v * num_features + j] / c);
+      }
     }
   }
   return kStatusOk;

@@ -234,8 +234,8 @@ def test_voxel_keys_do_not_depend_on_the_thread_count():
 
 def test_voxel_sums_and_means_do_not_depend_on_the_thread_count():
     """The sums pass splits the voxels among the threads, each voxel's points still added in
-    point order: the sums numpy's bincount makes, bit for bit, on 1, 2 and 3 threads; the means
-    are numpy's float64 division rounded once to float32."""
+    point order: the sums numpy's bincount makes, bit for bit, on 1, 2 and 3 threads, across the
+    frames of a batch; the means are numpy's float64 division rounded once to float32."""
     rng = np.random.default_rng(9)
     pts = rng.normal(0, 50, (90_000, 4)).astype(np.float32)
     voxel_of_point = rng.integers(-1, 5_000, len(pts))  # -1: ignored points
@@ -254,15 +254,30 @@ def test_voxel_sums_and_means_do_not_depend_on_the_thread_count():
     try:
         for threads in (1, 2, 3):
             torch.set_num_threads(threads)
-            sums = torch.zeros(5_000, 4, dtype=torch.float64)
-            counts = torch.zeros(5_000, dtype=torch.int64)
-            runs = np.arange(5_000)
-            mapping = voxel.voxel_sums(
-                pts, [0, 1, 2, 3], [1.0, 1.0, 1.0, 0.5], voxel_of_point, runs, sums, counts
-            )
-            assert np.array_equal(mapping, voxel_of_point)
+            # leftovers the first frame's call clears; two frames of one batch, the means
+            # written by the last
+            sums = torch.full((5_000, 4), float("nan"), dtype=torch.float64)
+            counts = torch.full((5_000,), 7, dtype=torch.int64)
+            means = torch.empty(5_000, 4)
+            runs, cols, scales = np.arange(5_000), [0, 1, 2, 3], [1.0, 1.0, 1.0, 0.5]
+            first, second = slice(0, 50_000), slice(50_000, None)
+            mapping = [
+                voxel.voxel_sums(
+                    pts[first], cols, scales, voxel_of_point[first], runs, sums, counts, clear=True
+                ),
+                voxel.voxel_sums(
+                    pts[second],
+                    cols,
+                    scales,
+                    voxel_of_point[second],
+                    runs,
+                    sums,
+                    counts,
+                    means=means,
+                ),
+            ]
+            assert np.array_equal(np.concatenate(mapping), voxel_of_point)
             assert np.array_equal(sums.numpy(), expected)
-            means = voxel.voxel_means(sums, counts)
             c = np.maximum(counts.numpy(), 1)[:, None]
             assert np.array_equal(means.numpy(), (sums.numpy() / c).astype(np.float32))
     finally:
