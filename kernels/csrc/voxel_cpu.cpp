@@ -32,16 +32,17 @@ namespace {
 // counts[]: two tallies, the runs, then the lowest and the highest kept cell of each axis
 enum Count { kNonFinite = 0, kOutOfRange = 1, kRuns = 2, kLow = 3, kHigh = 6 };
 
-// Whether a point is kept (kKept), or why not: x, y, z finite, |x|, |y| <= max_xy, z in
-// [z_lo, z_hi], compared in float32 (params: {voxel_size, max_xy, z_lo, z_hi}).
-enum PointState { kKept = 0, kNotFinite = 1, kOutside = 2 };
-inline PointState point_state(const float* p, const float* params) {
-  if (!(std::isfinite(p[0]) && std::isfinite(p[1]) && std::isfinite(p[2]))) return kNotFinite;
-  const float max_xy = params[1], z_lo = params[2], z_hi = params[3];
-  const bool inside =
-      std::fabs(p[0]) <= max_xy && std::fabs(p[1]) <= max_xy && p[2] >= z_lo && p[2] <= z_hi;
-  return inside ? kKept : kOutside;
-}
+// The rule for a kept point: x, y, z finite (*finite), and |x|, |y| <= max_xy, z in [z_lo, z_hi]
+// (*inside), compared in float32 (params: {voxel_size, max_xy, z_lo, z_hi}). Bitwise ands, no
+// branch: the passes that call it vectorize.
+struct PointRule {
+  bool finite, inside;
+  PointRule(float x, float y, float z, const float* params)
+      : finite(std::isfinite(x) & std::isfinite(y) & std::isfinite(z)),
+        inside((std::fabs(x) <= params[1]) & (std::fabs(y) <= params[1]) & (z >= params[2]) &
+               (z <= params[3])) {}
+  bool kept() const { return finite & inside; }
+};
 
 // Work (points, or points or voxels times features) below which one thread does a pass.
 constexpr int64_t kParallelWork = 1 << 15;
@@ -80,14 +81,11 @@ template <int kCols>
 void chunk_keys(const float* points, int64_t cols, const float* params, const int32_t* origin,
                 int64_t batch_bits, int64_t begin, int64_t end, int64_t* key) {
   if (kCols > 0) cols = kCols;
-  const float voxel = params[0], max_xy = params[1], z_lo = params[2], z_hi = params[3];
+  const float voxel = params[0];
   for (int64_t i = begin; i < end; ++i) {
     const float* p = points + i * cols;
     const float px = p[0], py = p[1], pz = p[2];
-    // point_state's rule, as bitwise ands: branches would stop the vectorizer
-    const bool finite = std::isfinite(px) & std::isfinite(py) & std::isfinite(pz);
-    const bool inside =
-        (std::fabs(px) <= max_xy) & (std::fabs(py) <= max_xy) & (pz >= z_lo) & (pz <= z_hi);
+    const PointRule rule(px, py, pz, params);
     // floor(v / voxel) - origin (float32 division), the floor clamped first so that any point's
     // converts to int64 (a kept point's clamped cell is still off the grid, a kKeyOffGrid)
     const int64_t x = clamped_floor(px / voxel) - origin[0];
@@ -95,9 +93,9 @@ void chunk_keys(const float* points, int64_t cols, const float* params, const in
     const int64_t z = clamped_floor(pz / voxel) - origin[2];
     const bool on_grid = ((x | y | z) >= 0) & (((x | y | z) >> kAxisBits) == 0);
     const int64_t packed = batch_bits | x << (2 * kAxisBits) | y << kAxisBits | z;
-    const int64_t why = finite ? kKeyOutside : kKeyNotFinite;
+    const int64_t why = rule.finite ? kKeyOutside : kKeyNotFinite;
     const int64_t kept_key = on_grid ? packed : kKeyOffGrid;
-    key[i - begin] = (finite & inside) ? kept_key : why;
+    key[i - begin] = rule.kept() ? kept_key : why;
   }
 }
 
@@ -215,6 +213,23 @@ LS_API int ls_voxel_keys_cpu(const float* points, int64_t n, int64_t cols, const
   return kStatusOk;
 }
 
+// valid_points' pass over points of kCols columns (0: `cols`), vectorized as chunk_keys.
+template <int kCols>
+void classify_points(const float* points, int64_t n, int64_t cols, const float* params,
+                     uint8_t* keep, int64_t* counts) {
+  if (kCols > 0) cols = kCols;
+  int64_t not_finite = 0, outside = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const float* p = points + i * cols;
+    const PointRule rule(p[0], p[1], p[2], params);
+    keep[i] = rule.kept();
+    not_finite += !rule.finite;
+    outside += rule.finite & !rule.inside;
+  }
+  counts[kNonFinite] = not_finite;
+  counts[kOutOfRange] = outside;
+}
+
 LS_API int ls_valid_points_cpu(const float* points, int64_t n, int64_t cols, const float* params,
                                uint8_t* keep, int64_t* counts) {
   if (n < 0 || cols < 3) return kStatusBadArgument;
@@ -223,15 +238,12 @@ LS_API int ls_valid_points_cpu(const float* points, int64_t n, int64_t cols, con
   // threads in teams than CPUs, libgomp stops spinning at all (its throttled spin count, 0
   // under OMP_WAIT_POLICY=passive), and every one of the worker's 145 parallel regions a frame
   // pays a thread's wake-up again (server network stage 74 -> 80-84 ms, in-process unchanged).
-  int64_t not_finite = 0, outside = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    const PointState state = point_state(points + i * cols, params);
-    keep[i] = state == kKept;
-    not_finite += state == kNotFinite;
-    outside += state == kOutside;
+  switch (cols) {
+    case 3: classify_points<3>(points, n, cols, params, keep, counts); break;
+    case 4: classify_points<4>(points, n, cols, params, keep, counts); break;
+    case 5: classify_points<5>(points, n, cols, params, keep, counts); break;
+    default: classify_points<0>(points, n, cols, params, keep, counts);
   }
-  counts[kNonFinite] = not_finite;
-  counts[kOutOfRange] = outside;
   return kStatusOk;
 }
 
