@@ -145,33 +145,6 @@ def block_keys(run_keys: np.ndarray, low: np.ndarray, high: np.ndarray) -> Block
     return BlockKeys(out[: int(count)].numpy(), block_run.numpy())
 
 
-def first_in_blocks(
-    run_keys: np.ndarray, blocks: BlockKeys, block_slot: np.ndarray, num_slots: int
-) -> tuple[np.ndarray, int]:
-    """(int64 [runs]: the first run with each run's key, itself for a first run; how many
-    distinct keys) from the slot a hash set gave each block run (block_slot, one per blocks.words
-    row) among num_slots (ls_first_in_blocks_cpu: a bitmap of the block's cells per slot up to the
-    highest used, 64 bytes each at BLOCK_SHIFT 3; Open3D's slots are a dense prefix, one per
-    block, so that is at most 64 bytes per run; the bitmaps' set bits number the distinct keys,
-    so a repeat finds its first run in one step)."""
-    first_run = torch.empty(len(run_keys), dtype=torch.int64)
-    num_first = torch.zeros(1, dtype=torch.int64)
-    backend.call(
-        "first_in_blocks",
-        "cpu",
-        torch.from_numpy(np.ascontiguousarray(run_keys, dtype=np.int64)),
-        len(run_keys),
-        torch.from_numpy(np.ascontiguousarray(blocks.block_run, dtype=np.int32)),
-        torch.from_numpy(np.ascontiguousarray(block_slot, dtype=np.int32)),
-        len(blocks.words),
-        num_slots,
-        BLOCK_SHIFT,
-        first_run,
-        num_first,
-    )
-    return first_run.numpy(), int(num_first)
-
-
 def voxel_sums(
     points: np.ndarray,
     feature_cols: list[int],
@@ -215,26 +188,35 @@ def voxel_sums(
 
 
 def voxel_order(
-    run_keys: np.ndarray, first_run: np.ndarray, origin: np.ndarray, num_voxels: int | None = None
+    run_keys: np.ndarray,
+    blocks: BlockKeys,
+    block_slot: np.ndarray,
+    num_slots: int,
+    origin: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(voxel row of every run, int32 [M, 4] distinct (batch, x, y, z) ascending) once each run's
-    first run with the same key is known (first_in_blocks; M of them are their own, num_voxels if
-    the caller has counted them): ls_voxel_order_cpu sorts only those M keys, and a repeat takes
-    its first run's row."""
-    first_run = np.ascontiguousarray(first_run, dtype=np.int64)
-    if num_voxels is None:
-        num_voxels = int(np.count_nonzero(first_run == np.arange(len(first_run))))
-    voxel_of_run = torch.empty(len(run_keys), dtype=torch.int64)
-    coords = torch.empty((num_voxels, 4), dtype=torch.int32)
+    """(voxel row of every run, int32 [M, 4] distinct (batch, x, y, z) ascending) once a hash set
+    has given each block run a slot (block_slot, one per blocks.words row, among num_slots):
+    ls_voxel_order_cpu finds each key's first run in a bitmap of the block's cells per slot up to
+    the highest used (64 bytes each at BLOCK_SHIFT 3; Open3D's slots are a dense prefix, one per
+    block, so that is at most 64 bytes per run), sorts only the M distinct keys, and a repeat
+    takes the row its first run left at its bit's place among the set bits."""
+    runs = len(run_keys)
+    voxel_of_run = torch.empty(runs, dtype=torch.int64)
+    coords = torch.empty((runs, 4), dtype=torch.int32)
+    num_voxels = torch.zeros(1, dtype=torch.int64)
     backend.call(
         "voxel_order",
         "cpu",
         torch.from_numpy(np.ascontiguousarray(run_keys, dtype=np.int64)),
-        len(run_keys),
-        torch.from_numpy(first_run),
+        runs,
+        torch.from_numpy(np.ascontiguousarray(blocks.block_run, dtype=np.int32)),
+        torch.from_numpy(np.ascontiguousarray(block_slot, dtype=np.int32)),
+        len(blocks.words),
+        num_slots,
+        BLOCK_SHIFT,
         torch.from_numpy(np.ascontiguousarray(origin, dtype=np.int32)),
-        num_voxels,
         voxel_of_run,
         coords,
+        num_voxels,
     )
-    return voxel_of_run.numpy(), coords.numpy()
+    return voxel_of_run.numpy(), coords[: int(num_voxels)].numpy()

@@ -222,10 +222,10 @@ def _distinct_in_order(
             raise RuntimeError("Open3D's hash set did not find every block it was given")
         slots = slots.copy()
         slots[again] = found_slots.numpy()
-    first_run, num_voxels = voxel_kernels.first_in_blocks(run_keys, blocks, slots, table.capacity())
+    num_slots = table.capacity()
     # Open3D's table goes before the ordering pass (its memory crowds the caches the pass needs)
     del table, inserted
-    return voxel_kernels.voxel_order(run_keys, first_run, origin, num_voxels)
+    return voxel_kernels.voxel_order(run_keys, blocks, slots, num_slots, origin)
 
 
 def _voxelize_by_sorting(

@@ -247,22 +247,17 @@ LS_API int ls_voxel_sums_cpu(const float* points, int64_t n, int64_t cols,
 LS_API int ls_block_keys_cpu(const int64_t* run_keys, int64_t runs, int64_t shift,
                              const int64_t* low, const int32_t* widths, int64_t words,
                              int32_t* out, int32_t* block_run, int64_t* count);
-// first_run[r] = the first run with run r's key (r itself for a first run), *num_first how many
-// distinct keys, given slot[b] in [0, num_slots), the slot a hash set gave block run b
-// (ls_block_keys_cpu with the same shift, 1..4), and the block run block_run[r] of each run: one
-// bitmap of 2^(3 shift) cells per slot used, its set bits numbering the distinct keys.
-LS_API int ls_first_in_blocks_cpu(const int64_t* run_keys, int64_t runs, const int32_t* block_run,
-                                  const int32_t* slot, int64_t block_runs, int64_t num_slots,
-                                  int64_t shift, int64_t* first_run, int64_t* num_first);
-// The voxels of a batch from its runs (ls_voxel_keys_cpu) once the first run of each key is
-// known (first_run as ls_first_in_blocks_cpu gives it; num_voxels first runs): coords
-// [num_voxels, 4] the distinct (batch, x, y, z) in ascending key order (fields plus origin),
-// voxel_of_run[r] the row of run r's voxel there (a repeat's is its first run's).
-// kStatusBadArgument for a negative key, a key with two first runs, or a first_run entry that is
-// not an earlier first run with the same key.
-LS_API int ls_voxel_order_cpu(const int64_t* run_keys, int64_t runs, const int64_t* first_run,
-                              const int32_t* origin, int64_t num_voxels, int64_t* voxel_of_run,
-                              int32_t* coords);
+// The voxels of a batch from its runs (ls_voxel_keys_cpu) once a hash set has given each block
+// run b a slot[b] in [0, num_slots) (the block runs of ls_block_keys_cpu with the same shift,
+// 1..4; block_run[r] the one run r is in): a bitmap of 2^(3 shift) cells per slot used finds the
+// first run of each key, and its set bits number the distinct keys. coords [runs, 4] (room for
+// every run) gets the *num_voxels distinct (batch, x, y, z) in ascending key order (fields plus
+// origin), voxel_of_run[r] the row of run r's voxel there. kStatusBadArgument for a negative
+// key, a slot or block run out of range, or two blocks given one slot.
+LS_API int ls_voxel_order_cpu(const int64_t* run_keys, int64_t runs, const int32_t* block_run,
+                              const int32_t* slot, int64_t block_runs, int64_t num_slots,
+                              int64_t shift, const int32_t* origin, int64_t* voxel_of_run,
+                              int32_t* coords, int64_t* num_voxels);
 
 // ---- CUDA error reporting (cuda/status_cuda.cu). Every CUDA entry point records the text of a
 // CUDA error it meets; ls_last_error_cuda copies the last one this host thread saw (the failing

@@ -106,33 +106,66 @@ TightPacking tight_keys(const std::vector<int64_t>& keys, std::vector<uint64_t>&
 
 }  // namespace
 
-LS_API int ls_voxel_order_cpu(const int64_t* run_keys, int64_t runs, const int64_t* first_run,
-                              const int32_t* origin, int64_t num_voxels, int64_t* voxel_of_run,
-                              int32_t* coords) {
-  if (runs < 0 || num_voxels < 0) return kStatusBadArgument;
-  std::vector<int64_t> distinct;
-  distinct.reserve(num_voxels);
-  for (int64_t r = 0; r < runs; ++r) {
-    const int64_t f = first_run[r];
-    if (run_keys[r] < 0 || f < 0 || f > r) return kStatusBadArgument;
-    if (f < r) {  // a repeat: of a first run with the same key
-      if (first_run[f] != f || run_keys[f] != run_keys[r]) return kStatusBadArgument;
-      continue;
-    }
-    if ((int64_t)distinct.size() == num_voxels) return kStatusBadArgument;
-    distinct.push_back(run_keys[r]);
+namespace {
+
+// Each run's cell among the blocks' bitmaps (slot * cells + its cell in the block), made a first
+// run's as ~bit (negative), and the keys of the first runs in run order; seen: the bitmaps.
+// false for a slot or block run out of range or a negative key.
+bool mark_cells(const int64_t* run_keys, int64_t runs, const int32_t* block_run,
+                const int32_t* slot, int64_t block_runs, int64_t num_slots, int64_t shift,
+                std::vector<uint64_t>& seen, std::vector<int64_t>& bit_of_run,
+                std::vector<int64_t>& distinct) {
+  int64_t used = 0;  // slots 0 .. used - 1 get a bitmap: a hash set's slots are a dense prefix
+  for (int64_t b = 0; b < block_runs; ++b) {
+    if (slot[b] < 0 || slot[b] >= num_slots) return false;
+    used = std::max(used, (int64_t)slot[b] + 1);
   }
-  if ((int64_t)distinct.size() != num_voxels) return kStatusBadArgument;
+  const int64_t cells = int64_t(1) << (3 * shift), cell_mask = (int64_t(1) << shift) - 1;
+  seen.assign(std::max<int64_t>(used * cells / 64, 1), 0);
+  bit_of_run.resize(runs);
+  for (int64_t r = 0; r < runs; ++r) {
+    if (block_run[r] < 0 || block_run[r] >= block_runs || run_keys[r] < 0) return false;
+    const int64_t x = key_field(run_keys[r], 1) & cell_mask;
+    const int64_t y = key_field(run_keys[r], 2) & cell_mask;
+    const int64_t z = key_field(run_keys[r], 3) & cell_mask;
+    const int64_t bit = slot[block_run[r]] * cells + ((x << shift | y) << shift | z);
+    uint64_t& word = seen[bit >> 6];
+    const uint64_t mask = uint64_t(1) << (bit & 63);
+    const bool first = !(word & mask);
+    word |= mask;
+    bit_of_run[r] = first ? ~bit : bit;
+    if (first) distinct.push_back(run_keys[r]);
+  }
+  return true;
+}
+
+}  // namespace
+
+LS_API int ls_voxel_order_cpu(const int64_t* run_keys, int64_t runs, const int32_t* block_run,
+                              const int32_t* slot, int64_t block_runs, int64_t num_slots,
+                              int64_t shift, const int32_t* origin, int64_t* voxel_of_run,
+                              int32_t* coords, int64_t* num_voxels) {
+  if (runs < 0 || runs > INT32_MAX || block_runs < 0 || num_slots < 0 || shift < 1 ||
+      shift > 4) {
+    return kStatusBadArgument;
+  }
+  // The first run of each key: a bitmap of the cells of each block's slot.
+  std::vector<uint64_t> seen;
+  std::vector<int64_t> bit_of_run, distinct;
+  distinct.reserve(runs);
+  if (!mark_cells(run_keys, runs, block_run, slot, block_runs, num_slots, shift, seen,
+                  bit_of_run, distinct)) {
+    return kStatusBadArgument;
+  }
+  // The distinct keys in order: rank[d] is the row of the d-th first run's key.
+  const int64_t m = (int64_t)distinct.size();
   std::vector<uint64_t> packed;
   const TightPacking tight = tight_keys(distinct, packed);
-  std::vector<int64_t> order(num_voxels), rank(num_voxels);
-  radix_argsort(packed.data(), num_voxels, tight.bits, order.data());
+  std::vector<int64_t> order(m), rank(m), sorted(m);
+  radix_argsort(packed.data(), m, tight.bits, order.data());
   const int64_t axis_mask = kAxisCells - 1;
-  int64_t previous = -1;
-  for (int64_t v = 0; v < num_voxels; ++v) {
-    const int64_t key = distinct[order[v]];
-    if (key == previous) return kStatusBadArgument;  // a key with two first runs
-    previous = key;
+  for (int64_t v = 0; v < m; ++v) {
+    const int64_t key = sorted[v] = distinct[order[v]];
     rank[order[v]] = v;
     int32_t* c = coords + 4 * v;
     c[0] = (int32_t)(key >> kBatchShift);
@@ -140,10 +173,25 @@ LS_API int ls_voxel_order_cpu(const int64_t* run_keys, int64_t runs, const int64
     c[2] = (int32_t)((key >> kAxisBits) & axis_mask) + origin[1];
     c[3] = (int32_t)(key & axis_mask) + origin[2];
   }
-  // a first run takes its key's row; a repeat the row its first run took (an earlier run)
-  for (int64_t r = 0, d = 0; r < runs; ++r) {
-    voxel_of_run[r] = first_run[r] == r ? rank[d++] : voxel_of_run[first_run[r]];
+  // A set bit's place among all set bits (the bits below it: the words' popcounts) numbers the
+  // distinct keys; the first run of each leaves its row there for the repeats that follow.
+  std::vector<int32_t> below(seen.size() + 1, 0);
+  for (size_t w = 0; w < seen.size(); ++w) {
+    below[w + 1] = below[w] + __builtin_popcountll(seen[w]);
   }
+  std::vector<int64_t> row_of_place(m);
+  for (int64_t r = 0, d = 0; r < runs; ++r) {
+    const bool first = bit_of_run[r] < 0;
+    const int64_t bit = first ? ~bit_of_run[r] : bit_of_run[r];
+    const uint64_t lower = seen[bit >> 6] & ((uint64_t(1) << (bit & 63)) - 1);
+    const int64_t place = below[bit >> 6] + __builtin_popcountll(lower);
+    if (first) row_of_place[place] = rank[d++];
+    const int64_t row = row_of_place[place];
+    // two blocks given one slot would merge their cells: a repeat of another key
+    if (sorted[row] != run_keys[r]) return kStatusBadArgument;
+    voxel_of_run[r] = row;
+  }
+  *num_voxels = m;
   return kStatusOk;
 }
 
@@ -203,55 +251,5 @@ LS_API int ls_block_keys_cpu(const int64_t* run_keys, int64_t runs, int64_t shif
     block_run[r] = row;
   }
   *count = t;
-  return kStatusOk;
-}
-
-LS_API int ls_first_in_blocks_cpu(const int64_t* run_keys, int64_t runs, const int32_t* block_run,
-                                  const int32_t* slot, int64_t block_runs, int64_t num_slots,
-                                  int64_t shift, int64_t* first_run, int64_t* num_first) {
-  if (runs < 0 || runs > INT32_MAX || block_runs < 0 || num_slots < 0 || shift < 1 || shift > 4) {
-    return kStatusBadArgument;
-  }
-  int64_t used = 0;  // slots 0 .. used - 1 get a bitmap: a hash set's slots are a dense prefix
-  for (int64_t b = 0; b < block_runs; ++b) {
-    if (slot[b] < 0 || slot[b] >= num_slots) return kStatusBadArgument;
-    used = std::max(used, (int64_t)slot[b] + 1);
-  }
-  const int64_t cells = int64_t(1) << (3 * shift), words = std::max<int64_t>(cells / 64, 1);
-  const int64_t cell_mask = (int64_t(1) << shift) - 1;
-  // Pass 1: each block's bitmap of its cells, first_run[r] = r where run r's cell is new.
-  std::vector<uint64_t> seen(used * words, 0);
-  std::vector<int64_t> cell_of_run(runs);  // bitmap bit: slot * cells + cell
-  int64_t firsts = 0;
-  for (int64_t r = 0; r < runs; ++r) {
-    if (block_run[r] < 0 || block_run[r] >= block_runs || run_keys[r] < 0) {
-      return kStatusBadArgument;
-    }
-    const int64_t x = key_field(run_keys[r], 1) & cell_mask;
-    const int64_t y = key_field(run_keys[r], 2) & cell_mask;
-    const int64_t z = key_field(run_keys[r], 3) & cell_mask;
-    const int64_t bit = slot[block_run[r]] * cells + ((x << shift | y) << shift | z);
-    cell_of_run[r] = bit;
-    uint64_t& word = seen[bit >> 6];
-    const uint64_t mask = uint64_t(1) << (bit & 63);
-    first_run[r] = (word & mask) ? -1 : r;
-    firsts += !(word & mask);
-    word |= mask;
-  }
-  // Each set bit's place among all set bits (the bits below it, by the words' popcounts): a
-  // dense index of the distinct keys, where each first run leaves its index for its repeats.
-  std::vector<int32_t> below(seen.size() + 1, 0);
-  for (size_t w = 0; w < seen.size(); ++w) {
-    below[w + 1] = below[w] + __builtin_popcountll(seen[w]);
-  }
-  std::vector<int64_t> first_of_cell(firsts);
-  for (int64_t r = 0; r < runs; ++r) {
-    const int64_t bit = cell_of_run[r];
-    const uint64_t lower = seen[bit >> 6] & ((uint64_t(1) << (bit & 63)) - 1);
-    const int64_t place = below[bit >> 6] + __builtin_popcountll(lower);
-    if (first_run[r] == r) first_of_cell[place] = r;
-    first_run[r] = first_of_cell[place];
-  }
-  *num_first = firsts;
   return kStatusOk;
 }

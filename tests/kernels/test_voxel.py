@@ -88,17 +88,30 @@ def test_feature_sums_are_bincounts_bit_for_bit():
         voxel.voxel_sums(pts, [0], [1.0], np.zeros(3000), np.full(200, 200), one, counts)
 
 
-def first_runs(runs: np.ndarray) -> np.ndarray:
-    """What a hash set says of the runs' keys: each run's first run with its key."""
-    seen: dict[int, int] = {}
-    return np.array([seen.setdefault(key, r) for r, key in enumerate(runs.tolist())], np.int64)
+MASK = (1 << 17) - 1
+
+
+def block_slots(runs: np.ndarray, blocks: voxel.BlockKeys) -> tuple[np.ndarray, int]:
+    """What a hash set gives the block runs: one slot per distinct block, the same for every
+    copy of its key (here numbered by numpy's unique rows)."""
+    same_words = np.unique(blocks.words, axis=0, return_inverse=True)[1].ravel()
+    return same_words.astype(np.int32), int(same_words.max()) + 1
+
+
+def order(runs: np.ndarray, origin=np.zeros(3, np.int32)) -> tuple[np.ndarray, np.ndarray]:
+    """voxel_order of runs as the voxelizer calls it: block keys, then slots for them."""
+    fields = np.stack([runs >> (34 - 17 * a) & MASK for a in range(3)], axis=1)
+    blocks = voxel.block_keys(runs, fields.min(0), fields.max(0))
+    slots, num_slots = block_slots(runs, blocks)
+    return voxel.voxel_order(runs, blocks, slots, num_slots, origin)
 
 
 @given(st.lists(st.integers(0, 2**62), min_size=1, max_size=300), st.integers(0, 3))
 @settings(max_examples=60, deadline=None)
 def test_order_sorts_any_keys_the_radix_sort_meets(keys, repeat):
     runs = np.array(keys * (repeat + 1), dtype=np.int64)  # up to 62 bits: four 16-bit digits
-    voxel_of_run, coords = voxel.voxel_order(runs, first_runs(runs), np.zeros(3, np.int32))
+    runs = runs[np.argsort(runs >> 51, kind="stable")]  # keys ascend by batch, as voxelize's do
+    voxel_of_run, coords = order(runs)
     uniq = np.unique(runs)
     assert np.array_equal(voxel_of_run, np.searchsorted(uniq, runs))
     assert np.array_equal(coords[:, 0], (uniq >> 51).astype(np.int32))
@@ -108,11 +121,11 @@ def test_order_sorts_tight_fields_and_one_key():
     """Fields spanning a few bits each (one pass) and a single key (no bits at all)."""
     rng = np.random.default_rng(3)
     fields = rng.integers([0, 900, 40, 3], [2, 905, 44, 9], (700, 4))
+    fields = fields[np.argsort(fields[:, 0], kind="stable")]
     runs = fields[:, 0] << 51 | fields[:, 1] << 34 | fields[:, 2] << 17 | fields[:, 3]
-    voxel_of_run, _ = voxel.voxel_order(runs, first_runs(runs), np.zeros(3, np.int32))
+    voxel_of_run, _ = order(runs)
     assert np.array_equal(voxel_of_run, np.searchsorted(np.unique(runs), runs))
-    one = np.full(5, 12345, np.int64)
-    voxel_of_run, coords = voxel.voxel_order(one, first_runs(one), np.zeros(3, np.int32))
+    voxel_of_run, coords = order(np.full(5, 12345, np.int64))
     assert not voxel_of_run.any() and len(coords) == 1
 
 
@@ -120,33 +133,33 @@ def test_order_gives_sorted_voxels_and_every_runs_row():
     rng = np.random.default_rng(1)
     distinct = rng.choice(2**20, 500, replace=False).astype(np.int64) | (1 << 51)
     runs = rng.choice(distinct, 1200)
-    first = first_runs(runs)
     origin = np.array([-5, 10, -20], np.int32)
-    voxel_of_run, coords = voxel.voxel_order(runs, first, origin)
+    voxel_of_run, coords = order(runs, origin)
     uniq = np.unique(runs)
     assert np.array_equal(voxel_of_run, np.searchsorted(uniq, runs))
-    mask = (1 << 17) - 1
-    fields = [uniq >> 51, (uniq >> 34 & mask) - 5, (uniq >> 17 & mask) + 10, (uniq & mask) - 20]
+    fields = [uniq >> 51, (uniq >> 34 & MASK) - 5, (uniq >> 17 & MASK) + 10, (uniq & MASK) - 20]
     assert np.array_equal(coords, np.stack(fields, 1).astype(np.int32))
+    blocks = voxel.block_keys(runs, np.zeros(3, np.int64), np.full(3, MASK))
+    slots, num_slots = block_slots(runs, blocks)
     with pytest.raises(KernelError, match="bad argument"):  # keys are never negative
-        voxel.voxel_order(np.where(np.arange(len(runs)) == 3, -1, runs), first, origin)
-    repeats = np.flatnonzero(first != np.arange(len(runs)))
-    twice = first.copy()
-    twice[repeats[0]] = repeats[0]  # a key with two first runs
+        negative = np.where(np.arange(len(runs)) == 3, -1, runs)
+        voxel.voxel_order(negative, blocks, slots, num_slots, origin)
+    with pytest.raises(KernelError, match="bad argument"):  # a slot beyond the table
+        voxel.voxel_order(runs, blocks, slots, num_slots - 1, origin)
+    with pytest.raises(KernelError, match="bad argument"):  # a block run beyond the slots
+        short = voxel.BlockKeys(blocks.words[:-1], blocks.block_run)
+        voxel.voxel_order(runs, short, slots[:-1], num_slots, origin)
+    # two blocks given one slot: the same cell of each would be one voxel
+    two = np.array([8 << 34, 0], np.int64)  # cell (0, 0, 0) of blocks x = 1 and x = 0
+    blocks = voxel.block_keys(two, np.zeros(3, np.int64), np.array([8, 0, 0]))
+    assert len(blocks.words) == 2
+    assert len(order(two)[1]) == 2  # a slot each: two voxels
     with pytest.raises(KernelError, match="bad argument"):
-        voxel.voxel_order(runs, twice, origin, len(uniq) + 1)
-    other = first.copy()  # a repeat pointing at a first run of another key
-    other[repeats[0]] = next(r for r in range(repeats[0]) if runs[r] != runs[repeats[0]])
-    with pytest.raises(KernelError, match="bad argument"):
-        voxel.voxel_order(runs, other, origin)
-    later = first.copy()  # a first run that is not the first: its repeat points forward
-    later[first[repeats[0]]] = repeats[0]
-    with pytest.raises(KernelError, match="bad argument"):
-        voxel.voxel_order(runs, later, origin, len(uniq))
+        voxel.voxel_order(two, blocks, np.zeros(2, np.int32), 1, origin)
 
 
 @pytest.mark.parametrize("span", [150, 2**16])  # one int32 per block key, then two
-def test_block_keys_and_first_runs_match_numpy(span):
+def test_block_keys_and_voxels_match_numpy(span):
     rng = np.random.default_rng(2)
     fields = rng.integers([100, 2000, 7], [100 + span, 2000 + span, 150], (4000, 3))
     batch = np.sort(rng.integers(0, 3, 4000))
@@ -186,14 +199,11 @@ def test_block_keys_and_first_runs_match_numpy(span):
     slot_of_block_run = np.zeros(len(blocks.words), np.int32)
     slot_of_block_run[blocks.block_run] = same_blocks
     num_slots = int(same_blocks.max()) + 1
-    first, num_first = voxel.first_in_blocks(runs, blocks, slot_of_block_run, num_slots)
-    assert np.array_equal(first, first_runs(runs))
-    assert num_first == len(np.unique(runs))
-    with pytest.raises(KernelError, match="bad argument"):  # a slot beyond the table
-        voxel.first_in_blocks(runs, blocks, slot_of_block_run, num_slots - 1)
-    with pytest.raises(KernelError, match="bad argument"):  # a block run beyond the slots
-        short = voxel.BlockKeys(blocks.words[:-1], blocks.block_run)
-        voxel.first_in_blocks(runs, short, slot_of_block_run[:-1], num_slots)
+    voxel_of_run, coords = voxel.voxel_order(
+        runs, blocks, slot_of_block_run, num_slots, np.zeros(3, np.int32)
+    )
+    assert np.array_equal(voxel_of_run, np.searchsorted(np.unique(runs), runs))
+    assert len(coords) == len(np.unique(runs))
     with pytest.raises(KernelError, match="bad argument"):  # a field below the given lowest
         voxel.block_keys(runs, low + 64, high)
 
