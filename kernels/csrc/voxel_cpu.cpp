@@ -257,17 +257,15 @@ LS_API int ls_voxel_sums_cpu(const float* points, int64_t n, int64_t cols,
   for (int64_t j = 0; j < num_features; ++j) {
     if (feature_cols[j] >= cols) return kStatusBadArgument;
   }
-  bool bad = false;  // branch-free checks, which the compiler vectorizes
-  for (int64_t r = 0; r < runs; ++r) bad |= (voxel_of_run[r] < 0) | (voxel_of_run[r] >= num_voxels);
-  for (int64_t i = 0; i < n; ++i) bad |= (run_of_point[i] < -1) | (run_of_point[i] >= runs);
-  if (bad) return kStatusBadArgument;
   // Each thread owns a range of voxels and reads every point, adding those of its voxels: every
   // voxel's sum still runs in point order, so the sums are the same on any thread count. It
   // clears its voxels first and divides them last, in its own cache. It also owns a range of
   // points, whose voxels it writes (each thread finds every point's voxel itself: reading the
-  // other's would move the lines between the cores).
+  // other's would move the lines between the cores). Runs and voxels are checked as they are
+  // read (every thread reads them all); after a bad one the sums are left unfinished.
   const int parts = parts_for(n * num_features);
-#pragma omp parallel for schedule(static) if (parts > 1)
+  int bad = 0;
+#pragma omp parallel for schedule(static) reduction(| : bad) if (parts > 1)
   for (int part = 0; part < parts; ++part) {
     const int64_t lo = num_voxels * part / parts, hi = num_voxels * (part + 1) / parts;
     const int64_t first_point = n * part / parts, end_point = n * (part + 1) / parts;
@@ -277,7 +275,12 @@ LS_API int ls_voxel_sums_cpu(const float* points, int64_t n, int64_t cols,
     }
     for (int64_t i = 0; i < n; ++i) {
       const int64_t r = run_of_point[i];
-      const int64_t v = r < 0 ? -1 : voxel_of_run[r];  // -1: an ignored point
+      const bool known = r >= -1 && r < runs;
+      const int64_t v = r < 0 || !known ? -1 : voxel_of_run[r];  // -1: an ignored point
+      if (!known || v >= num_voxels || (r >= 0 && v < 0)) {
+        bad = 1;
+        break;
+      }
       if (i >= first_point && i < end_point) voxel_of_point[i] = v;
       if (v < lo || v >= hi) continue;  // ignored points belong to no part
       const float* p = points + i * cols;
@@ -296,5 +299,5 @@ LS_API int ls_voxel_sums_cpu(const float* points, int64_t n, int64_t cols,
       }
     }
   }
-  return kStatusOk;
+  return bad ? kStatusBadArgument : kStatusOk;
 }

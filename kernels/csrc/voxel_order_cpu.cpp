@@ -4,6 +4,7 @@
 // distinct keys radix-sorted, every run given its voxel. Host only, as voxel_cpu.cpp.
 #include <algorithm>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "api.h"
@@ -15,11 +16,18 @@ using namespace lidarseg::voxel;
 
 namespace {
 
+// n PODs left uninitialized (std::vector would zero them first): for arrays whose every element
+// is written before it is read.
+template <typename T>
+std::unique_ptr<T[]> uninitialized(size_t n) {
+  return std::unique_ptr<T[]>(new T[n]);
+}
+
 // LSD radix sort of items by digit(item, shift) over `bits` bits, in as few passes of at most
 // 11-bit digits (a histogram that stays in L1) as they need; stable. All the passes' histograms
 // come from one read of the items.
 template <typename Item, typename Digit>
-void radix_sort(std::vector<Item>& items, int bits, Digit digit) {
+void radix_sort(std::unique_ptr<Item[]>& items, int64_t n, int bits, Digit digit) {
   constexpr int kMaxDigitBits = 11;
   const int passes = (bits + kMaxDigitBits - 1) / kMaxDigitBits;
   if (passes == 0) return;
@@ -27,10 +35,10 @@ void radix_sort(std::vector<Item>& items, int bits, Digit digit) {
   const uint64_t mask = (uint64_t(1) << digit_bits) - 1;
   const size_t buckets = size_t(1) << digit_bits;
   std::vector<int64_t> count(passes * buckets, 0);
-  for (const Item& item : items) {
-    for (int p = 0; p < passes; ++p) ++count[p * buckets + (digit(item, p * digit_bits) & mask)];
+  for (int64_t i = 0; i < n; ++i) {
+    for (int p = 0; p < passes; ++p) ++count[p * buckets + (digit(items[i], p * digit_bits) & mask)];
   }
-  std::vector<Item> other(items.size());
+  std::unique_ptr<Item[]> other = uninitialized<Item>(n);
   for (int p = 0; p < passes; ++p) {
     int64_t* c = &count[p * buckets];
     int64_t sum = 0;
@@ -39,7 +47,7 @@ void radix_sort(std::vector<Item>& items, int bits, Digit digit) {
       c[b] = sum;
       sum += here;
     }
-    for (const Item& item : items) other[c[digit(item, p * digit_bits) & mask]++] = item;
+    for (int64_t i = 0; i < n; ++i) other[c[digit(items[i], p * digit_bits) & mask]++] = items[i];
     items.swap(other);
   }
 }
@@ -48,9 +56,9 @@ void radix_sort(std::vector<Item>& items, int bits, Digit digit) {
 // with their row in one 64-bit word (half the memory traffic of a key and a row).
 void radix_argsort(const uint64_t* keys, int64_t n, int bits, int64_t* order) {
   if (bits <= 32 && n <= (int64_t(1) << 32)) {
-    std::vector<uint64_t> items(n);
+    std::unique_ptr<uint64_t[]> items = uninitialized<uint64_t>(n);
     for (int64_t i = 0; i < n; ++i) items[i] = keys[i] << 32 | uint64_t(i);
-    radix_sort(items, bits, [](uint64_t item, int shift) { return item >> (32 + shift); });
+    radix_sort(items, n, bits, [](uint64_t item, int shift) { return item >> (32 + shift); });
     for (int64_t i = 0; i < n; ++i) order[i] = (int64_t)(items[i] & 0xffffffffu);
     return;
   }
@@ -58,9 +66,9 @@ void radix_argsort(const uint64_t* keys, int64_t n, int bits, int64_t* order) {
     uint64_t key;
     int64_t row;
   };
-  std::vector<Keyed> items(n);
+  std::unique_ptr<Keyed[]> items = uninitialized<Keyed>(n);
   for (int64_t i = 0; i < n; ++i) items[i] = {keys[i], i};
-  radix_sort(items, bits, [](const Keyed& item, int shift) { return item.key >> shift; });
+  radix_sort(items, n, bits, [](const Keyed& item, int shift) { return item.key >> shift; });
   for (int64_t i = 0; i < n; ++i) order[i] = items[i].row;
 }
 
@@ -75,10 +83,9 @@ struct TightPacking {
 // The tight packing of keys (their fields' spans) and the keys packed with it: straight loops
 // over the fields (no per-field loop or range check: every key is inside the spans), which the
 // compiler vectorizes.
-TightPacking tight_keys(const std::vector<int64_t>& keys, std::vector<uint64_t>& packed) {
+TightPacking tight_keys(const int64_t* keys, size_t n, uint64_t* packed) {
   TightPacking t;
   int64_t high[4];
-  const size_t n = keys.size();
   for (int f = 0; f < 4; ++f) {
     int64_t lo = INT64_MAX, hi = INT64_MIN;
     for (size_t i = 0; i < n; ++i) {
@@ -95,7 +102,6 @@ TightPacking tight_keys(const std::vector<int64_t>& keys, std::vector<uint64_t>&
     shift[f] = t.bits;
     t.bits += t.width[f];
   }
-  packed.resize(n);
   for (size_t i = 0; i < n; ++i) {
     uint64_t p = 0;
     for (int f = 0; f < 4; ++f) p |= uint64_t(key_field(keys[i], f) - t.low[f]) << shift[f];
@@ -104,17 +110,13 @@ TightPacking tight_keys(const std::vector<int64_t>& keys, std::vector<uint64_t>&
   return t;
 }
 
-}  // namespace
-
-namespace {
-
 // Each run's cell among the blocks' bitmaps (slot * cells + its cell in the block), made a first
-// run's as ~bit (negative), and the keys of the first runs in run order; seen: the bitmaps.
-// false for a slot or block run out of range or a negative key.
+// run's as ~bit (negative), and the keys of the first runs in run order (*firsts of them);
+// seen: the bitmaps. false for a slot or block run out of range or a negative key.
 bool mark_cells(const int64_t* run_keys, int64_t runs, const int32_t* block_run,
                 const int32_t* slot, int64_t block_runs, int64_t num_slots, int64_t shift,
-                std::vector<uint64_t>& seen, std::vector<int64_t>& bit_of_run,
-                std::vector<int64_t>& distinct) {
+                std::vector<uint64_t>& seen, int64_t* bit_of_run, int64_t* distinct,
+                int64_t* firsts) {
   int64_t used = 0;  // slots 0 .. used - 1 get a bitmap: a hash set's slots are a dense prefix
   for (int64_t b = 0; b < block_runs; ++b) {
     if (slot[b] < 0 || slot[b] >= num_slots) return false;
@@ -122,7 +124,7 @@ bool mark_cells(const int64_t* run_keys, int64_t runs, const int32_t* block_run,
   }
   const int64_t cells = int64_t(1) << (3 * shift), cell_mask = (int64_t(1) << shift) - 1;
   seen.assign(std::max<int64_t>(used * cells / 64, 1), 0);
-  bit_of_run.resize(runs);
+  int64_t m = 0;
   for (int64_t r = 0; r < runs; ++r) {
     if (block_run[r] < 0 || block_run[r] >= block_runs || run_keys[r] < 0) return false;
     const int64_t x = key_field(run_keys[r], 1) & cell_mask;
@@ -134,8 +136,10 @@ bool mark_cells(const int64_t* run_keys, int64_t runs, const int32_t* block_run,
     const bool first = !(word & mask);
     word |= mask;
     bit_of_run[r] = first ? ~bit : bit;
-    if (first) distinct.push_back(run_keys[r]);
+    distinct[m] = run_keys[r];  // kept where first
+    m += first;
   }
+  *firsts = m;
   return true;
 }
 
@@ -151,18 +155,19 @@ LS_API int ls_voxel_order_cpu(const int64_t* run_keys, int64_t runs, const int32
   }
   // The first run of each key: a bitmap of the cells of each block's slot.
   std::vector<uint64_t> seen;
-  std::vector<int64_t> bit_of_run, distinct;
-  distinct.reserve(runs);
+  std::unique_ptr<int64_t[]> bit_of_run = uninitialized<int64_t>(runs);
+  std::unique_ptr<int64_t[]> distinct = uninitialized<int64_t>(runs + 1);
+  int64_t m = 0;
   if (!mark_cells(run_keys, runs, block_run, slot, block_runs, num_slots, shift, seen,
-                  bit_of_run, distinct)) {
+                  bit_of_run.get(), distinct.get(), &m)) {
     return kStatusBadArgument;
   }
   // The distinct keys in order: rank[d] is the row of the d-th first run's key.
-  const int64_t m = (int64_t)distinct.size();
-  std::vector<uint64_t> packed;
-  const TightPacking tight = tight_keys(distinct, packed);
-  std::vector<int64_t> order(m), rank(m), sorted(m);
-  radix_argsort(packed.data(), m, tight.bits, order.data());
+  std::unique_ptr<uint64_t[]> packed = uninitialized<uint64_t>(m);
+  const TightPacking tight = tight_keys(distinct.get(), m, packed.get());
+  std::unique_ptr<int64_t[]> order = uninitialized<int64_t>(m), rank = uninitialized<int64_t>(m);
+  std::unique_ptr<int64_t[]> sorted = uninitialized<int64_t>(m);
+  radix_argsort(packed.get(), m, tight.bits, order.get());
   const int64_t axis_mask = kAxisCells - 1;
   for (int64_t v = 0; v < m; ++v) {
     const int64_t key = sorted[v] = distinct[order[v]];
@@ -179,7 +184,7 @@ LS_API int ls_voxel_order_cpu(const int64_t* run_keys, int64_t runs, const int32
   for (size_t w = 0; w < seen.size(); ++w) {
     below[w + 1] = below[w] + __builtin_popcountll(seen[w]);
   }
-  std::vector<int64_t> row_of_place(m);
+  std::unique_ptr<int64_t[]> row_of_place = uninitialized<int64_t>(m);
   for (int64_t r = 0, d = 0; r < runs; ++r) {
     const bool first = bit_of_run[r] < 0;
     const int64_t bit = first ? ~bit_of_run[r] : bit_of_run[r];
