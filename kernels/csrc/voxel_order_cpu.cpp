@@ -36,7 +36,9 @@ void radix_sort(std::unique_ptr<Item[]>& items, int64_t n, int bits, Digit digit
   const size_t buckets = size_t(1) << digit_bits;
   std::vector<int64_t> count(passes * buckets, 0);
   for (int64_t i = 0; i < n; ++i) {
-    for (int p = 0; p < passes; ++p) ++count[p * buckets + (digit(items[i], p * digit_bits) & mask)];
+    for (int p = 0; p < passes; ++p) {
+      ++count[p * buckets + (digit(items[i], p * digit_bits) & mask)];
+    }
   }
   std::unique_ptr<Item[]> other = uninitialized<Item>(n);
   for (int p = 0; p < passes; ++p) {
