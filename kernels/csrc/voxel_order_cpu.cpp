@@ -212,6 +212,24 @@ struct RecentBlock {
   int32_t row;   // its row in out
 };
 
+// pack_fields of n keys (block fields: each axis >> shift) into packed[0 .. n): straight-line
+// arithmetic the compiler vectorizes, one flag for the chunk; false for a negative key or a
+// field outside its width.
+bool pack_chunk(const int64_t* keys, int64_t n, int64_t shift, const int64_t* low,
+                const int32_t* widths, uint64_t* packed) {
+  const int wb = widths[0], wx = widths[1], wy = widths[2], wz = widths[3];
+  const int64_t lb = low[0], lx = low[1], ly = low[2], lz = low[3];
+  int64_t over = 0;  // a field's bits beyond its width (a negative one has them all)
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t key = keys[i];
+    const int64_t b = key_field(key, 0) - lb, x = (key_field(key, 1) >> shift) - lx;
+    const int64_t y = (key_field(key, 2) >> shift) - ly, z = (key_field(key, 3) >> shift) - lz;
+    over |= (key >> 63) | (b >> wb) | (x >> wx) | (y >> wy) | (z >> wz);
+    packed[i] = (((uint64_t(b) << wx | uint64_t(x)) << wy | uint64_t(y)) << wz) | uint64_t(z);
+  }
+  return over == 0;
+}
+
 }  // namespace
 
 LS_API int ls_block_keys_cpu(const int64_t* run_keys, int64_t runs, int64_t shift,
@@ -234,28 +252,35 @@ LS_API int ls_block_keys_cpu(const int64_t* run_keys, int64_t runs, int64_t shif
   int64_t t = 0;
   uint64_t last = 0;
   int32_t row = -1;  // the key row of the current run of runs in one block
-  for (int64_t r = 0; r < runs; ++r) {
-    if (run_keys[r] < 0) return kStatusBadArgument;
-    uint64_t packed;
-    if (!pack_fields(run_keys[r], shift, low, widths, &packed)) return kStatusBadArgument;
-    if (row < 0 || packed != last) {  // a new run of blocks: consecutive runs share most blocks
-      RecentBlock& seen = recent[(packed * 0x9E3779B97F4A7C15ull) >> (64 - kRecentBits)];
-      last = packed;
-      if (seen.key == packed) {
-        row = seen.row;
+  constexpr int64_t kChunk = 512;
+  uint64_t packed[kChunk];
+  for (int64_t begin = 0; begin < runs; begin += kChunk) {
+    const int64_t end = std::min(begin + kChunk, runs);
+    if (!pack_chunk(run_keys + begin, end - begin, shift, low, widths, packed)) {
+      return kStatusBadArgument;
+    }
+    for (int64_t r = begin; r < end; ++r) {
+      const uint64_t key = packed[r - begin];
+      if (row >= 0 && key == last) {  // consecutive runs share most blocks
         block_run[r] = row;
         continue;
       }
-      if (words == 1) {
-        out[t] = (int32_t)packed;
+      RecentBlock& seen = recent[(key * 0x9E3779B97F4A7C15ull) >> (64 - kRecentBits)];
+      last = key;
+      if (seen.key == key) {
+        row = seen.row;
       } else {
-        out[2 * t] = (int32_t)(uint32_t)packed;
-        out[2 * t + 1] = (int32_t)(uint32_t)(packed >> 32);
+        if (words == 1) {
+          out[t] = (int32_t)key;
+        } else {
+          out[2 * t] = (int32_t)(uint32_t)key;
+          out[2 * t + 1] = (int32_t)(uint32_t)(key >> 32);
+        }
+        row = (int32_t)t++;
+        seen = RecentBlock{key, row};
       }
-      row = (int32_t)t++;
-      seen = RecentBlock{packed, row};
+      block_run[r] = row;
     }
-    block_run[r] = row;
   }
   *count = t;
   return kStatusOk;
