@@ -22,9 +22,13 @@ from kernels.hashtable import ERROR_ROW_BITS, new_error_buffer
 
 AXIS_BITS = 17
 BATCH_BITS = 12
-# The voxelizer's hash set holds blocks of 2^BLOCK_SHIFT cells per axis, not cells: a KITTI frame
-# at 0.1 m has 60,152 voxels in 5,925 blocks of 8^3 (Open3D's table: 2.3 ms instead of 6.7)
-BLOCK_SHIFT = 3
+# The voxelizer's hash set holds blocks of 2^shift cells per axis, not cells: a KITTI frame at
+# 0.1 m has 60,152 voxels in 2,244 blocks of 16^3 (5,925 of 8^3). The first shift whose blocks'
+# bitmaps (2^(3 shift) bits each, one per block row at most) take at most BITMAP_BYTES_PER_RUN
+# bytes per run: 16^3 for the scans in shared/ but nuScenes' at 0.05 m (sparse: 8^3), and 8^3
+# for any frame (a scattered one: a block per run), which bounds the bitmaps by its runs.
+BLOCK_SHIFTS = (4, 3)
+BITMAP_BYTES_PER_RUN = 64
 
 
 def _read_only_points(points: np.ndarray) -> torch.Tensor:
@@ -109,21 +113,34 @@ def voxel_keys(
 class BlockKeys:
     words: np.ndarray  # int32 [block runs, 1 or 2]: one key per run of consecutive equal blocks
     block_run: np.ndarray  # int32 [runs]: the block run of each run
+    shift: int  # blocks of 2^shift cells per axis
 
 
-def block_keys(run_keys: np.ndarray, low: np.ndarray, high: np.ndarray) -> BlockKeys:
-    """The key of each run's block of 2^BLOCK_SHIFT cells per axis (the batch, then each axis's
-    field >> BLOCK_SHIFT minus its lowest, in as few bits as its span needs), one int32 where
-    they fit 31 bits (a KITTI frame at 0.1 m needs 20), else two; consecutive runs in one block
-    share one key row, and so does a block given out lately (4,096 recent blocks remembered by
-    a hash of their key): 66,060 runs, 17,409 runs of blocks, 6,503 rows for 5,925 blocks in that
-    frame; 31,573 runs, 26,958 runs of blocks, 8,035 rows for 7,879 blocks in the nuScenes frame
-    at 0.05 m. block_run[r] is run r's row. low, high: int [3], the lowest and highest x, y, z
-    fields of the keys (FrameKeys)."""
+def blocks_for(run_keys: np.ndarray, low: np.ndarray, high: np.ndarray) -> BlockKeys:
+    """block_keys at the first of BLOCK_SHIFTS whose bitmaps fit BITMAP_BYTES_PER_RUN (the last
+    always does: its bitmaps take at most that much per block row, and rows <= runs)."""
+    for shift in BLOCK_SHIFTS:
+        blocks = block_keys(run_keys, low, high, shift)
+        bitmaps = len(blocks.words) * (1 << (3 * shift)) // 8
+        if bitmaps <= BITMAP_BYTES_PER_RUN * len(run_keys) or shift == BLOCK_SHIFTS[-1]:
+            return blocks
+    raise AssertionError("unreachable")
+
+
+def block_keys(
+    run_keys: np.ndarray, low: np.ndarray, high: np.ndarray, shift: int = BLOCK_SHIFTS[0]
+) -> BlockKeys:
+    """The key of each run's block of 2^shift cells per axis (the batch, then each axis's field
+    >> shift minus its lowest, in as few bits as its span needs), one int32 where they fit 31
+    bits (a KITTI frame at 0.1 m needs 17), else two; consecutive runs in one block share one key
+    row, and so does a block given out lately (4,096 recent blocks remembered by a hash of their
+    key): 66,060 runs, 11,354 runs of blocks, 2,452 rows for 2,244 blocks of 16^3 in that frame
+    (17,409 runs of blocks, 6,503 rows for 5,925 blocks of 8^3). block_run[r] is run r's row.
+    low, high: int [3], the lowest and highest x, y, z fields of the keys (FrameKeys)."""
     runs = len(run_keys)
     batches = int(run_keys[-1] >> (3 * AXIS_BITS)) + 1 if runs else 1  # keys ascend by batch
-    block_low = [0] + [int(v) >> BLOCK_SHIFT for v in low]
-    block_high = [batches - 1] + [int(v) >> BLOCK_SHIFT for v in high]
+    block_low = [0] + [int(v) >> shift for v in low]
+    block_high = [batches - 1] + [int(v) >> shift for v in high]
     widths = [max(h - lo, 0).bit_length() for lo, h in zip(block_low, block_high)]
     words = 1 if sum(widths) <= 31 else 2
     out = torch.empty((runs, words), dtype=torch.int32)
@@ -134,7 +151,7 @@ def block_keys(run_keys: np.ndarray, low: np.ndarray, high: np.ndarray) -> Block
         "cpu",
         torch.from_numpy(np.ascontiguousarray(run_keys, dtype=np.int64)),
         runs,
-        BLOCK_SHIFT,
+        shift,
         torch.tensor(block_low, dtype=torch.int64),
         torch.tensor(widths, dtype=torch.int32),
         words,
@@ -142,7 +159,7 @@ def block_keys(run_keys: np.ndarray, low: np.ndarray, high: np.ndarray) -> Block
         block_run,
         count,
     )
-    return BlockKeys(out[: int(count)].numpy(), block_run.numpy())
+    return BlockKeys(out[: int(count)].numpy(), block_run.numpy(), shift)
 
 
 def voxel_sums(
@@ -197,9 +214,9 @@ def voxel_order(
     """(voxel row of every run, int32 [M, 4] distinct (batch, x, y, z) ascending) once a hash set
     has given each block run a slot (block_slot, one per blocks.words row, among num_slots):
     ls_voxel_order_cpu finds each key's first run in a bitmap of the block's cells per slot up to
-    the highest used (64 bytes each at BLOCK_SHIFT 3; Open3D's slots are a dense prefix, one per
-    block, so that is at most 64 bytes per run), sorts only the M distinct keys, and a repeat
-    takes the row its first run left at its bit's place among the set bits."""
+    the highest used (Open3D's slots are a dense prefix, one per block: blocks_for bounds them),
+    sorts only the M distinct keys, and a repeat takes the row its first run left at its bit's
+    place among the set bits."""
     runs = len(run_keys)
     voxel_of_run = torch.empty(runs, dtype=torch.int64)
     coords = torch.empty((runs, 4), dtype=torch.int32)
@@ -213,7 +230,7 @@ def voxel_order(
         torch.from_numpy(np.ascontiguousarray(block_slot, dtype=np.int32)),
         len(blocks.words),
         num_slots,
-        BLOCK_SHIFT,
+        blocks.shift,
         torch.from_numpy(np.ascontiguousarray(origin, dtype=np.int32)),
         voxel_of_run,
         coords,

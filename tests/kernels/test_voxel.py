@@ -101,7 +101,7 @@ def block_slots(runs: np.ndarray, blocks: voxel.BlockKeys) -> tuple[np.ndarray, 
 def order(runs: np.ndarray, origin=np.zeros(3, np.int32)) -> tuple[np.ndarray, np.ndarray]:
     """voxel_order of runs as the voxelizer calls it: block keys, then slots for them."""
     fields = np.stack([runs >> (34 - 17 * a) & MASK for a in range(3)], axis=1)
-    blocks = voxel.block_keys(runs, fields.min(0), fields.max(0))
+    blocks = voxel.blocks_for(runs, fields.min(0), fields.max(0))
     slots, num_slots = block_slots(runs, blocks)
     return voxel.voxel_order(runs, blocks, slots, num_slots, origin)
 
@@ -147,19 +147,20 @@ def test_order_gives_sorted_voxels_and_every_runs_row():
     with pytest.raises(KernelError, match="bad argument"):  # a slot beyond the table
         voxel.voxel_order(runs, blocks, slots, num_slots - 1, origin)
     with pytest.raises(KernelError, match="bad argument"):  # a block run beyond the slots
-        short = voxel.BlockKeys(blocks.words[:-1], blocks.block_run)
+        short = voxel.BlockKeys(blocks.words[:-1], blocks.block_run, blocks.shift)
         voxel.voxel_order(runs, short, slots[:-1], num_slots, origin)
     # two blocks given one slot: the same cell of each would be one voxel
-    two = np.array([8 << 34, 0], np.int64)  # cell (0, 0, 0) of blocks x = 1 and x = 0
-    blocks = voxel.block_keys(two, np.zeros(3, np.int64), np.array([8, 0, 0]))
+    two = np.array([16 << 34, 0], np.int64)  # cell (0, 0, 0) of blocks x = 1 and x = 0
+    blocks = voxel.block_keys(two, np.zeros(3, np.int64), np.array([16, 0, 0]))
     assert len(blocks.words) == 2
     assert len(order(two)[1]) == 2  # a slot each: two voxels
     with pytest.raises(KernelError, match="bad argument"):
         voxel.voxel_order(two, blocks, np.zeros(2, np.int32), 1, origin)
 
 
-@pytest.mark.parametrize("span", [150, 2**16])  # one int32 per block key, then two
-def test_block_keys_and_voxels_match_numpy(span):
+@pytest.mark.parametrize("shift", voxel.BLOCK_SHIFTS)
+@pytest.mark.parametrize("span", [150, 2**17 - 2100])  # one int32 per block key, then two
+def test_block_keys_and_voxels_match_numpy(span, shift):
     rng = np.random.default_rng(2)
     fields = rng.integers([100, 2000, 7], [100 + span, 2000 + span, 150], (4000, 3))
     batch = np.sort(rng.integers(0, 3, 4000))
@@ -169,8 +170,8 @@ def test_block_keys_and_voxels_match_numpy(span):
     rng.shuffle(runs[: len(runs) // 2])
     runs[len(runs) // 2 :].sort()
     low, high = fields.min(0), fields.max(0)
-    blocks = voxel.block_keys(runs, low, high)
-    # two int32 for batch 2 + x 14 + y 14 + z 5 bits
+    blocks = voxel.block_keys(runs, low, high, shift)
+    # two int32 for batch 2 + x 14 + y 14 + z 5 bits (blocks of 16^3: 13 + 13 + 4)
     assert blocks.words.dtype == np.int32 and blocks.words.shape[1] == (1 if span < 2**10 else 2)
     # rows given out in order, at most one per run of equal consecutive blocks, and a block
     # seen lately (the shuffled half's revisits) takes its earlier row: fewer rows than runs
@@ -180,7 +181,7 @@ def test_block_keys_and_voxels_match_numpy(span):
     assert seen[-1] == len(blocks.words) - 1
     assert (blocks.words[1:] != blocks.words[:-1]).any(axis=1).all()
     words = blocks.words[blocks.block_run]  # each run's block key
-    shift, mask = voxel.BLOCK_SHIFT, (1 << 17) - 1
+    mask = (1 << 17) - 1
     blocks_of_runs = np.stack(
         [runs >> 51] + [(runs >> (34 - 17 * a) & mask) >> shift for a in range(3)], axis=1
     )
@@ -205,7 +206,21 @@ def test_block_keys_and_voxels_match_numpy(span):
     assert np.array_equal(voxel_of_run, np.searchsorted(np.unique(runs), runs))
     assert len(coords) == len(np.unique(runs))
     with pytest.raises(KernelError, match="bad argument"):  # a field below the given lowest
-        voxel.block_keys(runs, low + 64, high)
+        voxel.block_keys(runs, low + 64, high, shift)
+
+
+def test_blocks_for_bounds_the_bitmaps_by_the_runs():
+    """16^3 blocks where a frame's runs share them, 8^3 where they would not (a block per run:
+    the bitmaps of 16^3 blocks would take 512 bytes a run)."""
+    rng = np.random.default_rng(4)
+    dense = np.sort(rng.integers(0, 64, (3000, 3)) @ np.array([1 << 34, 1 << 17, 1]))
+    scattered = np.arange(3000, dtype=np.int64) << 38  # x = 16 * i: a block each
+    for runs, shift in ((dense, 4), (scattered, 3)):
+        fields = np.stack([runs >> (34 - 17 * a) & MASK for a in range(3)], axis=1)
+        blocks = voxel.blocks_for(runs, fields.min(0), fields.max(0))
+        assert blocks.shift == shift
+        bitmaps = len(blocks.words) * (1 << (3 * shift)) // 8
+        assert bitmaps <= voxel.BITMAP_BYTES_PER_RUN * len(runs)
 
 
 def test_voxel_keys_do_not_depend_on_the_thread_count():
