@@ -189,8 +189,9 @@ LS_API int ls_voxel_keys_cpu(const float* points, int64_t n, int64_t cols, const
 #pragma omp parallel for schedule(static) if (num_parts > 1)
   for (int c = 0; c < num_parts; ++c) {
     const int64_t add = first_run + shift[c];
+    if (add == 0) continue;  // a batch's first part: numbered from 0 already
     for (int64_t i = parts[c].begin; i < parts[c].end; ++i) {
-      if (run_of_point[i] >= 0) run_of_point[i] += add;
+      run_of_point[i] += run_of_point[i] >= 0 ? add : 0;  // branch-free: vectorized
     }
   }
   int64_t low[3] = {kAxisCells, kAxisCells, kAxisCells}, high[3] = {-1, -1, -1};
