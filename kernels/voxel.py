@@ -22,13 +22,12 @@ from kernels.hashtable import ERROR_ROW_BITS, new_error_buffer
 
 AXIS_BITS = 17
 BATCH_BITS = 12
-# The voxelizer's hash set holds blocks of 2^shift cells per axis, not cells: a KITTI frame at
-# 0.1 m has 60,152 voxels in 2,244 blocks of 16^3 (5,925 of 8^3). The first shift whose blocks'
-# bitmaps (2^(3 shift) bits each, one per block row at most) take at most BITMAP_BYTES_PER_RUN
-# bytes per run: 16^3 for the scans in shared/ but nuScenes' at 0.05 m (sparse: 8^3), and 8^3
-# for any frame (a scattered one: a block per run), which bounds the bitmaps by its runs.
-BLOCK_SHIFTS = (4, 3)
-BITMAP_BYTES_PER_RUN = 64
+# The voxelizer's hash set holds blocks of 2^BLOCK_SHIFT cells per axis, not cells, as Open3D's
+# VoxelBlockGrid does (16^3, its default block_resolution): a KITTI frame at 0.1 m has 60,152
+# voxels in 2,244 blocks (5,925 of 8^3). The ordering kernel keeps a bitmap of 8^3 cells (64
+# bytes) for each eighth of a block that has voxels: at most 64 bytes a run, plus an index of
+# 32 bytes a block.
+BLOCK_SHIFT = 4
 
 
 def _read_only_points(points: np.ndarray) -> torch.Tensor:
@@ -116,19 +115,8 @@ class BlockKeys:
     shift: int  # blocks of 2^shift cells per axis
 
 
-def blocks_for(run_keys: np.ndarray, low: np.ndarray, high: np.ndarray) -> BlockKeys:
-    """block_keys at the first of BLOCK_SHIFTS whose bitmaps fit BITMAP_BYTES_PER_RUN (the last
-    always does: its bitmaps take at most that much per block row, and rows <= runs)."""
-    for shift in BLOCK_SHIFTS:
-        blocks = block_keys(run_keys, low, high, shift)
-        bitmaps = len(blocks.words) * (1 << (3 * shift)) // 8
-        if bitmaps <= BITMAP_BYTES_PER_RUN * len(run_keys) or shift == BLOCK_SHIFTS[-1]:
-            return blocks
-    raise AssertionError("unreachable")
-
-
 def block_keys(
-    run_keys: np.ndarray, low: np.ndarray, high: np.ndarray, shift: int = BLOCK_SHIFTS[0]
+    run_keys: np.ndarray, low: np.ndarray, high: np.ndarray, shift: int = BLOCK_SHIFT
 ) -> BlockKeys:
     """The key of each run's block of 2^shift cells per axis (the batch, then each axis's field
     >> shift minus its lowest, in as few bits as its span needs), one int32 where they fit 31
@@ -213,10 +201,10 @@ def voxel_order(
 ) -> tuple[np.ndarray, np.ndarray]:
     """(voxel row of every run, int32 [M, 4] distinct (batch, x, y, z) ascending) once a hash set
     has given each block run a slot (block_slot, one per blocks.words row, among num_slots):
-    ls_voxel_order_cpu finds each key's first run in a bitmap of the block's cells per slot up to
-    the highest used (Open3D's slots are a dense prefix, one per block: blocks_for bounds them),
-    sorts only the M distinct keys, and a repeat takes the row its first run left at its bit's
-    place among the set bits."""
+    ls_voxel_order_cpu finds each key's first run in bitmaps of 8^3 cells, made for the eighths
+    of a slot's block that have voxels (an index of them per slot up to the highest used:
+    Open3D's slots are a dense prefix, one per block), sorts only the M distinct keys, and a
+    repeat takes the row its first run left at its bit's place among the set bits."""
     runs = len(run_keys)
     voxel_of_run = torch.empty(runs, dtype=torch.int64)
     coords = torch.empty((runs, 4), dtype=torch.int32)

@@ -2,9 +2,9 @@
 
 One kernel pass over the points (kernels/voxel.py) checks them, packs their cells into 64-bit
 keys and collapses runs of equal keys (consecutive LiDAR points often share a voxel); Open3D's
-hash set finds the occupied blocks of 16^3 voxels (8^3 for a sparse frame) and a bitmap per block
-the distinct keys among the runs; only those are sorted; a last kernel pass sums the voxels'
-features in point order and divides them.
+hash set finds the occupied blocks of 16^3 voxels and bitmaps in each block the distinct keys
+among the runs; only those are sorted; a last kernel pass sums the voxels' features in point
+order and divides them.
 
 Every input point is accounted for: a point is either in a voxel or ignored (non-finite, or
 outside the configured range) and counted as such. Voxels are in ascending (batch, x, y, z)
@@ -201,19 +201,19 @@ def _distinct_in_order(
     runs' packed keys (axis fields between low and high).
 
     Two levels, as Open3D's VoxelBlockGrid hashes blocks of voxels: Open3D's tensor hash set
-    holds the occupied blocks of 16^3 cells (8^3 where their bitmaps would take more than 64
-    bytes a run: kernels/voxel.py blocks_for) and gives each a slot; a bitmap of its cells per
-    slot finds each voxel's first run; the kernel orders the distinct keys (only those M are
-    sorted). Open3D's CPU table costs about 110 ns to insert a new key and 80 to free it: a KITTI
+    holds the occupied blocks of 16^3 cells (kernels/voxel.py BLOCK_SHIFT) and gives each a slot;
+    bitmaps of 8^3 cells, made for the eighths of a slot's block that have voxels, find each
+    voxel's first run; the kernel orders the distinct keys (only those M are sorted). Open3D's CPU table costs about 110 ns to insert a new key and 80 to free it: a KITTI
     frame at 0.1 m has 60,152 voxels but 2,244 blocks of 16^3 (5,925 of 8^3); it is given one key
     per run of consecutive runs in one block, and none for a block given out lately (2,452 keys
     instead of 66,060), and only the copies that insert() did not place are looked up again.
-    Blocks of 8^3 (6,503 keys) took the table 1.2 ms on the Intel Xeon, 16^3 0.5 ms, and the
-    stage 5.4 -> 4.4 ms (KITTI at 0.05 m 8.4 -> 7.0, Ouster at 0.05 m 10.4 -> 8.5)."""
+    Blocks of 8^3 (6,503 keys) took the table 1.2 ms on the Intel Xeon, 16^3 0.5 ms; the stage
+    5.7 -> 5.1 ms, and for the sparser nuScenes frame 3.3 -> 2.9 (paired runs, one process).
+    Blocks of 32^3 were 3-10 % faster still, but leave Open3D's hash set with little to do."""
     assert o3c is not None  # voxelize() takes the sorting fallback without Open3D
     if len(run_keys) == 0:
         return np.zeros(0, np.int64), np.zeros((0, 4), np.int32)
-    blocks = voxel_kernels.blocks_for(run_keys, low, high)
+    blocks = voxel_kernels.block_keys(run_keys, low, high)
     words = blocks.words
     keys = o3c.Tensor.from_numpy(words)  # shares the array: no copy
     table = o3c.HashSet(len(words), key_dtype=o3c.int32, key_element_shape=(words.shape[1],))

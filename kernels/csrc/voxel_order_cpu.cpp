@@ -112,27 +112,44 @@ TightPacking tight_keys(const int64_t* keys, size_t n, uint64_t* packed) {
   return t;
 }
 
-// Each run's cell among the blocks' bitmaps (slot * cells + its cell in the block), made a first
-// run's as ~bit (negative), and the keys of the first runs in run order (*firsts of them);
-// seen: the bitmaps. false for a slot or block run out of range or a negative key.
+// A block's cells in bitmaps of 8^3 cells (64 bytes), made as its runs first touch them: a
+// sparse block of 16^3 or 32^3 cells takes only the eighths or 64ths it has voxels in.
+constexpr int64_t kSubShift = 3, kMaxShift = 4, kSubCells = int64_t(1) << (3 * kSubShift);
+constexpr int64_t kSubWords = kSubCells / 64;
+
+// Each run's cell among the bitmaps (its bitmap * 512 + its cell in it), made a first run's as
+// ~bit (negative), and the keys of the first runs in run order (*firsts of them); seen: the
+// bitmaps, side by side. false for a slot or block run out of range or a negative key.
 bool mark_cells(const int64_t* run_keys, int64_t runs, const int32_t* block_run,
                 const int32_t* slot, int64_t block_runs, int64_t num_slots, int64_t shift,
                 std::vector<uint64_t>& seen, int64_t* bit_of_run, int64_t* distinct,
                 int64_t* firsts) {
-  int64_t used = 0;  // slots 0 .. used - 1 get a bitmap: a hash set's slots are a dense prefix
+  int64_t used = 0;  // slots 0 .. used - 1 are indexed: a hash set's slots are a dense prefix
   for (int64_t b = 0; b < block_runs; ++b) {
     if (slot[b] < 0 || slot[b] >= num_slots) return false;
     used = std::max(used, (int64_t)slot[b] + 1);
   }
-  const int64_t cells = int64_t(1) << (3 * shift), cell_mask = (int64_t(1) << shift) - 1;
-  seen.assign(std::max<int64_t>(used * cells / 64, 1), 0);
+  const int64_t sub_bits = shift - kSubShift, subs = int64_t(1) << (3 * sub_bits);
+  const int64_t cell_mask = (int64_t(1) << shift) - 1, low_mask = (1 << kSubShift) - 1;
+  std::vector<int32_t> bitmap_of(used * subs, -1);  // (slot, eighth): its bitmap, -1: none yet
+  seen.clear();
+  seen.reserve(std::min(runs, used * subs) * kSubWords);
   int64_t m = 0;
   for (int64_t r = 0; r < runs; ++r) {
     if (block_run[r] < 0 || block_run[r] >= block_runs || run_keys[r] < 0) return false;
     const int64_t x = key_field(run_keys[r], 1) & cell_mask;
     const int64_t y = key_field(run_keys[r], 2) & cell_mask;
     const int64_t z = key_field(run_keys[r], 3) & cell_mask;
-    const int64_t bit = slot[block_run[r]] * cells + ((x << shift | y) << shift | z);
+    const int64_t sub = ((x >> kSubShift) << sub_bits | y >> kSubShift) << sub_bits |
+                        z >> kSubShift;
+    int32_t& bitmap = bitmap_of[slot[block_run[r]] * subs + sub];
+    if (bitmap < 0) {
+      bitmap = (int32_t)(seen.size() / kSubWords);
+      seen.resize(seen.size() + kSubWords, 0);
+    }
+    const int64_t cell = ((x & low_mask) << kSubShift | (y & low_mask)) << kSubShift |
+                         (z & low_mask);
+    const int64_t bit = bitmap * kSubCells + cell;
     uint64_t& word = seen[bit >> 6];
     const uint64_t mask = uint64_t(1) << (bit & 63);
     const bool first = !(word & mask);
@@ -151,11 +168,11 @@ LS_API int ls_voxel_order_cpu(const int64_t* run_keys, int64_t runs, const int32
                               const int32_t* slot, int64_t block_runs, int64_t num_slots,
                               int64_t shift, const int32_t* origin, int64_t* voxel_of_run,
                               int32_t* coords, int64_t* num_voxels) {
-  if (runs < 0 || runs > INT32_MAX || block_runs < 0 || num_slots < 0 || shift < 1 ||
-      shift > 4) {
+  if (runs < 0 || runs > INT32_MAX || block_runs < 0 || num_slots < 0 ||
+      shift < kSubShift || shift > kMaxShift) {
     return kStatusBadArgument;
   }
-  // The first run of each key: a bitmap of the cells of each block's slot.
+  // The first run of each key: bitmaps of the cells of each block's slot.
   std::vector<uint64_t> seen;
   std::unique_ptr<int64_t[]> bit_of_run = uninitialized<int64_t>(runs);
   std::unique_ptr<int64_t[]> distinct = uninitialized<int64_t>(runs + 1);

@@ -101,7 +101,7 @@ def block_slots(runs: np.ndarray, blocks: voxel.BlockKeys) -> tuple[np.ndarray, 
 def order(runs: np.ndarray, origin=np.zeros(3, np.int32)) -> tuple[np.ndarray, np.ndarray]:
     """voxel_order of runs as the voxelizer calls it: block keys, then slots for them."""
     fields = np.stack([runs >> (34 - 17 * a) & MASK for a in range(3)], axis=1)
-    blocks = voxel.blocks_for(runs, fields.min(0), fields.max(0))
+    blocks = voxel.block_keys(runs, fields.min(0), fields.max(0))
     slots, num_slots = block_slots(runs, blocks)
     return voxel.voxel_order(runs, blocks, slots, num_slots, origin)
 
@@ -158,7 +158,7 @@ def test_order_gives_sorted_voxels_and_every_runs_row():
         voxel.voxel_order(two, blocks, np.zeros(2, np.int32), 1, origin)
 
 
-@pytest.mark.parametrize("shift", voxel.BLOCK_SHIFTS)
+@pytest.mark.parametrize("shift", [3, voxel.BLOCK_SHIFT])
 @pytest.mark.parametrize("span", [150, 2**17 - 2100])  # one int32 per block key, then two
 def test_block_keys_and_voxels_match_numpy(span, shift):
     rng = np.random.default_rng(2)
@@ -207,20 +207,6 @@ def test_block_keys_and_voxels_match_numpy(span, shift):
     assert len(coords) == len(np.unique(runs))
     with pytest.raises(KernelError, match="bad argument"):  # a field below the given lowest
         voxel.block_keys(runs, low + 64, high, shift)
-
-
-def test_blocks_for_bounds_the_bitmaps_by_the_runs():
-    """16^3 blocks where a frame's runs share them, 8^3 where they would not (a block per run:
-    the bitmaps of 16^3 blocks would take 512 bytes a run)."""
-    rng = np.random.default_rng(4)
-    dense = np.sort(rng.integers(0, 64, (3000, 3)) @ np.array([1 << 34, 1 << 17, 1]))
-    scattered = np.arange(3000, dtype=np.int64) << 38  # x = 16 * i: a block each
-    for runs, shift in ((dense, 4), (scattered, 3)):
-        fields = np.stack([runs >> (34 - 17 * a) & MASK for a in range(3)], axis=1)
-        blocks = voxel.blocks_for(runs, fields.min(0), fields.max(0))
-        assert blocks.shift == shift
-        bitmaps = len(blocks.words) * (1 << (3 * shift)) // 8
-        assert bitmaps <= voxel.BITMAP_BYTES_PER_RUN * len(runs)
 
 
 def test_voxel_keys_do_not_depend_on_the_thread_count():
