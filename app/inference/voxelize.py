@@ -203,10 +203,11 @@ def _distinct_in_order(
     Two levels, as Open3D's VoxelBlockGrid hashes blocks of voxels: Open3D's tensor hash set
     holds the occupied blocks of 16^3 cells (kernels/voxel.py BLOCK_SHIFT) and gives each a slot;
     bitmaps of 8^3 cells, made for the eighths of a slot's block that have voxels, find each
-    voxel's first run; the kernel orders the distinct keys (only those M are sorted). Open3D's CPU table costs about 110 ns to insert a new key and 80 to free it: a KITTI
-    frame at 0.1 m has 60,152 voxels but 2,244 blocks of 16^3 (5,925 of 8^3); it is given one key
-    per run of consecutive runs in one block, and none for a block given out lately (2,452 keys
-    instead of 66,060), and only the copies that insert() did not place are looked up again.
+    voxel's first run; the kernel orders the distinct keys (only those M are sorted). Open3D's
+    CPU table costs about 110 ns to insert a new key and 80 to free it: a KITTI frame at 0.1 m
+    has 60,152 voxels but 2,244 blocks of 16^3 (5,925 of 8^3); it is given one key per run of
+    consecutive runs in one block, and none for a block given out lately (2,452 keys instead of
+    66,060), and only the copies that insert() did not place are looked up again.
     Blocks of 8^3 (6,503 keys) took the table 1.2 ms on the Intel Xeon, 16^3 0.5 ms; the stage
     5.7 -> 5.1 ms, and for the sparser nuScenes frame 3.3 -> 2.9 (paired runs, one process).
     Blocks of 32^3 were 3-10 % faster still, but leave Open3D's hash set with little to do."""
