@@ -54,14 +54,18 @@ void radix_sort(std::unique_ptr<Item[]>& items, int64_t n, int bits, Digit digit
   }
 }
 
-// order[n] such that keys[order] ascends, equal keys in row order. Keys of at most 32 bits travel
-// with their row in one 64-bit word (half the memory traffic of a key and a row).
+// order[n] such that keys[order] ascends, equal keys in row order. Where a key's bits and a row's
+// fit 64 together (a KITTI frame's 60,152 keys of 29 bits and rows of 16; Ouster's 103,075 at
+// 0.05 m: 34 and 17), they travel as one word (half the memory traffic of a key and a row).
 void radix_argsort(const uint64_t* keys, int64_t n, int bits, int64_t* order) {
-  if (bits <= 32 && n <= (int64_t(1) << 32)) {
+  const int row_bits = std::max(bit_length((uint64_t)std::max<int64_t>(n - 1, 0)), 1);
+  if (bits + row_bits <= 64) {
     std::unique_ptr<uint64_t[]> items = uninitialized<uint64_t>(n);
-    for (int64_t i = 0; i < n; ++i) items[i] = keys[i] << 32 | uint64_t(i);
-    radix_sort(items, n, bits, [](uint64_t item, int shift) { return item >> (32 + shift); });
-    for (int64_t i = 0; i < n; ++i) order[i] = (int64_t)(items[i] & 0xffffffffu);
+    for (int64_t i = 0; i < n; ++i) items[i] = keys[i] << row_bits | uint64_t(i);
+    radix_sort(items, n, bits,
+               [row_bits](uint64_t item, int shift) { return item >> (row_bits + shift); });
+    const uint64_t row_mask = (uint64_t(1) << row_bits) - 1;
+    for (int64_t i = 0; i < n; ++i) order[i] = (int64_t)(items[i] & row_mask);
     return;
   }
   struct Keyed {
