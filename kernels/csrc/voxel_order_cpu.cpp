@@ -117,7 +117,8 @@ TightPacking tight_keys(const int64_t* keys, size_t n, uint64_t* packed) {
 }
 
 // A block's cells in bitmaps of 8^3 cells (64 bytes), made as its runs first touch them: a
-// sparse block of 16^3 or 32^3 cells takes only the eighths or 64ths it has voxels in.
+// block of 16^3 cells takes only the eighths it has voxels in (at most 64 bytes a run), plus
+// an index of its eighths (32 bytes a block).
 constexpr int64_t kSubShift = 3, kMaxShift = 4, kSubCells = int64_t(1) << (3 * kSubShift);
 constexpr int64_t kSubWords = kSubCells / 64;
 
