@@ -1,8 +1,8 @@
 """The voxelizer's per-point passes on the host (csrc/voxel_cpu.cpp, voxel_order_cpu.cpp): packed
-cell keys with their runs, the runs' block keys, the first run of each key once Open3D's hash set
-has given every block a slot, the ordered voxels, and per-voxel feature sums
-(app/inference/voxelize.py); these passes replace a dozen numpy passes over the points and a hash
-set entry per voxel.
+cell keys with their runs, the runs' block keys, the ordered voxels once Open3D's hash set has
+given every block a slot (each key's first run, the distinct keys sorted, every run's voxel),
+and every point's voxel with the voxels' feature sums and means (app/inference/voxelize.py);
+these passes replace a dozen numpy passes over the points and a hash set entry per voxel.
 
 Keys pack (batch, x, y, z) as batch << 51 | x << 34 | y << 17 | z, each axis taken from `origin`
 (AXIS_BITS bits per axis, BATCH_BITS for the batch), so ascending keys are ascending
