@@ -186,7 +186,12 @@ class SegmentationPipeline:
             if voxel_labels is None:
                 assert logits is not None
                 voxel_labels = voxel_classes(logits)
-            rows = torch.bincount(batch.coords[:, 0].long(), minlength=len(frames)).tolist()
+            # voxels per frame (one frame has them all: no bincount, 0.2 ms for 60k voxels)
+            rows = (
+                [len(batch.coords)]
+                if len(frames) == 1
+                else torch.bincount(batch.coords[:, 0].long(), minlength=len(frames)).tolist()
+            )
             for b, (points, mapping) in enumerate(zip(frames, batch.point_to_voxel)):
                 labels = devoxelize(voxel_labels, mapping, IGNORE_LABEL)
                 results.append(
