@@ -55,21 +55,24 @@ def cpu_name() -> str:
 
 
 class PlanRecorder:
-    """Wraps EngineConfig.plan to keep every conv's (plan, Cin, Cout)."""
+    """Wraps EngineConfig.plan to keep every conv's (plan, Cin, Cout), and the maps (a plan holds
+    its map weakly: they would go with the frame's tensors)."""
 
     def __init__(self, config: EngineConfig):
         self.convs: list[tuple] = []
+        self.kmaps: dict = {}
         original = config.plan
 
         def plan(kmap, cin, cout, device):
-            p = original(kmap, cin, cout, device)
-            self.convs.append((p, cin, cout))
-            return p
+            made = original(kmap, cin, cout, device)  # (plan, whether the conv runs in int8)
+            self.convs.append((made[0], cin, cout))
+            self.kmaps[id(kmap)] = kmap
+            return made
 
         object.__setattr__(config, "plan", plan)
 
     def figures(self, config: EngineConfig) -> dict:
-        kmaps = {id(p.kmap): p.kmap for p, _, _ in self.convs}
+        kmaps = self.kmaps
         plans = {id(p): p for p, _, _ in self.convs if not p.fused}
         maps = sum((k.in_idx.numel() + k.out_idx.numel()) * 4 for k in kmaps.values())
         idx = sum(p.rows * 8 for p in plans.values())

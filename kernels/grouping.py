@@ -15,6 +15,7 @@ height. gather_idx / scatter_idx name the input / output row of every buffer row
 from __future__ import annotations
 
 import functools
+import weakref
 from dataclasses import dataclass, field
 
 import torch
@@ -78,9 +79,19 @@ class ExecutionPlan:
     num_in: int
     num_out: int
     identity: int | None
-    kmap: KernelMap = field(repr=False)
+    # the map, weakly: the map caches its plans, and a strong reference back would make a cycle
+    # that only the cyclic GC frees (each frame's maps, plans and index tensors left on the heap
+    # until then: the heap grew by a frame's worth a request and later ones faulted in fresh pages)
+    kmap_ref: weakref.ref = field(repr=False)
     fused: bool = False  # CPU: run fused gather-GEMM-scatter over the map instead of launches
     chunk_cache: dict = field(default_factory=dict, repr=False)  # kernels/chunking.py
+
+    @property
+    def kmap(self) -> KernelMap:
+        kmap = self.kmap_ref()
+        if kmap is None:
+            raise RuntimeError("this plan's kernel map is gone (a plan lives as long as its map)")
+        return kmap
 
     @property
     def rows(self) -> int:
@@ -142,7 +153,7 @@ def build_plan(
             kmap.num_in,
             kmap.num_out,
             kmap.identity,
-            kmap,
+            weakref.ref(kmap),
             fused,
         )
     return kmap.plans[key]
