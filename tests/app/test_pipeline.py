@@ -152,7 +152,7 @@ def test_the_one_pass_head_labels_as_the_logits_do(pipeline, monkeypatch):
 def test_a_frame_leaves_no_reference_cycle(pipeline):
     """A frame's maps, plans and features go when the frame does (refcounts), not when the
     cyclic collector next runs: a kernel map caches its plans and a plan holds its map weakly.
-    (With the cycle, 319 objects a frame, the frame's index tensors among them, waited for it.)"""
+    (With the cycle, 543 objects of this frame, its index tensors among them, waited for it.)"""
     rng = np.random.default_rng(8)
     points = np.concatenate(
         [rng.uniform(-20, 20, (4000, 3)), rng.uniform(0, 1, (4000, 1))], axis=1
