@@ -241,7 +241,9 @@ class _SparseConvFunction(torch.autograd.Function):
         feats, weight = feats.contiguous(), weight.contiguous()
         out = _conv(feats, weight, plan, False, run, epilogue)  # [N, Cout]
         ctx.save_for_backward(feats, weight)
-        ctx.plan, ctx.run = plan, run
+        # the map too: a plan holds it weakly, and the backward pass may come after the sparse
+        # tensors that held it are gone
+        ctx.plan, ctx.kmap, ctx.run = plan, plan.kmap, run
         return out
 
     @staticmethod
