@@ -129,7 +129,8 @@ class Bench:
         fused = dataflow == "fused"
 
         def plan_once():
-            p = build_plan(dataclasses.replace(kmap, plans={}), eps, thr, fused=fused)
+            fresh = dataclasses.replace(kmap, plans={})  # held here: a plan holds it weakly
+            p = build_plan(fresh, eps, thr, fused=fused)
             if self.cuda:
                 _ = p.scatter_csr  # the deterministic scatter's CSR
             elif fused:
