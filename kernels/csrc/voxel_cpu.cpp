@@ -18,6 +18,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "api.h"
@@ -73,6 +74,19 @@ inline int64_t clamped_floor(float q) {
   return (int64_t)(high > -kFar ? high : -kFar);
 }
 
+// f(std::integral_constant<int, C>{}) with C = cols for the sensors' layouts (x y z; x y z
+// intensity; nuScenes' five columns), else C = 0: the passes below take C as a stride the
+// compiler knows, which lets it vectorize their loads.
+template <typename F>
+void by_columns(int64_t cols, F&& f) {
+  switch (cols) {
+    case 3: f(std::integral_constant<int, 3>{}); break;
+    case 4: f(std::integral_constant<int, 4>{}); break;
+    case 5: f(std::integral_constant<int, 5>{}); break;
+    default: f(std::integral_constant<int, 0>{});
+  }
+}
+
 // The keys (or kKey* codes) of points [begin, end) into key[0 .. end - begin): no branch and
 // no store but the key, so the compiler vectorizes it (the divisions most of all). kCols > 0:
 // points of that many columns (a stride the compiler knows: it then vectorizes the loads too);
@@ -108,12 +122,10 @@ void keys_of_part(const float* points, int64_t cols, const float* params, const 
   int64_t low[3] = {kAxisCells, kAxisCells, kAxisCells}, high[3] = {-1, -1, -1};
   for (int64_t begin = part.begin; begin < part.end; begin += kChunk) {
     const int64_t end = std::min(begin + kChunk, part.end);
-    switch (cols) {  // the sensors' layouts: x y z, x y z intensity, nuScenes' five columns
-      case 3: chunk_keys<3>(points, cols, params, origin, batch_bits, begin, end, key); break;
-      case 4: chunk_keys<4>(points, cols, params, origin, batch_bits, begin, end, key); break;
-      case 5: chunk_keys<5>(points, cols, params, origin, batch_bits, begin, end, key); break;
-      default: chunk_keys<0>(points, cols, params, origin, batch_bits, begin, end, key);
-    }
+    by_columns(cols, [&](auto layout) {
+      chunk_keys<decltype(layout)::value>(points, cols, params, origin, batch_bits, begin, end,
+                                          key);
+    });
     for (int64_t i = begin; i < end; ++i) {
       const int64_t k = key[i - begin];
       run_of_point[i] = -1;
@@ -239,12 +251,9 @@ LS_API int ls_valid_points_cpu(const float* points, int64_t n, int64_t cols, con
   // threads in teams than CPUs, libgomp stops spinning at all (its throttled spin count, 0
   // under OMP_WAIT_POLICY=passive), and every one of the worker's 145 parallel regions a frame
   // pays a thread's wake-up again (server network stage 74 -> 80-84 ms, in-process unchanged).
-  switch (cols) {
-    case 3: classify_points<3>(points, n, cols, params, keep, counts); break;
-    case 4: classify_points<4>(points, n, cols, params, keep, counts); break;
-    case 5: classify_points<5>(points, n, cols, params, keep, counts); break;
-    default: classify_points<0>(points, n, cols, params, keep, counts);
-  }
+  by_columns(cols, [&](auto layout) {
+    classify_points<decltype(layout)::value>(points, n, cols, params, keep, counts);
+  });
   return kStatusOk;
 }
 
