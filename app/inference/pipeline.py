@@ -186,12 +186,11 @@ class SegmentationPipeline:
             if voxel_labels is None:
                 assert logits is not None
                 voxel_labels = voxel_classes(logits)
-            # voxels per frame (one frame has them all: no bincount, 0.2 ms for 60k voxels)
-            rows = (
-                [len(batch.coords)]
-                if len(frames) == 1
-                else torch.bincount(batch.coords[:, 0].long(), minlength=len(frames)).tolist()
-            )
+            # voxels per frame: the rows ascend by batch (a bincount of them took 0.2 ms)
+            batch_of_row = batch.coords[:, 0].contiguous()
+            frame_ids = torch.arange(len(frames) + 1, dtype=batch_of_row.dtype)
+            edges = torch.searchsorted(batch_of_row, frame_ids.to(batch_of_row.device))
+            rows = edges.diff().tolist()
             for b, (points, mapping) in enumerate(zip(frames, batch.point_to_voxel)):
                 labels = devoxelize(voxel_labels, mapping, IGNORE_LABEL)
                 results.append(

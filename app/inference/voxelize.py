@@ -210,7 +210,7 @@ def _distinct_in_order(
     66,060), and only the copies that insert() did not place are looked up again.
     Blocks of 8^3 (6,503 keys) took the table 1.2 ms on the Intel Xeon, 16^3 0.5 ms; the stage
     5.7 -> 5.1 ms, and for the sparser nuScenes frame 3.3 -> 2.9 (paired runs, one process).
-    Blocks of 32^3 were 3-10 % faster still, but leave Open3D's hash set with little to do."""
+    Blocks of 32^3 were 0-13 % faster still, but leave Open3D's hash set with little to do."""
     assert o3c is not None  # voxelize() takes the sorting fallback without Open3D
     if len(run_keys) == 0:
         return np.zeros(0, np.int64), np.zeros((0, 4), np.int32)
