@@ -204,19 +204,23 @@ def _cpu_op(op: str) -> tuple[str, Any, tuple[tuple[Param, Any, int, int], ...]]
 
 
 def _call_cpu(op: str, args: tuple) -> None:
-    """call() on the CPU: a contiguous CPU tensor of the declared dtype and an int in range go
-    straight through (about 3 us a call instead of 7 to 20: a frame makes about 110 calls on
-    the thread that runs the network); anything else takes _convert's checks and messages."""
+    """call() on the CPU: a contiguous CPU tensor of the declared dtype, None for a pointer
+    (NULL) and an int in range go straight through (about 3 us a call instead of 7 to 20: a
+    frame makes about 110 calls on the thread that runs the network); anything else takes
+    _convert's checks and messages."""
     name, fn, spec = _cpu_op(op)
     if len(args) != len(spec):
         raise _arity_error(name, [s[0] for s in spec], len(args))
-    c_args = []
+    c_args: list[int | None] = []
     for (p, want, lo, hi), a in zip(spec, args):
-        if want is not None and isinstance(a, torch.Tensor):
-            if a.dtype is want and a.is_cpu and a.is_contiguous():
+        if want is not None:
+            if isinstance(a, torch.Tensor) and a.dtype is want and a.is_cpu and a.is_contiguous():
                 c_args.append(a.data_ptr())
                 continue
-        elif want is None and type(a) is int and lo <= a < hi:
+            if a is None:  # NULL
+                c_args.append(None)
+                continue
+        elif type(a) is int and lo <= a < hi:
             c_args.append(a)
             continue
         c_args.append(_convert(name, p, a, CPU))

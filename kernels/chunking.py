@@ -20,6 +20,7 @@ import threading
 import time
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from .grouping import ExecutionPlan
@@ -141,6 +142,18 @@ class Workspace:
         """This thread's dict for what one call leaves for the next (kernels/int8.py keeps the
         last quantized input, and the outputs int8 convs quantized as they made them, there)."""
         return self._local.__dict__.setdefault("memo", {})
+
+    def flag(self, slot: int) -> tuple[torch.Tensor, np.ndarray]:
+        """An int64 [1] flag for a kernel to set, cleared: the tensor to pass and a numpy view of
+        it to read (a numpy read and write, where torch.zeros and .item() cost about 5 us a conv
+        in a frame's Python)."""
+        flags = self._local.__dict__.setdefault("flags", {})
+        made = flags.get(slot)
+        if made is None:
+            array = np.zeros(1, np.int64)
+            made = flags[slot] = (torch.from_numpy(array), array)
+        made[1][0] = 0
+        return made
 
     def get(
         self,

@@ -29,7 +29,9 @@ from . import backend
 from .concat import RowConcat
 from .chunking import Chunk, Piece, Workspace, chunks, default_cap, rows_under_cap
 from .fused import fused_output, walk_args
+from .bf16 import conv_bf16
 from .grouping import ExecutionPlan, build_plan
+from .int8 import conv_int8
 from .kmap import KernelMap
 from .precision import fallback
 from .rows import gather_rows, scatter_add_rows, scatter_add_unique
@@ -289,18 +291,13 @@ def _check_args(feats, weight, kmap: KernelMap, bias, residual) -> None:
             f"residual must be [{kmap.num_out}, {weight.shape[2]}] {weight.dtype}, "
             f"got {tuple(residual.shape)} {residual.dtype}"
         )
-    named = {
-        "feats": feats,
-        "weight": weight,
-        "kernel map": kmap.in_idx,
-        "bias": bias,
-        "residual": residual,
-    }
-    devices = {name: t.device for name, t in named.items() if t is not None}
-    if len(set(devices.values())) > 1:
+    device = feats.device
+    others = (weight, kmap.in_idx, bias, residual)
+    if any(t is not None and t.device != device for t in others):
+        named = zip(("feats", "weight", "kernel map", "bias", "residual"), (feats, *others))
         raise ValueError(
             "sparse_conv arguments on different devices: "
-            + ", ".join(f"{name} on {d}" for name, d in devices.items())
+            + ", ".join(f"{name} on {t.device}" for name, t in named if t is not None)
         )
 
 
@@ -309,8 +306,6 @@ def _concat_int8(feats, weight, plan, int8: bool, config: EngineConfig, bias, re
     wanted, else None."""
     if config.precision != "int8" or not int8 or torch.is_grad_enabled():
         return None
-    from .int8 import conv_int8
-
     return conv_int8(feats, weight, plan, config.workspace, bias, relu, residual)
 
 
@@ -322,16 +317,12 @@ def _reduced_precision(src, weight, plan, int8: bool, config: EngineConfig, bias
     precision = config.precision
     if precision == "int8":
         if int8:
-            from .int8 import conv_int8
-
             out = conv_int8(src, weight, plan, config.workspace, bias, relu, residual)
             if out is not None:
                 return out
         precision = fallback(precision)
     if precision != "bf16":
         return None
-    from .bf16 import conv_bf16
-
     return conv_bf16(
         src, weight, plan, config.workspace, bias, relu, residual, config.scratch_cap(src.device)
     )
@@ -358,7 +349,6 @@ def sparse_conv(
         if out is not None:
             return out
         feats = feats.tensor()
-    max_rows = config.max_rows(cin, cout, feats.dtype, feats.device)
     extras = [t for t in (bias, residual) if t is not None]
     grads = torch.is_grad_enabled() and any(t.requires_grad for t in [feats, weight, *extras])
     if not grads and feats.device.type == "cpu" and feats.dtype == torch.float32:
@@ -367,6 +357,7 @@ def sparse_conv(
         )
         if out is not None:
             return out
+    max_rows = config.max_rows(cin, cout, feats.dtype, feats.device)
     if not grads:
         run = _Run(config.deterministic, max_rows, config.workspace)
         return _SparseConvFunction.apply(feats, weight, plan, run, (bias, relu, residual))

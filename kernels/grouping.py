@@ -35,9 +35,9 @@ class Launch:
         return len(self.kernel_indices) * self.height
 
 
-def redundancy(rows: list[int]) -> float:
-    """Share of padded rows when every map is padded to the largest."""
-    return 1.0 - sum(rows) / (len(rows) * max(rows))
+def redundancy(total: int, maps: int, largest: int) -> float:
+    """Share of padded rows when `maps` maps of `total` rows are each padded to the largest."""
+    return 1.0 - total / (maps * largest)
 
 
 def plan_launches(kmap: KernelMap, epsilon: float, threshold: float) -> list[Launch]:
@@ -49,27 +49,34 @@ def plan_launches(kmap: KernelMap, epsilon: float, threshold: float) -> list[Lau
     else:
         units = [(k,) for k in range(volume) if k != kmap.identity and counts[k] > 0]
     units.sort(key=lambda u: -counts[u[0]])  # stable: ties stay in kernel order
+    # Every offset of a unit has its unit's count (a symmetric pair's two are equal), and units
+    # come largest first, so a group's largest map is its first unit's, and the redundancy of
+    # the group with one more unit follows from its running total and size.
     groups: list[list[tuple[int, ...]]] = []
+    total = size = 0
     for unit in units:
+        rows = counts[unit[0]]
         if groups:
-            rows = [counts[k] for u in groups[-1] + [unit] for k in u]
-            if redundancy(rows) <= epsilon:
+            largest = counts[groups[-1][0][0]]
+            grown_total, grown_size = total + rows * len(unit), size + len(unit)
+            if redundancy(grown_total, grown_size, largest) <= epsilon:
                 groups[-1].append(unit)
+                total, size = grown_total, grown_size
                 continue
         groups.append([unit])
+        total, size = rows * len(unit), len(unit)
     launches: list[Launch] = []
     start = 0
     for group in groups:
-        height = max(counts[u[0]] for u in group)
-        parts = (
-            [tuple(k for u in group for k in u)]
-            if len(group) > 1 and height < threshold
-            else list(group)
-        )
-        for ks in parts:
-            h = max(counts[k] for k in ks)
-            launches.append(Launch(ks, h, start))
-            start += len(ks) * h
+        height = counts[group[0][0]]
+        if len(group) > 1 and height < threshold:
+            launches.append(Launch(tuple(k for u in group for k in u), height, start))
+            start += sum(len(u) for u in group) * height
+            continue
+        for unit in group:
+            h = counts[unit[0]]
+            launches.append(Launch(unit, h, start))
+            start += len(unit) * h
     return launches
 
 

@@ -26,6 +26,7 @@ import torch
 from . import backend
 from .concat import RowConcat
 from .bf16 import FP32_MAX_CIN
+from .chunking import Workspace
 from .derived import derived
 from .fused import fused_output, walk_args
 from .grouping import ExecutionPlan
@@ -51,11 +52,13 @@ def quantize_weight(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return packed, scale.contiguous()
 
 
-def quantize_rows(src: torch.Tensor | RowConcat, q: torch.Tensor, scale: torch.Tensor) -> bool:
+def quantize_rows(
+    src: torch.Tensor | RowConcat, q: torch.Tensor, scale: torch.Tensor, workspace=None
+) -> bool:
     """Fills q (uint8 [N, C]) and scale (fp32 [N]) from src (fp32 [N, C], or the two parts of
     a RowConcat side by side); False (q unusable) when src has a negative (-0.0 too), NaN or
     infinite value."""
-    negative = torch.zeros(1, dtype=torch.int64)
+    negative, found = (workspace or Workspace()).flag(NEGATIVE_FLAG)
     if isinstance(src, RowConcat):
         a, b = src.parts
         n = a.shape[0]
@@ -65,7 +68,7 @@ def quantize_rows(src: torch.Tensor | RowConcat, q: torch.Tensor, scale: torch.T
     else:
         n, c = src.shape
         backend.call("quantize_rows_u8", "cpu", src, n, c, q, scale, negative)
-    return not bool(negative.item())
+    return not found[0]
 
 
 # workspace slots: the last input quantized here (READ_SLOTS), and the ring of outputs that
@@ -73,6 +76,8 @@ def quantize_rows(src: torch.Tensor | RowConcat, q: torch.Tensor, scale: torch.T
 # its conv2 after the shortcut's conv may have made another)
 READ_SLOTS = (6, 7)
 MADE_SLOTS = ((8, 9), (10, 11))
+NEGATIVE_FLAG = 0  # flag slots: quantize_rows's, then one per MADE_SLOTS turn (FAILED_FLAGS)
+FAILED_FLAGS = (1, 2)
 
 
 def _quantized(
@@ -91,7 +96,7 @@ def _quantized(
     n, cin = src.shape
     q = workspace.get(READ_SLOTS[0], n, cin, torch.uint8, src.device)
     row_scale = workspace.get(READ_SLOTS[1], n, 1, torch.float32, src.device).view(n)
-    if not quantize_rows(src, q, row_scale):
+    if not quantize_rows(src, q, row_scale, workspace):
         return None
     memo["int8_rows"] = (src, src._version, q, row_scale)
     return q, row_scale
@@ -109,10 +114,10 @@ def _made_rows(workspace, num_out: int, cout: int):
     q_slot, scale_slot = MADE_SLOTS[turn]
     q = workspace.get(q_slot, num_out, cout, torch.uint8, backend.CPU)
     scale = workspace.get(scale_slot, num_out, 1, torch.float32, backend.CPU).view(num_out)
-    failed = torch.zeros(1, dtype=torch.int64)
+    failed, failed_value = workspace.flag(FAILED_FLAGS[turn])
 
     def keep(dst: torch.Tensor) -> None:
-        if not failed.item():
+        if not failed_value[0]:
             ring[turn] = (dst, dst._version, q, scale)
 
     return q, scale, failed, keep

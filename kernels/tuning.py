@@ -69,10 +69,23 @@ class GroupingTable:
         default_factory=lambda: MappingProxyType(dict(BUILTIN_DEFAULTS))
     )
 
+    # choose()'s answers by its arguments: a frame asks for the same few shapes 50 times, and
+    # each answer took a key string and a table look-up (or a scan of the entries)
+    _chosen: dict = field(default_factory=dict, init=False, compare=False, repr=False)
+
     def choose(
         self, device_type: str, kernel_volume: int, cin: int, cout: int, precision: str = "fp32"
     ) -> tuple[float, float, str]:
         """(epsilon, S, dataflow) for one layer shape on one device type in one precision."""
+        args = (device_type, kernel_volume, cin, cout, precision)
+        chosen = self._chosen.get(args)
+        if chosen is None:
+            chosen = self._chosen[args] = self._look_up(*args)
+        return chosen
+
+    def _look_up(
+        self, device_type: str, kernel_volume: int, cin: int, cout: int, precision: str
+    ) -> tuple[float, float, str]:
         found = self.entries.get(shape_key(device_type, kernel_volume, cin, cout, precision))
         if found is None:
             prefix = f"{device_key(device_type, precision)}/k{kernel_volume}/"
