@@ -1,4 +1,5 @@
-"""A channel concatenation that is never made where only int8 convs read it.
+"""A channel concatenation, and a conv output, that are never made where only int8 convs read
+them.
 
 A U-Net decoder concatenates its upsampled rows with the encoder's skip rows, and on the CPU in
 int8 the two convs that read the result (a residual block's first conv and its 1x1 shortcut)
@@ -6,9 +7,14 @@ only need it quantized: ls_quantize_concat_u8_cpu quantizes the two parts side b
 scale per row over both, exactly as it would quantize the concatenation. The default model's
 four concatenations cost about 2.2 ms a KITTI frame in torch.cat.
 
-RowConcat stands in for the [N, Ca + Cb] tensor: shape, dtype and device as the tensor's; any
-other use (a torch function, an attribute the tensor has) makes the tensor once and goes on with
-it, so code that does not know RowConcat still gets the right values.
+A residual block's first conv feeds only its second: in int8 the first quantizes its ReLU output
+as it makes it (kernels/int8.py), and the second reads nothing else, so the fp32 rows need not
+be written to memory at all (a 60k-row level at 48 channels: 11.5 MB written and read back per
+conv). UnkeptOutput stands in for them.
+
+Both stand in for the tensor (MadeOnUse): shape, dtype and device as the tensor's; any other use
+(a torch function, an attribute the tensor has) makes the tensor once and goes on with it, so
+code that does not know them still gets the right values.
 """
 
 from __future__ import annotations
@@ -16,14 +22,19 @@ from __future__ import annotations
 import torch
 
 
-class RowConcat:
-    """torch.cat([a, b], dim=1), made only when something needs the tensor itself."""
+class MadeOnUse:
+    """Stands in for an fp32 [N, C] tensor that the int8 convs reading it never need made:
+    shape, dtype and device as the tensor's; any other use (a torch function, an attribute the
+    tensor has) makes the tensor once (`_make`) and goes on with it, so code that does not know
+    the stand-in still gets the right values."""
 
-    def __init__(self, a: torch.Tensor, b: torch.Tensor):
-        self.parts = (a, b)
-        self.shape = torch.Size((a.shape[0], a.shape[1] + b.shape[1]))
-        self.dtype, self.device = a.dtype, a.device
+    def __init__(self, shape: tuple[int, int], dtype: torch.dtype, device: torch.device):
+        self.shape = torch.Size(shape)
+        self.dtype, self.device = dtype, device
         self._made: torch.Tensor | None = None
+
+    def _make(self) -> torch.Tensor:
+        raise NotImplementedError
 
     def dim(self) -> int:
         return 2
@@ -31,26 +42,21 @@ class RowConcat:
     def __len__(self) -> int:
         return self.shape[0]
 
-    @property
-    def _version(self) -> tuple[int, int]:
-        """Changes when a part is written in place (as a tensor's _version does)."""
-        return (self.parts[0]._version, self.parts[1]._version)
-
     def tensor(self) -> torch.Tensor:
-        """The concatenation itself, made on first use."""
+        """The tensor itself, made on first use."""
         if self._made is None:
-            self._made = torch.cat(self.parts, dim=1)
+            self._made = self._make()
         return self._made
 
     def __getattr__(self, name: str):
-        if name.startswith("__") or name in ("parts", "_made"):
+        if name.startswith("__") or name in ("parts", "_made", "_remake"):
             raise AttributeError(name)
         return getattr(self.tensor(), name)
 
     @classmethod
     def __torch_function__(cls, func, types, args=(), kwargs=None):
         def made(value):
-            if isinstance(value, RowConcat):
+            if isinstance(value, MadeOnUse):
                 return value.tensor()
             if isinstance(value, (list, tuple)):
                 return type(value)(made(v) for v in value)
@@ -59,7 +65,45 @@ class RowConcat:
         return func(*made(args), **{k: made(v) for k, v in (kwargs or {}).items()})
 
     def __repr__(self) -> str:
-        return f"RowConcat({tuple(self.shape)}, {self.dtype}, {self.device})"
+        return f"{type(self).__name__}({tuple(self.shape)}, {self.dtype}, {self.device})"
+
+
+class RowConcat(MadeOnUse):
+    """torch.cat([a, b], dim=1), made only when something needs the tensor itself."""
+
+    def __init__(self, a: torch.Tensor, b: torch.Tensor):
+        super().__init__((a.shape[0], a.shape[1] + b.shape[1]), a.dtype, a.device)
+        self.parts = (a, b)
+
+    @property
+    def _version(self) -> tuple[int, int]:
+        """Changes when a part is written in place (as a tensor's _version does)."""
+        return (self.parts[0]._version, self.parts[1]._version)
+
+    def _make(self) -> torch.Tensor:
+        return torch.cat(self.parts, dim=1)
+
+
+class UnkeptOutput(MadeOnUse):
+    """The fp32 output of an int8 conv that only quantized it for the next int8 conv (a
+    residual block's first conv: kernels/int8.py), its rows never written to memory. Made on
+    use by running the conv again (`remake`: the same kernel on the same inputs, the same
+    bits)."""
+
+    def __init__(self, shape: tuple[int, int], remake):
+        super().__init__(shape, torch.float32, torch.device("cpu"))
+        self._remake = remake
+
+    @property
+    def _version(self) -> int:
+        """0 while unmade (nothing can write it); once made, never 0 again, so a record of its
+        quantization (which belongs to the unmade rows) no longer matches."""
+        return 0 if self._made is None else self._made._version + 1
+
+    def _make(self) -> torch.Tensor:
+        made = self._remake()
+        self._remake = None  # what it held (the conv's input and map) can go
+        return made
 
 
 def concat_rows(a: torch.Tensor, b: torch.Tensor, precision: str) -> torch.Tensor | RowConcat:

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 import torch
 
 from . import backend
-from .concat import RowConcat
+from .concat import MadeOnUse
 from .chunking import Chunk, Piece, Workspace, chunks, default_cap, rows_under_cap
 from .fused import fused_output, walk_args
 from .bf16 import conv_bf16
@@ -301,15 +301,19 @@ def _check_args(feats, weight, kmap: KernelMap, bias, residual) -> None:
         )
 
 
-def _concat_int8(feats, weight, plan, int8: bool, config: EngineConfig, bias, relu, residual):
-    """The int8 conv of a RowConcat where the plan gives the shape to int8 and no gradient is
-    wanted, else None."""
+def _stand_in_int8(
+    feats, weight, plan, int8: bool, config: EngineConfig, bias, relu, residual, remake
+):
+    """The int8 conv of a stand-in (kernels/concat.py: a RowConcat, an UnkeptOutput) where the
+    plan gives the shape to int8 and no gradient is wanted, else None."""
     if config.precision != "int8" or not int8 or torch.is_grad_enabled():
         return None
-    return conv_int8(feats, weight, plan, config.workspace, bias, relu, residual)
+    return conv_int8(feats, weight, plan, config.workspace, bias, relu, residual, remake)
 
 
-def _reduced_precision(src, weight, plan, int8: bool, config: EngineConfig, bias, relu, residual):
+def _reduced_precision(
+    src, weight, plan, int8: bool, config: EngineConfig, bias, relu, residual, remake
+):
     """The CPU inference conv in int8 or bf16 where config.precision asks for it and the conv
     takes it (kernels/int8.py, kernels/bf16.py; an int8 conv whose shape the tuner gave to the
     fallback precision, or that the int8 kernel does not take, runs as that precision does),
@@ -317,7 +321,7 @@ def _reduced_precision(src, weight, plan, int8: bool, config: EngineConfig, bias
     precision = config.precision
     if precision == "int8":
         if int8:
-            out = conv_int8(src, weight, plan, config.workspace, bias, relu, residual)
+            out = conv_int8(src, weight, plan, config.workspace, bias, relu, residual, remake)
             if out is not None:
                 return out
         precision = fallback(precision)
@@ -336,16 +340,25 @@ def sparse_conv(
     bias: torch.Tensor | None = None,
     relu: bool = False,
     residual: torch.Tensor | None = None,
+    only_next_reads: bool = False,
 ) -> torch.Tensor:
     """feats [num_in, Cin], weight [K^3, Cin, Cout] -> [num_out, Cout] (autograd-aware), plus
     bias [Cout] and residual [num_out, Cout] when given, then ReLU when asked (all fused into
-    the CPU kernel's epilogue in inference). feats may be a RowConcat (kernels/concat.py): the
-    int8 conv quantizes its two parts side by side; any other conv makes the tensor."""
+    the CPU kernel's epilogue in inference). feats may be a stand-in (kernels/concat.py: a
+    RowConcat, whose two parts the int8 conv quantizes side by side; an UnkeptOutput, whose
+    quantization it finds); any other conv makes the tensor. only_next_reads: the caller reads
+    the output only as the input of the next conv (a residual block's first conv); in int8 the
+    result may then be an UnkeptOutput, made (by this call again) only if something needs it."""
     _check_args(feats, weight, kmap, bias, residual)
     cin, cout = weight.shape[1], weight.shape[2]
     plan, int8 = config.plan(kmap, cin, cout, feats.device)
-    if isinstance(feats, RowConcat):
-        out = _concat_int8(feats, weight, plan, int8, config, bias, relu, residual)
+    remake = (
+        (lambda: sparse_conv(feats, weight, kmap, config, bias, relu, residual))
+        if only_next_reads
+        else None
+    )
+    if isinstance(feats, MadeOnUse):
+        out = _stand_in_int8(feats, weight, plan, int8, config, bias, relu, residual, remake)
         if out is not None:
             return out
         feats = feats.tensor()
@@ -353,7 +366,7 @@ def sparse_conv(
     grads = torch.is_grad_enabled() and any(t.requires_grad for t in [feats, weight, *extras])
     if not grads and feats.device.type == "cpu" and feats.dtype == torch.float32:
         out = _reduced_precision(
-            feats.contiguous(), weight, plan, int8, config, bias, relu, residual
+            feats.contiguous(), weight, plan, int8, config, bias, relu, residual, remake
         )
         if out is not None:
             return out

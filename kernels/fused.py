@@ -17,10 +17,17 @@ def fused_output(num_dst: int, cout: int) -> torch.Tensor:
 
 
 def walk_args(
-    kmap: KernelMap, plan: ExecutionPlan, bias, residual, relu: bool, dst: torch.Tensor
+    kmap: KernelMap,
+    plan: ExecutionPlan,
+    bias,
+    residual,
+    relu: bool,
+    dst: torch.Tensor | None,
+    num_dst: int | None = None,
 ) -> tuple:
     """The map, offset order, identity offset, epilogue and output arguments of a fused conv
-    (kmap: the plan's map, or its transpose; entries sorted by output row)."""
+    (kmap: the plan's map, or its transpose; entries sorted by output row). dst None (NULL:
+    the int8 conv that only quantizes its output) needs num_dst, its rows."""
     order = plan.kernel_order
     return (
         kmap.in_idx,
@@ -32,6 +39,6 @@ def walk_args(
         None if bias is None else bias.float().contiguous(),
         None if residual is None else residual.float().contiguous(),
         int(relu),
-        dst.shape[0],
+        dst.shape[0] if dst is not None else num_dst,
         dst,
     )

@@ -24,7 +24,7 @@ from __future__ import annotations
 import torch
 
 from . import backend
-from .concat import RowConcat
+from .concat import MadeOnUse, RowConcat, UnkeptOutput
 from .bf16 import FP32_MAX_CIN
 from .chunking import Workspace
 from .derived import derived
@@ -59,6 +59,8 @@ def quantize_rows(
     a RowConcat side by side); False (q unusable) when src has a negative (-0.0 too), NaN or
     infinite value."""
     negative, found = (workspace or Workspace()).flag(NEGATIVE_FLAG)
+    if isinstance(src, MadeOnUse) and not isinstance(src, RowConcat):
+        src = src.tensor()
     if isinstance(src, RowConcat):
         a, b = src.parts
         n = a.shape[0]
@@ -131,10 +133,13 @@ def conv_int8(
     bias=None,
     relu: bool = False,
     residual=None,
-) -> torch.Tensor | None:
+    remake=None,
+) -> torch.Tensor | UnkeptOutput | None:
     """The forward conv of engine.sparse_conv in int8 (src [N, Cin] fp32, or a RowConcat of
     two such parts -> [num_out, Cout] fp32), or None where it does not apply (see the module
-    doc)."""
+    doc). remake: given where the caller reads the output only as the next int8 conv's input;
+    where this conv quantizes its output for it, the fp32 rows are then not kept, and the
+    result is an UnkeptOutput that remake() makes if something else needs it after all."""
     n, cin = src.shape
     cout = weight.shape[2]
     lanes = fused_int8_lanes()
@@ -145,10 +150,11 @@ def conv_int8(
         return None
     q, row_scale = quantized
     packed, w_scale = int8_weights(weight)
-    dst = fused_output(plan.num_out, cout)
     # a submanifold conv's ReLU output is what the next int8 conv reads: quantized in the kernel,
     # block by block in cache, it need not be read back from memory for it
     made = _made_rows(workspace, plan.num_out, cout) if relu and plan.identity is not None else None
+    unkept = made is not None and remake is not None
+    dst = None if unkept else fused_output(plan.num_out, cout)
     backend.call(
         "fused_conv_int8",
         src.device,
@@ -158,9 +164,10 @@ def conv_int8(
         packed,
         w_scale,
         cout,
-        *walk_args(plan.kmap, plan, bias, residual, relu, dst),
+        *walk_args(plan.kmap, plan, bias, residual, relu, dst, plan.num_out),
         *(made[:3] if made else (None, None, None)),
     )
+    out = UnkeptOutput((plan.num_out, cout), remake) if unkept else dst
     if made:
-        made[3](dst)
-    return dst
+        made[3](out)
+    return out

@@ -32,7 +32,8 @@ from .spunet import BasicBlock
 
 class FoldedResidualBlock(nn.Module):
     """relu(conv2(conv1(x)) + shortcut(x)) with the BatchNorms folded: conv1 ends in its ReLU,
-    conv2's epilogue adds the shortcut and applies the block's ReLU."""
+    conv2's epilogue adds the shortcut and applies the block's ReLU. conv1's output feeds conv2
+    alone (in int8 inference it is kept only quantized, never written out in fp32)."""
 
     def __init__(self, conv1: SubMConv3d, conv2: SubMConv3d, shortcut: nn.Module):
         super().__init__()
@@ -40,7 +41,7 @@ class FoldedResidualBlock(nn.Module):
         self.conv1.relu = self.conv2.relu = True
 
     def forward(self, x: SparseTensor) -> SparseTensor:
-        return self.conv2(self.conv1(x), residual=self.shortcut(x).feats)
+        return self.conv2(self.conv1(x, only_next_reads=True), residual=self.shortcut(x).feats)
 
 
 def fold_batchnorm(model: nn.Module) -> nn.Module:

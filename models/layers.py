@@ -31,8 +31,16 @@ class _SparseConv(nn.Module):
         bound = 1.0 / math.sqrt(cin * kernel_size**3)
         nn.init.uniform_(self.weight, -bound, bound)
 
-    def _conv(self, x: SparseTensor, kmap, residual: torch.Tensor | None = None) -> torch.Tensor:
-        return sparse_conv(x.feats, self.weight, kmap, x.engine, self.bias, self.relu, residual)
+    def _conv(
+        self,
+        x: SparseTensor,
+        kmap,
+        residual: torch.Tensor | None = None,
+        only_next_reads: bool = False,
+    ) -> torch.Tensor:
+        return sparse_conv(
+            x.feats, self.weight, kmap, x.engine, self.bias, self.relu, residual, only_next_reads
+        )
 
     def extra_repr(self) -> str:
         return (
@@ -52,11 +60,15 @@ class SubMConv3d(_SparseConv):
         super().__init__(cin, cout, kernel_size, bias)
         self.dilation = dilation
 
-    def forward(self, x: SparseTensor, residual: torch.Tensor | None = None) -> SparseTensor:
+    def forward(
+        self, x: SparseTensor, residual: torch.Tensor | None = None, only_next_reads: bool = False
+    ) -> SparseTensor:
         """residual [N, Cout] (optional) is added before the ReLU of a folded block
-        (models/fold.py)."""
+        (models/fold.py); only_next_reads: the output feeds the next conv alone (the folded
+        block's first conv), which lets int8 inference keep it only quantized
+        (kernels/engine.py, sparse_conv)."""
         kmap = x.manager.submanifold_map(x.stride, self.kernel_size, self.dilation)
-        return x.replace_feats(self._conv(x, kmap, residual))
+        return x.replace_feats(self._conv(x, kmap, residual, only_next_reads))
 
 
 class SparseConv3d(_SparseConv):

@@ -136,7 +136,9 @@ LS_API int ls_fused_conv_bf16_tiles_cpu(const float* x, int64_t cin, const ls_bf
 // ls_quantize_rows_u8_cpu would (the same bits), each block of rows once it is final, while it
 // is in cache: q_out [num_out, cout], scale_out [num_out]; *q_failed |= 1 where some row has a
 // negative, NaN or infinite value (q_out then means nothing). The next int8 conv reads them
-// instead of quantizing its input again.
+// instead of quantizing its input again. out may then be NULL: the fp32 rows are made block by
+// block in a per-thread buffer and never written out (a residual block's first conv, whose
+// output only the second reads, quantized).
 // ls_quantize_rows_u8_cpu: per row of x [n, c], q = rint(x * (255 / row max)) and scale =
 // row max / 255 (a row of zeros: q 0, scale 0); *negative = 1 when some value is negative (-0.0
 // too: its sign bit is set), NaN or inf (q then means nothing: the caller keeps another

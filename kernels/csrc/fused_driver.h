@@ -63,15 +63,22 @@ struct StoreAddend {
 
 struct NoBlockHook {
   bool takes_relu() const { return false; }
-  void operator()(int64_t, int64_t, bool) const {}
+  void operator()(int64_t, int64_t, bool, float*) const {}
 };
 
 // entries(kStore, w_k, in, out_rows, m, out, add): rows in[0..m) of x times offset weight w_k,
 // stored into (kStore, plus add's terms) or added to the out rows out_rows[0..m).
-// w_k = w + k * w_stride. after_block(first, end, relu), when given, runs once the out rows
-// [first, end) are final, on the thread that computed them, while they are still in cache; where
-// after_block.takes_relu() it is handed the ReLU of a submanifold conv (relu = true: it applies
-// it before its own reading of the rows, one pass over them instead of two).
+// w_k = w + k * w_stride. after_block(first, end, relu, rows), when given, runs once the out rows
+// [first, end) are final (row r at rows + r * cout), on the thread that computed them, while
+// they are still in cache; where after_block.takes_relu() it is handed the ReLU of a submanifold
+// conv (relu = true: it applies it before its own reading of the rows, one pass over them
+// instead of two).
+//
+// out == nullptr: the rows are made block by block in a buffer of the thread's own, reused for
+// each of its blocks (in L2), and after_block is all that sees them: a conv whose fp32 output
+// nothing reads but the hook (the int8 conv that quantizes its ReLU output for the next conv)
+// never writes it to memory. Each block's rows keep their row numbers: the buffer is addressed
+// as `out` would be over [block, end).
 template <typename W, typename Entries, typename AfterBlock = NoBlockHook>
 void run_fused(const W* w, int64_t w_stride, int64_t cin, int64_t cout, const int32_t* in_idx,
                const int32_t* out_idx, const int64_t* bounds, const int32_t* kernel_order,
@@ -98,6 +105,7 @@ void run_fused(const W* w, int64_t w_stride, int64_t cin, int64_t cout, const in
     std::vector<int64_t> cursor(num_kernels);
     int64_t cursor_row = num_out + 1;  // rows below this one: the cursors must start over
     std::vector<int32_t> rows(block_rows);
+    std::vector<float> own(out == nullptr ? block_rows * cout : 0);
 #pragma omp for schedule(monotonic : dynamic, 1)
     for (int64_t b = 0; b < num_blocks; ++b) {
       const int64_t block = b * block_rows;
@@ -106,12 +114,18 @@ void run_fused(const W* w, int64_t w_stride, int64_t cin, int64_t cout, const in
         for (int64_t j = 0; j < num_kernels; ++j) cursor[j] = bounds[kernel_order[j]];
       }
       cursor_row = end;
+      // where row r of this block is made: base + r * cout (the thread's buffer, shifted by the
+      // block's first row, when there is no out)
+      float* const base = out != nullptr ? out
+                                         : reinterpret_cast<float*>(
+                                               reinterpret_cast<uintptr_t>(own.data()) -
+                                               (uintptr_t)(block * cout * sizeof(float)));
       if (identity >= 0) {  // in = out = every row of the block
         for (int64_t r = block; r < end; ++r) rows[r - block] = (int32_t)r;
         entries(true, w + (int64_t)identity * w_stride, rows.data(), rows.data(), end - block,
-                out, StoreAddend{bias, residual});
+                base, StoreAddend{bias, residual});
       } else {  // the offsets add into zeros, cleared here while the block is in cache
-        __builtin_memset(out + block * cout, 0, (end - block) * cout * sizeof(float));
+        __builtin_memset(base + block * cout, 0, (end - block) * cout * sizeof(float));
       }
       for (int64_t j = 0; j < num_kernels; ++j) {
         const int32_t k = kernel_order[j];
@@ -120,16 +134,16 @@ void run_fused(const W* w, int64_t w_stride, int64_t cin, int64_t cout, const in
         cursor[j] = last;
         if (last > first) {
           entries(false, w + (int64_t)k * w_stride, in_idx + first, out_idx + first,
-                  last - first, out, StoreAddend{nullptr, nullptr});
+                  last - first, base, StoreAddend{nullptr, nullptr});
         }
       }
       if (identity >= 0 && relu && !hook_relu) {  // bias, residual: in the identity's store
-        fused_epilogue(nullptr, nullptr, true, cout, out + block * cout, end - block);
+        fused_epilogue(nullptr, nullptr, true, cout, base + block * cout, end - block);
       } else if (identity < 0 && (bias != nullptr || residual != nullptr || relu)) {
         fused_epilogue(bias, residual == nullptr ? nullptr : residual + block * cout, relu != 0,
-                       cout, out + block * cout, end - block);
+                       cout, base + block * cout, end - block);
       }
-      after_block(block, end, hook_relu);
+      after_block(block, end, hook_relu, base);
     }
   }
 }

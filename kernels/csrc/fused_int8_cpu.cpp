@@ -172,7 +172,6 @@ LS_VNNI_TARGET inline void relu_row(float* row, int64_t c) {
 // the same bits as ls_quantize_rows_u8_cpu), while they are in cache, after the conv's ReLU when
 // it is handed that; *failed |= 1 for a row that cannot be (a negative, NaN or infinite value).
 struct QuantizeBlock {
-  float* out;
   int64_t cout;
   uint8_t* q;
   float* scale;
@@ -180,11 +179,11 @@ struct QuantizeBlock {
 
   bool takes_relu() const { return q != nullptr; }
 
-  LS_VNNI_TARGET void operator()(int64_t first, int64_t end, bool relu) const {
+  LS_VNNI_TARGET void operator()(int64_t first, int64_t end, bool relu, float* rows) const {
     if (q == nullptr) return;
     bool bad = false;
     for (int64_t r = first; r < end; ++r) {
-      float* row = out + r * cout;
+      float* row = rows + r * cout;
       if (relu) relu_row(row, cout);
       bad |= !quantize_row(row, cout, nullptr, 0, q + r * cout, scale + r);
     }
@@ -309,7 +308,8 @@ LS_API int ls_fused_conv_int8_cpu(const uint8_t* q, const float* row_scale, int6
                                   float* out, uint8_t* q_out, float* scale_out,
                                   int64_t* q_failed) {
   if (!cpu_has_int8_dot() || cout % kLanes != 0 || cin <= 0 || cin % 4 != 0 || num_out < 0 ||
-      (q_out != nullptr && (scale_out == nullptr || q_failed == nullptr))) {
+      (q_out != nullptr && (scale_out == nullptr || q_failed == nullptr)) ||
+      (out == nullptr && q_out == nullptr)) {
     return lidarseg::kStatusBadArgument;
   }
 #if LS_HAVE_INT8_DOT
@@ -340,7 +340,7 @@ LS_API int ls_fused_conv_int8_cpu(const uint8_t* q, const float* row_scale, int6
           entries_times_weight<false>(q, row_scale, cin, w_k, s_k, cout, in, rows, m, dst, add);
         }
       },
-      QuantizeBlock{out, cout, q_out, scale_out, q_failed});
+      QuantizeBlock{cout, q_out, scale_out, q_failed});
   return lidarseg::kStatusOk;
 #else
   (void)q, (void)row_scale, (void)w_packed, (void)w_scale, (void)in_idx, (void)out_idx;

@@ -1,12 +1,17 @@
-"""The decoder's concatenation never made (kernels/concat.py): quantizing its two parts side by
-side is quantizing the concatenation, bit for bit; convs on a RowConcat give what they give on
-the tensor, in int8 and in the precisions that make the tensor; anything else that touches it
-gets the tensor."""
+"""The stand-ins never made (kernels/concat.py). The decoder's concatenation: quantizing its two
+parts side by side is quantizing the concatenation, bit for bit; convs on a RowConcat give what
+they give on the tensor, in int8 and in the precisions that make the tensor; anything else that
+touches it gets the tensor. A residual block's first conv kept only quantized (UnkeptOutput):
+the next conv gives the bits it gives on the fp32 output, which is made, the same bits, when
+something asks for it."""
+
+import contextlib
 
 import pytest
 import torch
 
-from kernels.concat import RowConcat, concat_rows
+from kernels import precision
+from kernels.concat import RowConcat, UnkeptOutput, concat_rows
 from kernels.engine import EngineConfig, sparse_conv
 from kernels.int8 import quantize_rows
 
@@ -97,3 +102,51 @@ def test_a_minkunet_in_int8_gives_the_same_logits_with_the_concatenations_deferr
     assert len(made) == 4 and all(isinstance(m, RowConcat) and m._made is None for m in made)
     monkeypatch.setattr(layers, "concat_rows", lambda a, b, p: torch.cat([a, b], dim=1))
     assert torch.equal(deferred, logits())
+    # and with every residual block's first output kept in fp32: the same logits again
+    unkept = []
+    real_conv = layers.sparse_conv
+
+    def conv(*args, **kwargs):
+        out = real_conv(*args, **kwargs)
+        unkept.append(isinstance(out, UnkeptOutput))
+        return out
+
+    monkeypatch.setattr(layers, "sparse_conv", conv)
+    assert torch.equal(deferred, logits()) and any(unkept)
+    monkeypatch.setattr(layers, "sparse_conv", lambda *a: real_conv(*a[:7]))  # all kept
+    assert torch.equal(deferred, logits())
+
+
+@needs_vnni
+@pytest.mark.parametrize("cin", [32, 64])  # AVX512_VNNI; AMX tiles where the CPU has them
+@pytest.mark.parametrize("tiles", [True, False])
+@pytest.mark.parametrize("finite", [True, False])
+def test_an_unkept_output_feeds_the_next_conv_bit_for_bit(cin, tiles, finite):
+    """finite False: an infinite bias leaves rows the kernel cannot quantize; the next conv then
+    has the output made and quantized (and gives way to its fallback precision) as it would."""
+    kmap, x, w, bias, _ = case("subm", cin, 48, seed=31)
+    if not finite:
+        bias[5] = float("inf")
+    w2 = torch.randn(27, 48, 32, generator=torch.Generator().manual_seed(4)) / 20
+    config = EngineConfig(precision="int8", grouping=INT8)
+    with torch.no_grad(), contextlib.nullcontext() if tiles else precision.tiles_off():
+        kept = sparse_conv(x, w, kmap, config, bias, relu=True)
+        want = sparse_conv(kept, w2, kmap, config, None, True)
+        unkept = sparse_conv(x, w, kmap, config, bias, True, None, only_next_reads=True)
+        assert isinstance(unkept, UnkeptOutput) and unkept._made is None
+        assert unkept.shape == kept.shape
+        assert torch.equal(sparse_conv(unkept, w2, kmap, config, None, True), want)
+        assert (unkept._made is None) == finite  # made only where it could not be quantized
+        assert torch.equal(unkept.tensor(), kept)
+
+
+def test_only_int8_inference_leaves_an_output_unkept():
+    kmap, x, w, bias, _ = case("subm", 64, 48, seed=33)
+    for setting in ("fp32", "bf16"):
+        config = EngineConfig(precision=setting, grouping=INT8)
+        with torch.no_grad():
+            out = sparse_conv(x, w, kmap, config, bias, True, None, only_next_reads=True)
+        assert isinstance(out, torch.Tensor)
+    config = EngineConfig(precision="int8", grouping=INT8)
+    out = sparse_conv(x, w.requires_grad_(), kmap, config, bias, True, None, True)
+    assert isinstance(out, torch.Tensor) and out.requires_grad  # training: a tensor
