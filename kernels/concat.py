@@ -71,7 +71,7 @@ class MadeOnUse:
 class RowConcat(MadeOnUse):
     """torch.cat([a, b], dim=1), made only when something needs the tensor itself."""
 
-    def __init__(self, a: torch.Tensor, b: torch.Tensor):
+    def __init__(self, a: "torch.Tensor | UnkeptOutput", b: torch.Tensor):
         super().__init__((a.shape[0], a.shape[1] + b.shape[1]), a.dtype, a.device)
         self.parts = (a, b)
 
@@ -81,7 +81,7 @@ class RowConcat(MadeOnUse):
         return (self.parts[0]._version, self.parts[1]._version)
 
     def _make(self) -> torch.Tensor:
-        return torch.cat(self.parts, dim=1)
+        return torch.cat([p.tensor() if isinstance(p, MadeOnUse) else p for p in self.parts], 1)
 
 
 class UnkeptOutput(MadeOnUse):

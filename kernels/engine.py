@@ -22,16 +22,17 @@ row order, so chunking changes no result except where a launch too big for the c
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import cast
 
 import torch
 
 from . import backend
-from .concat import MadeOnUse
+from .concat import MadeOnUse, RowConcat, concat_rows
 from .chunking import Chunk, Piece, Workspace, chunks, default_cap, rows_under_cap
 from .fused import fused_output, walk_args
 from .bf16 import conv_bf16
 from .grouping import ExecutionPlan, build_plan
-from .int8 import conv_int8
+from .int8 import OutputUse, conv_int8
 from .kmap import KernelMap
 from .precision import fallback
 from .rows import gather_rows, scatter_add_rows, scatter_add_unique
@@ -302,17 +303,17 @@ def _check_args(feats, weight, kmap: KernelMap, bias, residual) -> None:
 
 
 def _stand_in_int8(
-    feats, weight, plan, int8: bool, config: EngineConfig, bias, relu, residual, remake
+    feats, weight, plan, int8: bool, config: EngineConfig, bias, relu, residual, use
 ):
     """The int8 conv of a stand-in (kernels/concat.py: a RowConcat, an UnkeptOutput) where the
     plan gives the shape to int8 and no gradient is wanted, else None."""
     if config.precision != "int8" or not int8 or torch.is_grad_enabled():
         return None
-    return conv_int8(feats, weight, plan, config.workspace, bias, relu, residual, remake)
+    return conv_int8(feats, weight, plan, config.workspace, bias, relu, residual, use)
 
 
 def _reduced_precision(
-    src, weight, plan, int8: bool, config: EngineConfig, bias, relu, residual, remake
+    src, weight, plan, int8: bool, config: EngineConfig, bias, relu, residual, use
 ):
     """The CPU inference conv in int8 or bf16 where config.precision asks for it and the conv
     takes it (kernels/int8.py, kernels/bf16.py; an int8 conv whose shape the tuner gave to the
@@ -321,7 +322,7 @@ def _reduced_precision(
     precision = config.precision
     if precision == "int8":
         if int8:
-            out = conv_int8(src, weight, plan, config.workspace, bias, relu, residual, remake)
+            out = conv_int8(src, weight, plan, config.workspace, bias, relu, residual, use)
             if out is not None:
                 return out
         precision = fallback(precision)
@@ -341,24 +342,38 @@ def sparse_conv(
     relu: bool = False,
     residual: torch.Tensor | None = None,
     only_next_reads: bool = False,
+    then_concat: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """feats [num_in, Cin], weight [K^3, Cin, Cout] -> [num_out, Cout] (autograd-aware), plus
     bias [Cout] and residual [num_out, Cout] when given, then ReLU when asked (all fused into
     the CPU kernel's epilogue in inference). feats may be a stand-in (kernels/concat.py: a
     RowConcat, whose two parts the int8 conv quantizes side by side; an UnkeptOutput, whose
     quantization it finds); any other conv makes the tensor. only_next_reads: the caller reads
-    the output only as the input of the next conv (a residual block's first conv); in int8 the
-    result may then be an UnkeptOutput, made (by this call again) only if something needs it."""
+    the output only as the input of the next conv (a residual block's first conv, a decoder's
+    upsampling); in int8 the result may then be an UnkeptOutput, made (by this call again) only
+    if something needs it. then_concat [num_out, C]: the result is the output concatenated with
+    these rows, as concat_rows gives it (in int8, quantized side by side in the kernel)."""
     _check_args(feats, weight, kmap, bias, residual)
-    cin, cout = weight.shape[1], weight.shape[2]
-    plan, int8 = config.plan(kmap, cin, cout, feats.device)
     remake = (
         (lambda: sparse_conv(feats, weight, kmap, config, bias, relu, residual))
         if only_next_reads
         else None
     )
+    out = _forward(
+        feats, weight, kmap, config, (bias, relu, residual), OutputUse(remake, then_concat)
+    )
+    if then_concat is None or isinstance(out, RowConcat):
+        return out
+    return cast(torch.Tensor, concat_rows(out, then_concat, config.precision))
+
+
+def _forward(feats, weight, kmap: KernelMap, config: EngineConfig, epilogue, use: OutputUse):
+    """sparse_conv's output (or the stand-in `use` lets the int8 conv return)."""
+    bias, relu, residual = epilogue
+    cin, cout = weight.shape[1], weight.shape[2]
+    plan, int8 = config.plan(kmap, cin, cout, feats.device)
     if isinstance(feats, MadeOnUse):
-        out = _stand_in_int8(feats, weight, plan, int8, config, bias, relu, residual, remake)
+        out = _stand_in_int8(feats, weight, plan, int8, config, bias, relu, residual, use)
         if out is not None:
             return out
         feats = feats.tensor()
@@ -366,7 +381,7 @@ def sparse_conv(
     grads = torch.is_grad_enabled() and any(t.requires_grad for t in [feats, weight, *extras])
     if not grads and feats.device.type == "cpu" and feats.dtype == torch.float32:
         out = _reduced_precision(
-            feats.contiguous(), weight, plan, int8, config, bias, relu, residual, remake
+            feats.contiguous(), weight, plan, int8, config, bias, relu, residual, use
         )
         if out is not None:
             return out

@@ -21,6 +21,10 @@ does not apply to it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import cast
+
 import torch
 
 from . import backend
@@ -62,7 +66,7 @@ def quantize_rows(
     if isinstance(src, MadeOnUse) and not isinstance(src, RowConcat):
         src = src.tensor()
     if isinstance(src, RowConcat):
-        a, b = src.parts
+        a, b = (p.tensor() if isinstance(p, MadeOnUse) else p for p in src.parts)
         n = a.shape[0]
         backend.call(
             "quantize_concat_u8", "cpu", a, a.shape[1], b, b.shape[1], n, q, scale, negative
@@ -125,6 +129,21 @@ def _made_rows(workspace, num_out: int, cout: int):
     return q, scale, failed, keep
 
 
+@dataclass(frozen=True)
+class OutputUse:
+    """What the caller of an int8 conv does with its output (engine.sparse_conv).
+
+    remake: given where the caller reads the output only as the next int8 conv's input; where
+    the conv quantizes its output for it, the fp32 rows are then not kept, and the result is an
+    UnkeptOutput that remake() makes if something else needs it after all.
+    concat (fp32 [num_out, C], contiguous): the caller concatenates the output with these rows;
+    a conv with a ReLU then quantizes the two side by side as it makes its rows and returns a
+    RowConcat of them (else the output alone, for the caller to concatenate)."""
+
+    remake: Callable[[], torch.Tensor] | None = None
+    concat: torch.Tensor | None = None
+
+
 def conv_int8(
     src: torch.Tensor | RowConcat,
     weight: torch.Tensor,
@@ -133,13 +152,11 @@ def conv_int8(
     bias=None,
     relu: bool = False,
     residual=None,
-    remake=None,
-) -> torch.Tensor | UnkeptOutput | None:
+    use: OutputUse = OutputUse(),
+) -> torch.Tensor | UnkeptOutput | RowConcat | None:
     """The forward conv of engine.sparse_conv in int8 (src [N, Cin] fp32, or a RowConcat of
     two such parts -> [num_out, Cout] fp32), or None where it does not apply (see the module
-    doc). remake: given where the caller reads the output only as the next int8 conv's input;
-    where this conv quantizes its output for it, the fp32 rows are then not kept, and the
-    result is an UnkeptOutput that remake() makes if something else needs it after all."""
+    doc); `use` may let it return a stand-in instead (OutputUse)."""
     n, cin = src.shape
     cout = weight.shape[2]
     lanes = fused_int8_lanes()
@@ -150,9 +167,17 @@ def conv_int8(
         return None
     q, row_scale = quantized
     packed, w_scale = int8_weights(weight)
-    # a submanifold conv's ReLU output is what the next int8 conv reads: quantized in the kernel,
-    # block by block in cache, it need not be read back from memory for it
-    made = _made_rows(workspace, plan.num_out, cout) if relu and plan.identity is not None else None
+    remake, concat = use.remake, use.concat
+    if not relu or not (isinstance(concat, torch.Tensor) and concat.dtype == torch.float32):
+        concat = None  # rows that may be negative, or no fp32 tensor: the caller concatenates
+    elif not concat.is_contiguous():
+        concat = concat.contiguous()
+    # a submanifold conv's ReLU output is what the next int8 conv reads (and an upsampling's,
+    # beside the skip rows): quantized in the kernel, block by block in cache, it need not be
+    # read back from memory for it
+    also = concat.shape[1] if concat is not None else 0
+    quantizes = relu and (plan.identity is not None or concat is not None)
+    made = _made_rows(workspace, plan.num_out, cout + also) if quantizes else None
     unkept = made is not None and remake is not None
     dst = None if unkept else fused_output(plan.num_out, cout)
     backend.call(
@@ -166,8 +191,13 @@ def conv_int8(
         cout,
         *walk_args(plan.kmap, plan, bias, residual, relu, dst, plan.num_out),
         *(made[:3] if made else (None, None, None)),
+        concat,
+        also,
     )
-    out = UnkeptOutput((plan.num_out, cout), remake) if unkept else dst
+    own: torch.Tensor | UnkeptOutput = (
+        UnkeptOutput((plan.num_out, cout), remake) if unkept else cast(torch.Tensor, dst)
+    )
+    out = own if concat is None else RowConcat(own, concat)
     if made:
         made[3](out)
     return out

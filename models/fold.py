@@ -8,7 +8,9 @@ s = gamma / sqrt(var + eps). After a conv x -> sum_k x_k @ W[k] (+ b) it is the 
 and a ReLU that follows becomes the conv's epilogue, computed inside the fused CPU kernel while
 each block of output rows is still in cache (csrc/fused_cpu.cpp). Residual blocks (MinkUNet's
 ResidualBlock, SpUNet's BasicBlock) become FoldedResidualBlock: relu(conv2(conv1(x)) + shortcut(x))
-with the shortcut added in conv2's epilogue, before the block's ReLU.
+with the shortcut added in conv2's epilogue, before the block's ReLU. MinkUNet's decoder stages
+become FoldedDecoderStage, whose upsampling (its BatchNorm and ReLU folded) makes the
+concatenation with the skip rows itself.
 
 `fold_batchnorm` returns a folded copy for inference; the original model, its state_dict and
 checkpoints, and the weight transfers to the spconv twin are untouched. Besides residual blocks,
@@ -24,8 +26,8 @@ from typing import cast
 import torch
 from torch import nn
 
-from .layers import BatchNorm, ReLU, SubMConv3d, _SparseConv
-from .minkunet import ResidualBlock
+from .layers import BatchNorm, ReLU, SparseInverseConv3d, SubMConv3d, _SparseConv
+from .minkunet import DecoderStage, ResidualBlock
 from .sparse_tensor import SparseTensor
 from .spunet import BasicBlock
 
@@ -42,6 +44,19 @@ class FoldedResidualBlock(nn.Module):
 
     def forward(self, x: SparseTensor) -> SparseTensor:
         return self.conv2(self.conv1(x, only_next_reads=True), residual=self.shortcut(x).feats)
+
+
+class FoldedDecoderStage(nn.Module):
+    """A MinkUNet DecoderStage with its upsampling's BatchNorm and ReLU folded into the conv:
+    blocks(cat(up(x), skip)), the concatenation made by the upsampling itself (in int8 it
+    quantizes its rows beside the skip rows, and its fp32 rows are never written out)."""
+
+    def __init__(self, up: nn.Sequential, blocks: nn.Module):
+        super().__init__()
+        self.up, self.blocks = up, blocks
+
+    def forward(self, x: SparseTensor, skip: SparseTensor) -> SparseTensor:
+        return self.blocks(self.up[0](x, concat=skip))
 
 
 def fold_batchnorm(model: nn.Module) -> nn.Module:
@@ -64,7 +79,22 @@ def fold_batchnorm(model: nn.Module) -> nn.Module:
             if i + 2 < len(names) and type(seq._modules[names[i + 2]]) is ReLU:
                 conv.relu = True
                 seq._modules[names[i + 2]] = nn.Identity()
+    for parent in list(folded.modules()):
+        for name, child in list(parent.named_children()):
+            if isinstance(child, DecoderStage) and _folded_alone(child.up):
+                setattr(parent, name, FoldedDecoderStage(child.up, child.blocks))
     return folded
+
+
+def _folded_alone(seq: nn.Module) -> bool:
+    """Whether seq is an nn.Sequential of a SparseInverseConv3d whose BatchNorm and ReLU were
+    folded into it (the rest Identity)."""
+    return (
+        isinstance(seq, nn.Sequential)
+        and isinstance(seq[0], SparseInverseConv3d)
+        and seq[0].relu
+        and all(isinstance(m, nn.Identity) for m in list(seq)[1:])
+    )
 
 
 def _fold_residual(block: nn.Module) -> FoldedResidualBlock | None:

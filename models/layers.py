@@ -37,9 +37,18 @@ class _SparseConv(nn.Module):
         kmap,
         residual: torch.Tensor | None = None,
         only_next_reads: bool = False,
+        then_concat: torch.Tensor | None = None,
     ) -> torch.Tensor:
         return sparse_conv(
-            x.feats, self.weight, kmap, x.engine, self.bias, self.relu, residual, only_next_reads
+            x.feats,
+            self.weight,
+            kmap,
+            x.engine,
+            self.bias,
+            self.relu,
+            residual,
+            only_next_reads,
+            then_concat,
         )
 
     def extra_repr(self) -> str:
@@ -96,12 +105,21 @@ class SparseInverseConv3d(_SparseConv):
     def __init__(self, cin: int, cout: int, kernel_size: int = 2, bias: bool = False):
         super().__init__(cin, cout, kernel_size, bias)
 
-    def forward(self, x: SparseTensor) -> SparseTensor:
+    def forward(self, x: SparseTensor, concat: SparseTensor | None = None) -> SparseTensor:
+        """concat (on the finer level): the output is cat(this conv's output, concat), which a
+        decoder's next convs alone read (in int8 the two are quantized side by side in the
+        kernel, and this conv's fp32 rows are never written out: kernels/engine.py)."""
         made = x.manager.upsample(x.stride, self.kernel_size)
         fine = made.fine_stride
-        return SparseTensor(
-            self._conv(x, made.kmap.transposed), x.manager.coords(fine), fine, x.manager
+        if concat is not None and (concat.manager is not x.manager or concat.stride != fine):
+            raise ValueError("an upsampling concatenates a tensor of the level it makes")
+        feats = self._conv(
+            x,
+            made.kmap.transposed,
+            only_next_reads=concat is not None,
+            then_concat=None if concat is None else concat.feats,
         )
+        return SparseTensor(feats, x.manager.coords(fine), fine, x.manager)
 
 
 class BatchNorm(nn.BatchNorm1d):

@@ -171,8 +171,12 @@ LS_VNNI_TARGET inline void relu_row(float* row, int64_t c) {
 // The out rows of a finished block quantized as the next int8 conv reads them (quantize_row:
 // the same bits as ls_quantize_rows_u8_cpu), while they are in cache, after the conv's ReLU when
 // it is handed that; *failed |= 1 for a row that cannot be (a negative, NaN or infinite value).
+// With `also` the rows quantized are an out row and the same row of also (also_cols wide) side
+// by side, as ls_quantize_concat_u8_cpu does (a decoder's upsampling and its skip rows).
 struct QuantizeBlock {
   int64_t cout;
+  const float* also;
+  int64_t also_cols;
   uint8_t* q;
   float* scale;
   int64_t* failed;
@@ -185,7 +189,8 @@ struct QuantizeBlock {
     for (int64_t r = first; r < end; ++r) {
       float* row = rows + r * cout;
       if (relu) relu_row(row, cout);
-      bad |= !quantize_row(row, cout, nullptr, 0, q + r * cout, scale + r);
+      const float* more = also == nullptr ? nullptr : also + r * also_cols;
+      bad |= !quantize_row(row, cout, more, also_cols, q + r * (cout + also_cols), scale + r);
     }
     if (bad) __atomic_fetch_or(failed, (int64_t)1, __ATOMIC_RELAXED);
   }
@@ -306,10 +311,11 @@ LS_API int ls_fused_conv_int8_cpu(const uint8_t* q, const float* row_scale, int6
                                   int64_t num_kernels, int32_t identity, const float* bias,
                                   const float* residual, int32_t relu, int64_t num_out,
                                   float* out, uint8_t* q_out, float* scale_out,
-                                  int64_t* q_failed) {
+                                  int64_t* q_failed, const float* q_also, int64_t also_cols) {
   if (!cpu_has_int8_dot() || cout % kLanes != 0 || cin <= 0 || cin % 4 != 0 || num_out < 0 ||
       (q_out != nullptr && (scale_out == nullptr || q_failed == nullptr)) ||
-      (out == nullptr && q_out == nullptr)) {
+      (out == nullptr && q_out == nullptr) || also_cols < 0 ||
+      (q_also != nullptr && (q_out == nullptr || also_cols == 0))) {
     return lidarseg::kStatusBadArgument;
   }
 #if LS_HAVE_INT8_DOT
@@ -340,12 +346,13 @@ LS_API int ls_fused_conv_int8_cpu(const uint8_t* q, const float* row_scale, int6
           entries_times_weight<false>(q, row_scale, cin, w_k, s_k, cout, in, rows, m, dst, add);
         }
       },
-      QuantizeBlock{cout, q_out, scale_out, q_failed});
+      QuantizeBlock{cout, q_also, q_also == nullptr ? 0 : also_cols, q_out, scale_out, q_failed});
   return lidarseg::kStatusOk;
 #else
   (void)q, (void)row_scale, (void)w_packed, (void)w_scale, (void)in_idx, (void)out_idx;
   (void)bounds, (void)kernel_order, (void)num_kernels, (void)identity, (void)bias;
   (void)residual, (void)relu, (void)out, (void)q_out, (void)scale_out, (void)q_failed;
+  (void)q_also, (void)also_cols;
   return lidarseg::kStatusBadArgument;  // unreachable: no int8 dot product on this architecture
 #endif
 }

@@ -77,16 +77,19 @@ def test_only_cpu_int8_inference_defers_the_concatenation():
 
 
 @needs_vnni
-def test_a_minkunet_in_int8_gives_the_same_logits_with_the_concatenations_deferred(monkeypatch):
+def test_a_minkunet_in_int8_gives_the_same_logits_with_its_stand_ins(monkeypatch):
+    """The folded MinkUNet in int8: its decoder concatenations deferred (4, each quantized by
+    the upsampling that makes the first part, whose rows stay unkept) and its residual blocks'
+    first outputs unkept; every one made and concatenated instead: the same logits."""
+    import models.fold as fold
     import models.layers as layers
     from models import SparseTensor
-    from models.fold import fold_batchnorm
     from models.minkunet import MinkUNet
 
     from tests.kernels.test_engine import random_cloud
 
     torch.manual_seed(0)
-    net = fold_batchnorm(MinkUNet(4, 19, cr=0.5))
+    net = fold.fold_batchnorm(MinkUNet(4, 19, cr=0.5))
     coords = random_cloud(3000, 20, seed=8, batches=1)
     feats = torch.rand(len(coords), 4)
 
@@ -95,25 +98,22 @@ def test_a_minkunet_in_int8_gives_the_same_logits_with_the_concatenations_deferr
         with torch.no_grad():
             return net(x).feats
 
-    made = []
-    real = layers.concat_rows
-    monkeypatch.setattr(layers, "concat_rows", lambda *a: made.append(real(*a)) or made[-1])
-    deferred = logits()
-    assert len(made) == 4 and all(isinstance(m, RowConcat) and m._made is None for m in made)
-    monkeypatch.setattr(layers, "concat_rows", lambda a, b, p: torch.cat([a, b], dim=1))
-    assert torch.equal(deferred, logits())
-    # and with every residual block's first output kept in fp32: the same logits again
-    unkept = []
+    outputs = []
     real_conv = layers.sparse_conv
-
-    def conv(*args, **kwargs):
-        out = real_conv(*args, **kwargs)
-        unkept.append(isinstance(out, UnkeptOutput))
-        return out
-
-    monkeypatch.setattr(layers, "sparse_conv", conv)
-    assert torch.equal(deferred, logits()) and any(unkept)
-    monkeypatch.setattr(layers, "sparse_conv", lambda *a: real_conv(*a[:7]))  # all kept
+    monkeypatch.setattr(
+        layers, "sparse_conv", lambda *a: outputs.append(real_conv(*a)) or outputs[-1]
+    )
+    deferred = logits()
+    concats = [o for o in outputs if isinstance(o, RowConcat)]
+    assert len(concats) == 4 and all(isinstance(c.parts[0], UnkeptOutput) for c in concats)
+    assert sum(isinstance(o, UnkeptOutput) for o in outputs) > 0
+    assert all(o._made is None for o in outputs if isinstance(o, (RowConcat, UnkeptOutput)))
+    # every output made, every concatenation by torch.cat
+    monkeypatch.setattr(layers, "sparse_conv", lambda *a: real_conv(*a[:7]))
+    monkeypatch.setattr(layers, "concat_rows", lambda a, b, p: torch.cat([a, b], dim=1))
+    monkeypatch.setattr(
+        fold.FoldedDecoderStage, "forward", lambda m, x, skip: m.blocks(layers.cat(m.up(x), skip))
+    )
     assert torch.equal(deferred, logits())
 
 
@@ -150,3 +150,32 @@ def test_only_int8_inference_leaves_an_output_unkept():
     config = EngineConfig(precision="int8", grouping=INT8)
     out = sparse_conv(x, w.requires_grad_(), kmap, config, bias, True, None, True)
     assert isinstance(out, torch.Tensor) and out.requires_grad  # training: a tensor
+
+
+@needs_vnni
+@pytest.mark.parametrize("tiles", [True, False])
+@pytest.mark.parametrize("relu", [True, False])
+def test_an_upsampling_quantizes_itself_beside_the_rows_it_is_concatenated_with(tiles, relu):
+    """then_concat: in int8 with a ReLU the conv quantizes [its output | skip] row by row in
+    the kernel (the bits ls_quantize_concat_u8_cpu gives), its own rows unkept; the next conv
+    gives what it gives on torch.cat of the two; without a ReLU, or in fp32, the result is the
+    concatenation as concat_rows makes it."""
+    kmap, x, w, bias, _ = case("up", 64, 48, seed=37)
+    gen = torch.Generator().manual_seed(6)
+    skip = torch.rand(kmap.num_out, 16, generator=gen)
+    square = case("subm", 64, 48, seed=37)[0]  # the same cloud: a map on the upsampled rows
+    w2 = torch.randn(27, 64, 32, generator=gen) / 20
+    config = EngineConfig(precision="int8", grouping=INT8)
+    with torch.no_grad(), contextlib.nullcontext() if tiles else precision.tiles_off():
+        up = sparse_conv(x, w, kmap, config, bias, relu)
+        whole = torch.cat([up, skip], dim=1)
+        got = sparse_conv(x, w, kmap, config, bias, relu, None, True, skip)
+        assert isinstance(got, RowConcat) and got.shape == whole.shape
+        assert isinstance(got.parts[0], UnkeptOutput) == relu
+        want = sparse_conv(whole, w2, square, config, None, True)
+        assert torch.equal(sparse_conv(got, w2, square, config, None, True), want)
+        assert torch.equal(got.tensor(), whole)
+    fp32 = EngineConfig(precision="fp32", grouping=INT8)
+    with torch.no_grad():
+        out = sparse_conv(x, w, kmap, fp32, bias, True, None, True, skip)
+    assert torch.equal(out, torch.cat([sparse_conv(x, w, kmap, fp32, bias, True), skip], dim=1))
