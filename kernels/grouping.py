@@ -134,9 +134,9 @@ class ExecutionPlan:
         order = [k for launch in self.launches for k in launch.kernel_indices]
         return torch.tensor(order, dtype=torch.int32)
 
-    @functools.cached_property
+    @property
     def bounds(self) -> torch.Tensor:
-        return torch.tensor(self.kmap.bounds, dtype=torch.int64)
+        return self.kmap.bounds_tensor
 
     @functools.cached_property
     def scatter_csr(self) -> tuple[torch.Tensor, torch.Tensor]:

@@ -76,6 +76,11 @@ class KernelMap:
     def device(self) -> torch.device:
         return self.in_idx.device
 
+    @functools.cached_property
+    def bounds_tensor(self) -> torch.Tensor:
+        """bounds as an int64 tensor (the fused kernels' argument), made once per map."""
+        return torch.tensor(self.bounds, dtype=torch.int64)
+
     def entries(self, k: int) -> tuple[torch.Tensor, torch.Tensor]:
         """(in rows, out rows) of kernel index k; the identity offset gives arange(num_in) twice."""
         if k == self.identity:
