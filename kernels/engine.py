@@ -32,7 +32,7 @@ from .chunking import Chunk, Piece, Workspace, chunks, default_cap, rows_under_c
 from .fused import fused_output, walk_args
 from .bf16 import conv_bf16
 from .grouping import ExecutionPlan, build_plan
-from .int8 import OutputUse, conv_int8
+from .int8 import NO_USE, OutputUse, conv_int8
 from .kmap import KernelMap
 from .precision import fallback
 from .rows import gather_rows, scatter_add_rows, scatter_add_unique
@@ -360,7 +360,12 @@ def sparse_conv(
         else None
     )
     out = _forward(
-        feats, weight, kmap, config, (bias, relu, residual), OutputUse(remake, then_concat)
+        feats,
+        weight,
+        kmap,
+        config,
+        (bias, relu, residual),
+        OutputUse(remake, then_concat) if only_next_reads or then_concat is not None else NO_USE,
     )
     if then_concat is None or isinstance(out, RowConcat):
         return out

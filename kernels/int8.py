@@ -144,6 +144,9 @@ class OutputUse:
     concat: torch.Tensor | None = None
 
 
+NO_USE = OutputUse()  # the output as it is (made once: a frame's 50 convs mostly pass this)
+
+
 def conv_int8(
     src: torch.Tensor | RowConcat,
     weight: torch.Tensor,
@@ -152,7 +155,7 @@ def conv_int8(
     bias=None,
     relu: bool = False,
     residual=None,
-    use: OutputUse = OutputUse(),
+    use: OutputUse = NO_USE,
 ) -> torch.Tensor | UnkeptOutput | RowConcat | None:
     """The forward conv of engine.sparse_conv in int8 (src [N, Cin] fp32, or a RowConcat of
     two such parts -> [num_out, Cout] fp32), or None where it does not apply (see the module
