@@ -5,7 +5,7 @@ way (csrc/fused_int8_cpu.cpp, amx_tiles.h), each map entry's sum scaled to fp32 
 the fp32 output (bias, residual, ReLU in fp32).
 
 Nothing is calibrated ahead of time: a row's scale is its own maximum / 255, measured as the row
-is quantized (one pass, ls_quantize_rows_u8_cpu; for a submanifold conv's ReLU output, by that
+is quantized (one pass, ls_quantize_rows_u8_cpu; for an int8 conv's ReLU output, by that
 conv itself as it finishes each block of rows: _made_rows), so a frame from another sensor or
 scene gets scales that fit it. Weights: scale = max |w| / 127 over the input channels of one
 offset and output channel, values rounded to the nearest int8. On the default model this keeps
@@ -175,12 +175,11 @@ def conv_int8(
         concat = None  # rows that may be negative, or no fp32 tensor: the caller concatenates
     elif not concat.is_contiguous():
         concat = concat.contiguous()
-    # a submanifold conv's ReLU output is what the next int8 conv reads (and an upsampling's,
-    # beside the skip rows): quantized in the kernel, block by block in cache, it need not be
-    # read back from memory for it
+    # a conv's ReLU output is what the next int8 conv reads (an upsampling's beside the skip
+    # rows): quantized in the kernel, block by block in cache, it need not be read back from
+    # memory for it
     also = concat.shape[1] if concat is not None else 0
-    quantizes = relu and (plan.identity is not None or concat is not None)
-    made = _made_rows(workspace, plan.num_out, cout + also) if quantizes else None
+    made = _made_rows(workspace, plan.num_out, cout + also) if relu else None
     unkept = made is not None and remake is not None
     dst = None if unkept else fused_output(plan.num_out, cout)
     backend.call(

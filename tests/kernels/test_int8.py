@@ -193,16 +193,21 @@ def test_a_conv_reading_the_same_rows_reuses_their_quantization(monkeypatch):
 
 
 @needs_vnni
+@pytest.mark.parametrize("kind", ["subm", "down"])
 @pytest.mark.parametrize("cin, cout", [(32, 48), (64, 64)])
-def test_a_relu_conv_quantizes_its_output_as_the_next_conv_would(monkeypatch, cin, cout):
-    """A submanifold int8 conv with ReLU quantizes its output in the kernel (after the ReLU,
-    block by block): the next conv reads exactly the bits quantize_rows would give it, without
-    calling it, and the output itself is the one a conv that does not quantize it gives."""
+def test_a_relu_conv_quantizes_its_output_as_the_next_conv_would(monkeypatch, kind, cin, cout):
+    """An int8 conv with ReLU (submanifold, or strided: no identity offset) quantizes its output
+    in the kernel (after the ReLU, block by block): the next conv reads exactly the bits
+    quantize_rows would give it, without calling it, and the output itself is the one a conv
+    that does not quantize it gives."""
     import kernels.int8 as int8_module
 
-    kmap, x, w, bias, res = case("subm", cin, cout, seed=17)
+    kmap, x, w, bias, res = case(kind, cin, cout, seed=17)
     x[::7] = 0  # rows of zeros: scale 0
-    w2 = torch.randn(27, cout, 32, generator=torch.Generator().manual_seed(3))
+    if kind == "down":  # the next conv reads the coarse rows: the same map, transposed
+        kmap_next, w2 = kmap.transposed, torch.randn(8, cout, 32, generator=torch.Generator())
+    else:
+        kmap_next, w2 = kmap, torch.randn(27, cout, 32, generator=torch.Generator().manual_seed(3))
     config = EngineConfig(precision="int8", grouping=INT8)
     real_quantize = int8_module.quantize_rows
     calls = []
@@ -216,8 +221,8 @@ def test_a_relu_conv_quantizes_its_output_as_the_next_conv_would(monkeypatch, ci
         assert len(calls) == 1  # the kernel's own quantization, recorded
         want_q, want_scale = quantized(out)
         assert np.array_equal(q.numpy(), want_q) and np.array_equal(scale.numpy(), want_scale)
-        chained = sparse_conv(out, w2, kmap, config, None, True)
+        chained = sparse_conv(out, w2, kmap_next, config, None, True)
         assert len(calls) == 1
         monkeypatch.setattr(int8_module, "_made_rows", lambda *a: None)
         assert torch.equal(out, sparse_conv(x, w, kmap, config, bias - 0.5, True, res))
-        assert torch.equal(chained, sparse_conv(out.clone(), w2, kmap, config, None, True))
+        assert torch.equal(chained, sparse_conv(out.clone(), w2, kmap_next, config, None, True))
