@@ -32,7 +32,7 @@ from .chunking import Chunk, Piece, Workspace, chunks, default_cap, rows_under_c
 from .fused import fused_output, walk_args
 from .bf16 import conv_bf16
 from .grouping import ExecutionPlan, build_plan
-from .int8 import NO_USE, OutputUse, conv_int8
+from .int8 import NO_USE, OutputUse, conv_int8, int8_fits, memoized
 from .kmap import KernelMap
 from .precision import fallback
 from .rows import gather_rows, scatter_add_rows, scatter_add_unique
@@ -343,6 +343,7 @@ def sparse_conv(
     residual: torch.Tensor | None = None,
     only_next_reads: bool = False,
     then_concat: torch.Tensor | None = None,
+    shortcut: tuple | None = None,
 ) -> torch.Tensor:
     """feats [num_in, Cin], weight [K^3, Cin, Cout] -> [num_out, Cout] (autograd-aware), plus
     bias [Cout] and residual [num_out, Cout] when given, then ReLU when asked (all fused into
@@ -352,7 +353,19 @@ def sparse_conv(
     the output only as the input of the next conv (a residual block's first conv, a decoder's
     upsampling); in int8 the result may then be an UnkeptOutput, made (by this call again) only
     if something needs it. then_concat [num_out, C]: the result is the output concatenated with
-    these rows, as concat_rows gives it (in int8, quantized side by side in the kernel)."""
+    these rows, as concat_rows gives it (in int8, quantized side by side in the kernel).
+    shortcut (feats, weight [1, C, Cout], bias, kmap of a 1x1 conv on the output's rows): the
+    residual is that conv's output; an int8 conv adds it in its own kernel where both inputs'
+    quantizations are on record (a residual block's shortcut, never written out), else it is
+    computed first."""
+    sc_rows = None
+    if shortcut is not None:
+        fused = _fused_shortcut(feats, weight, kmap, config, bias, residual, shortcut)
+        if fused is None:
+            sc_feats, sc_weight, sc_bias, sc_kmap = shortcut
+            residual = sparse_conv(sc_feats, sc_weight, sc_kmap, config, sc_bias)
+        else:
+            bias, sc_rows = fused
     _check_args(feats, weight, kmap, bias, residual)
     remake = (
         (lambda: sparse_conv(feats, weight, kmap, config, bias, relu, residual))
@@ -365,11 +378,45 @@ def sparse_conv(
         kmap,
         config,
         (bias, relu, residual),
-        OutputUse(remake, then_concat) if only_next_reads or then_concat is not None else NO_USE,
+        OutputUse(remake, then_concat, sc_rows)
+        if only_next_reads or then_concat is not None or sc_rows is not None
+        else NO_USE,
     )
     if then_concat is None or isinstance(out, RowConcat):
         return out
     return cast(torch.Tensor, concat_rows(out, then_concat, config.precision))
+
+
+def _fused_shortcut(feats, weight, kmap: KernelMap, config: EngineConfig, bias, residual, shortcut):
+    """(the conv's bias plus the shortcut's, the shortcut's (q, row scales, weight)) where an
+    int8 conv can add its shortcut in its own kernel: both convs int8, the shortcut 1x1 on the
+    same rows, and both inputs' quantizations on record; else None."""
+    sc_feats, sc_weight, sc_bias, sc_kmap = shortcut
+    cin, cout = weight.shape[1], weight.shape[2]
+    sc_cin = sc_weight.shape[1]
+    if (
+        config.precision != "int8"
+        or torch.is_grad_enabled()
+        or residual is not None
+        or kmap.identity is None
+        or sc_kmap.kernel_size != 1
+        or sc_kmap.num_out != kmap.num_out
+        or sc_weight.shape != (1, sc_cin, cout)
+        or not int8_fits(cin, cout)
+        or not int8_fits(sc_cin, cout)
+        or not config.plan(kmap, cin, cout, feats.device)[1]
+        or not config.plan(sc_kmap, sc_cin, cout, feats.device)[1]
+    ):
+        return None
+    rows, sc_rows = memoized(feats, config.workspace), memoized(sc_feats, config.workspace)
+    if rows is None or sc_rows is None:
+        return None
+    total = (
+        None
+        if bias is None and sc_bias is None
+        else ((bias if bias is not None else 0) + (sc_bias if sc_bias is not None else 0))
+    )
+    return total, (*sc_rows, sc_weight)
 
 
 def _forward(feats, weight, kmap: KernelMap, config: EngineConfig, epilogue, use: OutputUse):

@@ -78,12 +78,12 @@ def quantize_rows(
 
 
 # workspace slots: the last input quantized here (READ_SLOTS), and the ring of outputs that
-# int8 convs quantized as they made them (MADE_SLOTS, two deep: a block's conv1 output is read by
-# its conv2 after the shortcut's conv may have made another)
+# int8 convs quantized as they made them (MADE_SLOTS, three deep: a block's conv2 reads its
+# conv1's output and, for a fused shortcut, the block's input, while it makes its own)
 READ_SLOTS = (6, 7)
-MADE_SLOTS = ((8, 9), (10, 11))
+MADE_SLOTS = ((8, 9), (10, 11), (12, 13))
 NEGATIVE_FLAG = 0  # flag slots: quantize_rows's, then one per MADE_SLOTS turn (FAILED_FLAGS)
-FAILED_FLAGS = (1, 2)
+FAILED_FLAGS = (1, 2, 3)
 
 
 def _quantized(
@@ -94,10 +94,10 @@ def _quantized(
     as it made it (_made_rows), and the rows the int8 conv before read (a residual block's first
     conv, then its 1x1 shortcut). Each record holds src itself, so no other tensor can take its
     memory meanwhile, and src's version counter says whether it was written since."""
+    found = memoized(src, workspace)
+    if found is not None:
+        return found
     memo = workspace.memo()
-    for record in (memo.get("int8_rows"), *memo.get("int8_made", ())):
-        if record is not None and record[0] is src and record[1] == src._version:
-            return record[2], record[3]
     memo.pop("int8_rows", None)  # its buffers are about to be overwritten
     n, cin = src.shape
     q = workspace.get(READ_SLOTS[0], n, cin, torch.uint8, src.device)
@@ -108,14 +108,24 @@ def _quantized(
     return q, row_scale
 
 
+def memoized(src, workspace) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """(q, row scales) of src where its quantization is on record (made by the int8 conv that
+    made src, or by the last conv that read it), else None; nothing is quantized here."""
+    memo = workspace.memo()
+    for record in (memo.get("int8_rows"), *memo.get("int8_made", ())):
+        if record is not None and record[0] is src and record[1] == src._version:
+            return record[2], record[3]
+    return None
+
+
 def _made_rows(workspace, num_out: int, cout: int):
     """(q, scales, failed flag, keep) for a conv that quantizes its output as it makes it: the
     buffers of the ring slot that comes next (its record dropped now), and keep(dst) to record
     them once the conv has run."""
     memo = workspace.memo()
-    ring = memo.setdefault("int8_made", [None, None])
+    ring = memo.setdefault("int8_made", [None] * len(MADE_SLOTS))
     turn = memo.get("int8_made_turn", 0)
-    memo["int8_made_turn"] = 1 - turn
+    memo["int8_made_turn"] = (turn + 1) % len(MADE_SLOTS)
     ring[turn] = None  # its buffers are about to be overwritten
     q_slot, scale_slot = MADE_SLOTS[turn]
     q = workspace.get(q_slot, num_out, cout, torch.uint8, backend.CPU)
@@ -131,20 +141,42 @@ def _made_rows(workspace, num_out: int, cout: int):
 
 @dataclass(frozen=True)
 class OutputUse:
-    """What the caller of an int8 conv does with its output (engine.sparse_conv).
+    """What the caller of an int8 conv does with its output (engine.sparse_conv), and a
+    residual it may compute itself.
 
     remake: given where the caller reads the output only as the next int8 conv's input; where
     the conv quantizes its output for it, the fp32 rows are then not kept, and the result is an
     UnkeptOutput that remake() makes if something else needs it after all.
     concat (fp32 [num_out, C], contiguous): the caller concatenates the output with these rows;
     a conv with a ReLU then quantizes the two side by side as it makes its rows and returns a
-    RowConcat of them (else the output alone, for the caller to concatenate)."""
+    RowConcat of them (else the output alone, for the caller to concatenate).
+    shortcut (q uint8 [num_out, C], row scales [num_out], weight fp32 [1, C, Cout]): the
+    residual is the 1x1 conv of those rows (a residual block's shortcut, its bias already in
+    the conv's bias), added in the kernel right after the identity offset, never written out.
+    Only for rows whose quantization is on record (memoized), so nothing overwrites them."""
 
     remake: Callable[[], torch.Tensor] | None = None
     concat: torch.Tensor | None = None
+    shortcut: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
 
 
 NO_USE = OutputUse()  # the output as it is (made once: a frame's 50 convs mostly pass this)
+
+
+def int8_fits(cin: int, cout: int) -> bool:
+    """Whether the int8 kernel takes a conv of these widths here (an AVX512_VNNI CPU; not the
+    input layer's few channels)."""
+    lanes = fused_int8_lanes()
+    return cin > FP32_MAX_CIN and cin % 4 == 0 and bool(lanes) and cout % lanes == 0
+
+
+def _shortcut_args(shortcut) -> tuple:
+    """The kernel's shortcut arguments (sc_q, sc_scale, sc_cin, sc_w, sc_w_scale)."""
+    if shortcut is None:
+        return (None, None, 0, None, None)
+    q, scale, weight = shortcut
+    packed, w_scale = int8_weights(weight)
+    return (q, scale, q.shape[1], packed, w_scale)
 
 
 def conv_int8(
@@ -162,8 +194,7 @@ def conv_int8(
     doc); `use` may let it return a stand-in instead (OutputUse)."""
     n, cin = src.shape
     cout = weight.shape[2]
-    lanes = fused_int8_lanes()
-    if cin <= FP32_MAX_CIN or cin % 4 or not lanes or cout % lanes:
+    if not int8_fits(cin, cout):
         return None
     quantized = _quantized(src, workspace)
     if quantized is None:
@@ -195,6 +226,7 @@ def conv_int8(
         *(made[:3] if made else (None, None, None)),
         concat,
         also,
+        *_shortcut_args(use.shortcut),
     )
     own: torch.Tensor | UnkeptOutput = (
         UnkeptOutput((plan.num_out, cout), remake) if unkept else cast(torch.Tensor, dst)

@@ -43,7 +43,25 @@ class FoldedResidualBlock(nn.Module):
         self.conv1.relu = self.conv2.relu = True
 
     def forward(self, x: SparseTensor) -> SparseTensor:
-        return self.conv2(self.conv1(x, only_next_reads=True), residual=self.shortcut(x).feats)
+        h = self.conv1(x, only_next_reads=True)
+        conv = _bare_shortcut(self.shortcut)
+        if conv is None:
+            return self.conv2(h, residual=self.shortcut(x).feats)
+        return self.conv2(h, shortcut=(conv, x))
+
+
+def _bare_shortcut(shortcut: nn.Module) -> SubMConv3d | None:
+    """The 1x1 conv a folded shortcut is (alone, or with Identity after it), where conv2 may run
+    it itself (no ReLU, and no hooks: a timed layer runs as itself); else None."""
+    modules = list(shortcut) if isinstance(shortcut, nn.Sequential) else [shortcut]
+    conv = modules[0] if modules else None
+    if not isinstance(conv, SubMConv3d) or conv.kernel_size != 1 or conv.relu:
+        return None
+    if any(not isinstance(m, nn.Identity) for m in modules[1:]):
+        return None
+    if conv._forward_hooks or conv._forward_pre_hooks:
+        return None
+    return conv
 
 
 class FoldedDecoderStage(nn.Module):

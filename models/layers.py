@@ -38,6 +38,7 @@ class _SparseConv(nn.Module):
         residual: torch.Tensor | None = None,
         only_next_reads: bool = False,
         then_concat: torch.Tensor | None = None,
+        shortcut: tuple | None = None,
     ) -> torch.Tensor:
         return sparse_conv(
             x.feats,
@@ -49,6 +50,7 @@ class _SparseConv(nn.Module):
             residual,
             only_next_reads,
             then_concat,
+            shortcut,
         )
 
     def extra_repr(self) -> str:
@@ -70,14 +72,24 @@ class SubMConv3d(_SparseConv):
         self.dilation = dilation
 
     def forward(
-        self, x: SparseTensor, residual: torch.Tensor | None = None, only_next_reads: bool = False
+        self,
+        x: SparseTensor,
+        residual: torch.Tensor | None = None,
+        only_next_reads: bool = False,
+        shortcut: tuple[SubMConv3d, SparseTensor] | None = None,
     ) -> SparseTensor:
         """residual [N, Cout] (optional) is added before the ReLU of a folded block
-        (models/fold.py); only_next_reads: the output feeds the next conv alone (the folded
-        block's first conv), which lets int8 inference keep it only quantized
-        (kernels/engine.py, sparse_conv)."""
+        (models/fold.py), or shortcut(conv, its input)'s output is (a 1x1 conv without ReLU, on
+        x's rows: int8 inference adds it in this conv's kernel); only_next_reads: the output
+        feeds the next conv alone (the folded block's first conv), which lets int8 inference
+        keep it only quantized (kernels/engine.py, sparse_conv)."""
         kmap = x.manager.submanifold_map(x.stride, self.kernel_size, self.dilation)
-        return x.replace_feats(self._conv(x, kmap, residual, only_next_reads))
+        made = None
+        if shortcut is not None:
+            conv, src = shortcut
+            sc_kmap = src.manager.submanifold_map(src.stride, conv.kernel_size, conv.dilation)
+            made = (src.feats, conv.weight, conv.bias, sc_kmap)
+        return x.replace_feats(self._conv(x, kmap, residual, only_next_reads, None, made))
 
 
 class SparseConv3d(_SparseConv):

@@ -141,7 +141,11 @@ LS_API int ls_fused_conv_bf16_tiles_cpu(const float* x, int64_t cin, const ls_bf
 // output only the second reads, quantized). With q_also [num_out, also_cols] as well, each row
 // quantized is the out row and q_also's row side by side (q_out [num_out, cout + also_cols],
 // one scale over both), as ls_quantize_concat_u8_cpu would quantize them (a decoder's
-// upsampling and the skip rows it is concatenated with).
+// upsampling and the skip rows it is concatenated with). With sc_q (a 1x1 conv's quantized
+// input rows [num_out, sc_cin], their scales, its packed weight [1, sc_cin / 4, cout, 4] and
+// scales [cout]; identity >= 0) that conv's products are added into each out row right after
+// the identity offset's: a residual block's shortcut, never written out (its bias goes in
+// bias).
 // ls_quantize_rows_u8_cpu: per row of x [n, c], q = rint(x * (255 / row max)) and scale =
 // row max / 255 (a row of zeros: q 0, scale 0); *negative = 1 when some value is negative (-0.0
 // too: its sign bit is set), NaN or inf (q then means nothing: the caller keeps another
@@ -169,7 +173,9 @@ LS_API int ls_fused_conv_int8_cpu(const uint8_t* q, const float* row_scale, int6
                                   int64_t num_kernels, int32_t identity, const float* bias,
                                   const float* residual, int32_t relu, int64_t num_out,
                                   float* out, uint8_t* q_out, float* scale_out,
-                                  int64_t* q_failed, const float* q_also, int64_t also_cols);
+                                  int64_t* q_failed, const float* q_also, int64_t also_cols,
+                                  const uint8_t* sc_q, const float* sc_scale, int64_t sc_cin,
+                                  const int8_t* sc_w, const float* sc_w_scale);
 
 // Per kernel index, the entries reordered by output row (each offset's outputs are distinct).
 LS_API int ls_sort_entries_by_out_cpu(const int32_t* in_idx, const int32_t* out_idx,

@@ -267,6 +267,34 @@ void entries_on_tiles(const uint8_t* q, const float* row_scale, int64_t cin, con
 }
 #endif
 
+// Quantized input rows of a conv and how its products are made (AMX tiles or AVX512_VNNI).
+struct Int8Rows {
+  const uint8_t* q;
+  const float* scale;
+  int64_t cin;
+  bool tiles;
+};
+
+// Entries in[0..m) of src times one offset's packed weight w_k (scales s_k), stored into or
+// added to the out rows (on tiles or VNNI: the same bits).
+template <bool kStore>
+void multiply(const Int8Rows& src, const int8_t* w_k, const float* s_k, int64_t cout,
+              const int32_t* in, const int32_t* rows, int64_t m, float* dst,
+              const lidarseg::StoreAddend& add) {
+#if LS_HAVE_AMX
+  if (src.tiles) {
+    entries_on_tiles<kStore>(src.q, src.scale, src.cin, w_k, s_k, cout, in, rows, m, dst, add);
+    return;
+  }
+#endif
+  entries_times_weight<kStore>(src.q, src.scale, src.cin, w_k, s_k, cout, in, rows, m, dst, add);
+}
+
+bool use_tiles(int64_t cin, int64_t cout) {
+  return LS_HAVE_AMX && cin >= kTilesMinCin && lidarseg::tiles_ready(lidarseg::TileKind::kInt8) &&
+         lidarseg::amx::shape_fits(cin, cout);
+}
+
 bool cpu_has_int8_dot() {
   return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
          __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
@@ -311,39 +339,35 @@ LS_API int ls_fused_conv_int8_cpu(const uint8_t* q, const float* row_scale, int6
                                   int64_t num_kernels, int32_t identity, const float* bias,
                                   const float* residual, int32_t relu, int64_t num_out,
                                   float* out, uint8_t* q_out, float* scale_out,
-                                  int64_t* q_failed, const float* q_also, int64_t also_cols) {
+                                  int64_t* q_failed, const float* q_also, int64_t also_cols,
+                                  const uint8_t* sc_q, const float* sc_scale, int64_t sc_cin,
+                                  const int8_t* sc_w, const float* sc_w_scale) {
   if (!cpu_has_int8_dot() || cout % kLanes != 0 || cin <= 0 || cin % 4 != 0 || num_out < 0 ||
       (q_out != nullptr && (scale_out == nullptr || q_failed == nullptr)) ||
       (out == nullptr && q_out == nullptr) || also_cols < 0 ||
-      (q_also != nullptr && (q_out == nullptr || also_cols == 0))) {
+      (q_also != nullptr && (q_out == nullptr || also_cols == 0)) ||
+      (sc_q != nullptr && (identity < 0 || sc_scale == nullptr || sc_cin <= 0 ||
+                           sc_cin % 4 != 0 || sc_w == nullptr || sc_w_scale == nullptr))) {
     return lidarseg::kStatusBadArgument;
   }
 #if LS_HAVE_INT8_DOT
-  const bool tiles = LS_HAVE_AMX && cin >= kTilesMinCin &&
-                     lidarseg::tiles_ready(lidarseg::TileKind::kInt8) &&
-                     lidarseg::amx::shape_fits(cin, cout);
-  (void)tiles;  // unused where the build has no AMX
-  if (tiles) lidarseg::count_tile_conv();
+  const Int8Rows src{q, row_scale, cin, use_tiles(cin, cout)};
+  const Int8Rows shortcut{sc_q, sc_scale, sc_cin, sc_q != nullptr && use_tiles(sc_cin, cout)};
+  if (src.tiles) lidarseg::count_tile_conv();
   lidarseg::run_fused(
       w_packed, cin * cout, cin, cout, in_idx, out_idx, bounds, kernel_order, num_kernels,
       identity, bias, residual, relu, num_out, out,
       [=](bool store, const int8_t* w_k, const int32_t* in, const int32_t* rows, int64_t m,
           float* dst, const lidarseg::StoreAddend& add) {
         const float* s_k = w_scale + (w_k - w_packed) / cin;  // (k * cin * cout) / cin
-#if LS_HAVE_AMX
-        if (tiles && store) {
-          entries_on_tiles<true>(q, row_scale, cin, w_k, s_k, cout, in, rows, m, dst, add);
+        if (!store) {
+          multiply<false>(src, w_k, s_k, cout, in, rows, m, dst, add);
           return;
         }
-        if (tiles) {
-          entries_on_tiles<false>(q, row_scale, cin, w_k, s_k, cout, in, rows, m, dst, add);
-          return;
-        }
-#endif
-        if (store) {
-          entries_times_weight<true>(q, row_scale, cin, w_k, s_k, cout, in, rows, m, dst, add);
-        } else {
-          entries_times_weight<false>(q, row_scale, cin, w_k, s_k, cout, in, rows, m, dst, add);
+        multiply<true>(src, w_k, s_k, cout, in, rows, m, dst, add);
+        if (shortcut.q != nullptr) {  // the block's 1x1 shortcut, right after its identity
+          multiply<false>(shortcut, sc_w, sc_w_scale, cout, rows, rows, m, dst,
+                          lidarseg::StoreAddend{nullptr, nullptr});
         }
       },
       QuantizeBlock{cout, q_also, q_also == nullptr ? 0 : also_cols, q_out, scale_out, q_failed});
@@ -352,7 +376,8 @@ LS_API int ls_fused_conv_int8_cpu(const uint8_t* q, const float* row_scale, int6
   (void)q, (void)row_scale, (void)w_packed, (void)w_scale, (void)in_idx, (void)out_idx;
   (void)bounds, (void)kernel_order, (void)num_kernels, (void)identity, (void)bias;
   (void)residual, (void)relu, (void)out, (void)q_out, (void)scale_out, (void)q_failed;
-  (void)q_also, (void)also_cols;
+  (void)q_also, (void)also_cols, (void)sc_q, (void)sc_scale, (void)sc_cin, (void)sc_w;
+  (void)sc_w_scale;
   return lidarseg::kStatusBadArgument;  // unreachable: no int8 dot product on this architecture
 #endif
 }

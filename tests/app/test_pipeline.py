@@ -131,6 +131,8 @@ def test_layer_timing_covers_the_network(pipeline):
     result = pipeline.segment(kitti_frame()[:10000], layer_timing=True)
     assert any(name.startswith("encoder.3") for name in result.layer_ms)
     assert "head" in result.layer_ms
+    # timed, a residual block's 1x1 shortcut runs as its own layer, not inside conv2
+    assert "decoder.3.blocks.0.shortcut.0" in result.layer_ms
     assert sum(result.layer_ms.values()) <= result.timing_ms["network"] * 1.05 + 1.0
 
 

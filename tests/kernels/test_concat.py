@@ -108,8 +108,8 @@ def test_a_minkunet_in_int8_gives_the_same_logits_with_its_stand_ins(monkeypatch
     assert len(concats) == 4 and all(isinstance(c.parts[0], UnkeptOutput) for c in concats)
     assert sum(isinstance(o, UnkeptOutput) for o in outputs) > 0
     assert all(o._made is None for o in outputs if isinstance(o, (RowConcat, UnkeptOutput)))
-    # every output made, every concatenation by torch.cat
-    monkeypatch.setattr(layers, "sparse_conv", lambda *a: real_conv(*a[:7]))
+    # every output made, every concatenation by torch.cat (the shortcuts fused in both)
+    monkeypatch.setattr(layers, "sparse_conv", lambda *a: real_conv(*a[:7], False, None, *a[9:]))
     monkeypatch.setattr(layers, "concat_rows", lambda a, b, p: torch.cat([a, b], dim=1))
     monkeypatch.setattr(
         fold.FoldedDecoderStage, "forward", lambda m, x, skip: m.blocks(layers.cat(m.up(x), skip))
