@@ -63,17 +63,15 @@ def quantize_rows(
     a RowConcat side by side); False (q unusable) when src has a negative (-0.0 too), NaN or
     infinite value."""
     negative, found = (workspace or Workspace()).flag(NEGATIVE_FLAG)
-    if isinstance(src, MadeOnUse) and not isinstance(src, RowConcat):
-        src = src.tensor()
-    if isinstance(src, RowConcat):
+    if isinstance(src, RowConcat):  # a part may be a stand-in too (an unkept upsampling)
         a, b = (p.tensor() if isinstance(p, MadeOnUse) else p for p in src.parts)
-        n = a.shape[0]
         backend.call(
-            "quantize_concat_u8", "cpu", a, a.shape[1], b, b.shape[1], n, q, scale, negative
+            "quantize_concat_u8", "cpu", a, a.shape[1], b, b.shape[1], len(a), q, scale, negative
         )
     else:
-        n, c = src.shape
-        backend.call("quantize_rows_u8", "cpu", src, n, c, q, scale, negative)
+        rows = src.tensor() if isinstance(src, MadeOnUse) else src
+        n, c = rows.shape
+        backend.call("quantize_rows_u8", "cpu", rows, n, c, q, scale, negative)
     return not found[0]
 
 

@@ -50,18 +50,22 @@ class FoldedResidualBlock(nn.Module):
         return self.conv2(h, shortcut=(conv, x))
 
 
+def _folded_conv(module: nn.Module, kind: type) -> nn.Module | None:
+    """The conv of type `kind` that module amounts to once folded: the conv itself, or an
+    nn.Sequential of it whose BatchNorm and ReLU folding left Identity; else None."""
+    modules = list(module) if isinstance(module, nn.Sequential) else [module]
+    if not modules or not isinstance(modules[0], kind):
+        return None
+    return modules[0] if all(isinstance(m, nn.Identity) for m in modules[1:]) else None
+
+
 def _bare_shortcut(shortcut: nn.Module) -> SubMConv3d | None:
-    """The 1x1 conv a folded shortcut is (alone, or with Identity after it), where conv2 may run
-    it itself (no ReLU, and no hooks: a timed layer runs as itself); else None."""
-    modules = list(shortcut) if isinstance(shortcut, nn.Sequential) else [shortcut]
-    conv = modules[0] if modules else None
-    if not isinstance(conv, SubMConv3d) or conv.kernel_size != 1 or conv.relu:
+    """The 1x1 conv a folded shortcut is, where conv2 may run it itself (no ReLU, and no hooks:
+    a timed layer runs as itself); else None."""
+    conv = cast(SubMConv3d | None, _folded_conv(shortcut, SubMConv3d))
+    if conv is None or conv.kernel_size != 1 or conv.relu:
         return None
-    if any(not isinstance(m, nn.Identity) for m in modules[1:]):
-        return None
-    if conv._forward_hooks or conv._forward_pre_hooks:
-        return None
-    return conv
+    return None if conv._forward_hooks or conv._forward_pre_hooks else conv
 
 
 class FoldedDecoderStage(nn.Module):
@@ -99,20 +103,12 @@ def fold_batchnorm(model: nn.Module) -> nn.Module:
                 seq._modules[names[i + 2]] = nn.Identity()
     for parent in list(folded.modules()):
         for name, child in list(parent.named_children()):
-            if isinstance(child, DecoderStage) and _folded_alone(child.up):
+            if not isinstance(child, DecoderStage):
+                continue
+            up = _folded_conv(child.up, SparseInverseConv3d)
+            if up is not None and cast(SparseInverseConv3d, up).relu:
                 setattr(parent, name, FoldedDecoderStage(child.up, child.blocks))
     return folded
-
-
-def _folded_alone(seq: nn.Module) -> bool:
-    """Whether seq is an nn.Sequential of a SparseInverseConv3d whose BatchNorm and ReLU were
-    folded into it (the rest Identity)."""
-    return (
-        isinstance(seq, nn.Sequential)
-        and isinstance(seq[0], SparseInverseConv3d)
-        and seq[0].relu
-        and all(isinstance(m, nn.Identity) for m in list(seq)[1:])
-    )
 
 
 def _fold_residual(block: nn.Module) -> FoldedResidualBlock | None:

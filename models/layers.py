@@ -84,12 +84,12 @@ class SubMConv3d(_SparseConv):
         feeds the next conv alone (the folded block's first conv), which lets int8 inference
         keep it only quantized (kernels/engine.py, sparse_conv)."""
         kmap = x.manager.submanifold_map(x.stride, self.kernel_size, self.dilation)
-        made = None
+        shortcut_conv = None  # (its input rows, weight, bias, map), as sparse_conv takes it
         if shortcut is not None:
             conv, src = shortcut
             sc_kmap = src.manager.submanifold_map(src.stride, conv.kernel_size, conv.dilation)
-            made = (src.feats, conv.weight, conv.bias, sc_kmap)
-        return x.replace_feats(self._conv(x, kmap, residual, only_next_reads, None, made))
+            shortcut_conv = (src.feats, conv.weight, conv.bias, sc_kmap)
+        return x.replace_feats(self._conv(x, kmap, residual, only_next_reads, None, shortcut_conv))
 
 
 class SparseConv3d(_SparseConv):
