@@ -58,6 +58,17 @@ def voxel_classes(logits: torch.Tensor) -> torch.Tensor:
     return fast if fast is not None else logits.argmax(dim=1).cpu()
 
 
+def voxels_per_frame(coords: torch.Tensor, frames: int) -> list[int]:
+    """Voxel rows of each frame of a batch: the rows ascend by batch index, so a search for
+    each frame's first row (a bincount took 0.2 ms). One frame has them all: no search (the
+    column copy and search cost about 0.5 ms right after the network, 7 us warm)."""
+    if frames == 1:
+        return [coords.shape[0]]
+    batch_of_row = coords[:, 0].contiguous()
+    frame_ids = torch.arange(frames + 1, dtype=batch_of_row.dtype)
+    return torch.searchsorted(batch_of_row, frame_ids.to(batch_of_row.device)).diff().tolist()
+
+
 class StageClock:
     """Wall-clock per stage; synchronises CUDA before each reading."""
 
@@ -186,11 +197,7 @@ class SegmentationPipeline:
             if voxel_labels is None:
                 assert logits is not None
                 voxel_labels = voxel_classes(logits)
-            # voxels per frame: the rows ascend by batch (a bincount of them took 0.2 ms)
-            batch_of_row = batch.coords[:, 0].contiguous()
-            frame_ids = torch.arange(len(frames) + 1, dtype=batch_of_row.dtype)
-            edges = torch.searchsorted(batch_of_row, frame_ids.to(batch_of_row.device))
-            rows = edges.diff().tolist()
+            rows = voxels_per_frame(batch.coords, len(frames))
             for b, (points, mapping) in enumerate(zip(frames, batch.point_to_voxel)):
                 labels = devoxelize(voxel_labels, mapping, IGNORE_LABEL)
                 results.append(

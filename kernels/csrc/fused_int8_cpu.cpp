@@ -32,6 +32,7 @@
 #include <immintrin.h>
 #define LS_HAVE_INT8_DOT 1
 #define LS_VNNI_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni")))
+#include "quantize_u8.h"
 #else
 #define LS_HAVE_INT8_DOT 0
 #endif
@@ -59,10 +60,6 @@ LS_VNNI_TARGET inline __v16si dot4(__v16si acc, __v16si u8, __v16si s8) {
 #else
   return __builtin_ia32_vpdpbusd_v16si(acc, u8, s8);
 #endif
-}
-
-inline __mmask16 lane_mask(int64_t left) {
-  return left >= kLanes ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1);
 }
 
 // One vector of an entry's int32 sums (output channels col + 16 v ..), scaled, added into (or
@@ -119,56 +116,7 @@ __attribute__((always_inline)) LS_VNNI_TARGET inline void tile(
   }
 }
 
-// The largest bit pattern of a row segment, as unsigned 32-bit integers, folded into top. For
-// non-negative finite floats the largest pattern is the largest value; a negative value (its
-// sign bit set, -0.0 too), +inf and NaN all lie above FLT_MAX's pattern, so one unsigned max per
-// vector both finds the row's largest value and tells whether the row can be quantized.
-LS_VNNI_TARGET inline void segment_max(const float* row, int64_t c, __m512i& top) {
-  for (int64_t j = 0; j < c; j += kLanes) {
-    const __mmask16 m = lane_mask(c - j);
-    top = _mm512_max_epu32(top, _mm512_maskz_loadu_epi32(m, row + j));
-  }
-}
-
-LS_VNNI_TARGET inline void segment_store(const float* row, int64_t c, __m512 inv, uint8_t* q) {
-  for (int64_t j = 0; j < c; j += kLanes) {
-    const __mmask16 m = lane_mask(c - j);
-    const __m512i v = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_maskz_loadu_ps(m, row + j), inv));
-    _mm512_mask_cvtusepi32_storeu_epi8(q + j, m, v);  // 0..255 for the rows that count
-  }
-}
-
-// One row quantized: q = rint(x * (255 / max)) (round to nearest even, as MXCSR's default and
-// rintf), scale = max / 255; the row is a's ca values then b's cb (a concatenation never made);
-// false when the row has a negative value (-0.0 included), NaN or inf.
-LS_VNNI_TARGET bool quantize_row(const float* a, int64_t ca, const float* b, int64_t cb,
-                                 uint8_t* q, float* scale) {
-  constexpr uint32_t kLargestFinite = 0x7F7FFFFFu;  // FLT_MAX's bit pattern
-  __m512i top = _mm512_setzero_si512();
-  segment_max(a, ca, top);
-  segment_max(b, cb, top);
-  const uint32_t bits = _mm512_reduce_max_epu32(top);
-  if (bits > kLargestFinite) return false;
-  float most;
-  memcpy(&most, &bits, sizeof(most));
-  const __m512 inv = _mm512_set1_ps(most > 0.0f ? 255.0f / most : 0.0f);
-  segment_store(a, ca, inv, q);
-  segment_store(b, cb, inv, q + ca);
-  *scale = most / 255.0f;
-  return true;
-}
-
-// max(0, x) in place, as fused_epilogue's ReLU (NaN and -0.0 to +0.0: vmaxps returns its second
-// operand, zero, for a NaN and for two zeros).
-LS_VNNI_TARGET inline void relu_row(float* row, int64_t c) {
-  for (int64_t j = 0; j < c; j += kLanes) {
-    const __mmask16 m = lane_mask(c - j);
-    _mm512_mask_storeu_ps(row + j, m, _mm512_max_ps(_mm512_maskz_loadu_ps(m, row + j),
-                                                    _mm512_setzero_ps()));
-  }
-}
-
-// The out rows of a finished block quantized as the next int8 conv reads them (quantize_row:
+// The out rows of a finished block quantized as the next int8 conv reads them (quantize_u8.h:
 // the same bits as ls_quantize_rows_u8_cpu), while they are in cache, after the conv's ReLU when
 // it is handed that; *failed |= 1 for a row that cannot be (a negative, NaN or infinite value).
 // With `also` the rows quantized are an out row and the same row of also (also_cols wide) side
@@ -185,14 +133,11 @@ struct QuantizeBlock {
 
   LS_VNNI_TARGET void operator()(int64_t first, int64_t end, bool relu, float* rows) const {
     if (q == nullptr) return;
-    bool bad = false;
-    for (int64_t r = first; r < end; ++r) {
-      float* row = rows + r * cout;
-      if (relu) relu_row(row, cout);
-      const float* more = also == nullptr ? nullptr : also + r * also_cols;
-      bad |= !quantize_row(row, cout, more, also_cols, q + r * (cout + also_cols), scale + r);
-    }
-    if (bad) __atomic_fetch_or(failed, (int64_t)1, __ATOMIC_RELAXED);
+    const float* more = also == nullptr ? nullptr : also + first * also_cols;
+    const bool all = lidarseg::quantize_u8::quantize_rows(
+        rows + first * cout, cout, cout, more, also_cols, also_cols, end - first, relu,
+        q + first * (cout + also_cols), scale + first);
+    if (!all) __atomic_fetch_or(failed, (int64_t)1, __ATOMIC_RELAXED);
   }
 };
 
@@ -320,9 +265,16 @@ LS_API int ls_quantize_concat_u8_cpu(const float* a, int64_t ca, const float* b,
   }
 #if LS_HAVE_INT8_DOT
   int64_t found = 0;
+  constexpr int64_t kBatch = lidarseg::quantize_u8::kBatchRows;
+  const int64_t batches = (n + kBatch - 1) / kBatch;
+  // relu off: quantize_rows only reads a's rows, so the const_cast writes nothing
+  float* rows = const_cast<float*>(a);
 #pragma omp parallel for schedule(static) reduction(| : found) if (n * c >= kQuantizeParallel)
-  for (int64_t r = 0; r < n; ++r) {
-    found |= !quantize_row(a + r * ca, ca, b + r * cb, cb, q + r * c, scale + r);
+  for (int64_t i = 0; i < batches; ++i) {
+    const int64_t r = i * kBatch, m = n - r < kBatch ? n - r : kBatch;
+    const float* more = cb > 0 ? b + r * cb : nullptr;
+    found |= !lidarseg::quantize_u8::quantize_rows(rows + r * ca, ca, ca, more, cb, cb, m, false,
+                                                   q + r * c, scale + r);
   }
   *negative = found;
   return lidarseg::kStatusOk;

@@ -31,7 +31,13 @@ needs_nvcc = pytest.mark.skipif(build.nvcc_path() is None, reason="nvcc not foun
 # engine_cpu.cpp and the AMX tiles, amx_cpu.cpp, check on their own).
 RUNTIME_DISPATCHED = tuple(
     Path(build.__file__).parent / "csrc" / name
-    for name in ("fused_bf16_cpu.cpp", "fused_int8_cpu.cpp", "engine_cpu.cpp", "amx_tiles.h")
+    for name in (
+        "fused_bf16_cpu.cpp",
+        "fused_int8_cpu.cpp",
+        "quantize_u8.h",
+        "engine_cpu.cpp",
+        "amx_tiles.h",
+    )
 )
 
 
