@@ -7,6 +7,10 @@ only need it quantized: ls_quantize_concat_u8_cpu quantizes the two parts side b
 scale per row over both, exactly as it would quantize the concatenation. The default model's
 four concatenations cost about 2.2 ms a KITTI frame in torch.cat.
 
+The network's last conv feeds only the head, whose argmax the pipeline wants: that conv can
+compute each row's class as it makes the row (ClassifiedOutput), and the rows need not be
+written either.
+
 A residual block's first conv feeds only its second: in int8 the first quantizes its ReLU output
 as it makes it (kernels/int8.py), and the second reads nothing else, so the fp32 rows need not
 be written to memory at all (a 60k-row level at 48 channels: 11.5 MB written and read back per
@@ -49,7 +53,7 @@ class MadeOnUse:
         return self._made
 
     def __getattr__(self, name: str):
-        if name.startswith("__") or name in ("parts", "_made", "_remake"):
+        if name.startswith("__") or name in ("parts", "_made", "_remake", "classes"):
             raise AttributeError(name)
         return getattr(self.tensor(), name)
 
@@ -104,6 +108,16 @@ class UnkeptOutput(MadeOnUse):
         made = self._remake()
         self._remake = None  # what it held (the conv's input and map) can go
         return made
+
+
+class ClassifiedOutput(UnkeptOutput):
+    """The fp32 output of the network's last int8 conv, which computed the head's class of each
+    row as it made the rows (kernels/int8.py, OutputUse.head) and kept only those: `classes`
+    (uint8 [N]). The rows are made on use, as UnkeptOutput's are."""
+
+    def __init__(self, shape: tuple[int, int], remake, classes: torch.Tensor):
+        super().__init__(shape, remake)
+        self.classes = classes
 
 
 def concat_rows(a: torch.Tensor, b: torch.Tensor, precision: str) -> torch.Tensor | RowConcat:

@@ -21,6 +21,7 @@ row order, so chunking changes no result except where a launch too big for the c
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import cast
 
@@ -35,7 +36,7 @@ from .grouping import ExecutionPlan, build_plan
 from .int8 import NO_USE, OutputUse, conv_int8, int8_fits, memoized
 from .kmap import KernelMap
 from .precision import fallback
-from .rows import gather_rows, scatter_add_rows, scatter_add_unique
+from .rows import HeadColumns, gather_rows, scatter_add_rows, scatter_add_unique
 from .tuning import GroupingTable
 
 
@@ -344,6 +345,7 @@ def sparse_conv(
     only_next_reads: bool = False,
     then_concat: torch.Tensor | None = None,
     shortcut: tuple | None = None,
+    head: HeadColumns | None = None,
 ) -> torch.Tensor:
     """feats [num_in, Cin], weight [K^3, Cin, Cout] -> [num_out, Cout] (autograd-aware), plus
     bias [Cout] and residual [num_out, Cout] when given, then ReLU when asked (all fused into
@@ -357,7 +359,18 @@ def sparse_conv(
     shortcut (feats, weight [1, C, Cout], bias, kmap of a 1x1 conv on the output's rows): the
     residual is that conv's output; an int8 conv adds it in its own kernel where both inputs'
     quantizations are on record (a residual block's shortcut, never written out), else it is
-    computed first."""
+    computed first. head (kernels/rows.py HeadColumns): the caller wants the head's class of
+    each output row; an int8 conv with a ReLU may then return a ClassifiedOutput (its
+    `classes`, the rows made by this call again only if something needs them)."""
+    # the rows again, for a stand-in made on use: this call with the arguments as given (bound
+    # now: bias and residual are reassigned below where the shortcut is taken in)
+    remake = (
+        functools.partial(
+            sparse_conv, feats, weight, kmap, config, bias, relu, residual, shortcut=shortcut
+        )
+        if only_next_reads or head is not None
+        else None
+    )
     sc_rows = None
     if shortcut is not None:
         fused = _fused_shortcut(feats, weight, kmap, config, bias, residual, shortcut)
@@ -367,19 +380,14 @@ def sparse_conv(
         else:
             bias, sc_rows = fused
     _check_args(feats, weight, kmap, bias, residual)
-    remake = (
-        (lambda: sparse_conv(feats, weight, kmap, config, bias, relu, residual))
-        if only_next_reads
-        else None
-    )
     out = _forward(
         feats,
         weight,
         kmap,
         config,
         (bias, relu, residual),
-        OutputUse(remake, then_concat, sc_rows)
-        if only_next_reads or then_concat is not None or sc_rows is not None
+        OutputUse(remake, then_concat, sc_rows, head)
+        if remake is not None or then_concat is not None or sc_rows is not None
         else NO_USE,
     )
     if then_concat is None or isinstance(out, RowConcat):

@@ -28,13 +28,14 @@ from typing import cast
 import torch
 
 from . import backend
-from .concat import MadeOnUse, RowConcat, UnkeptOutput
+from .concat import ClassifiedOutput, MadeOnUse, RowConcat, UnkeptOutput
 from .bf16 import FP32_MAX_CIN
 from .chunking import Workspace
 from .derived import derived
 from .fused import fused_output, walk_args
 from .grouping import ExecutionPlan
 from .precision import fused_int8_lanes
+from .rows import HeadColumns
 
 LANES = 16  # output channels per vector in the kernel: Cout must be a multiple
 
@@ -151,11 +152,15 @@ class OutputUse:
     shortcut (q uint8 [num_out, C], row scales [num_out], weight fp32 [1, C, Cout]): the
     residual is the 1x1 conv of those rows (a residual block's shortcut, its bias already in
     the conv's bias), added in the kernel right after the identity offset, never written out.
-    Only for rows whose quantization is on record (memoized), so nothing overwrites them."""
+    Only for rows whose quantization is on record (memoized), so nothing overwrites them.
+    head (kernels/rows.py HeadColumns, with remake): the caller wants only the head's class of
+    each output row (the network's last conv); a conv with a ReLU then computes them as it makes
+    its rows, never writing the rows, and returns a ClassifiedOutput."""
 
     remake: Callable[[], torch.Tensor] | None = None
     concat: torch.Tensor | None = None
     shortcut: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
+    head: HeadColumns | None = None
 
 
 NO_USE = OutputUse()  # the output as it is (made once: a frame's 50 convs mostly pass this)
@@ -175,6 +180,15 @@ def _shortcut_args(shortcut) -> tuple:
     q, scale, weight = shortcut
     packed, w_scale = int8_weights(weight)
     return (q, scale, q.shape[1], packed, w_scale)
+
+
+def _head_here(use: OutputUse, relu: bool, concat, cout: int, plan: ExecutionPlan):
+    """use.head where this conv computes the head's classes itself: a submanifold conv (its rows
+    in order) with a ReLU, rows cout wide, nothing concatenated, and a remake for the rows."""
+    head = use.head
+    if head is None or not relu or concat is not None or use.remake is None:
+        return None
+    return head if head.features == cout and plan.kmap.identity is not None else None
 
 
 def conv_int8(
@@ -208,9 +222,13 @@ def conv_int8(
     # rows): quantized in the kernel, block by block in cache, it need not be read back from
     # memory for it
     also = concat.shape[1] if concat is not None else 0
-    made = _made_rows(workspace, plan.num_out, cout + also) if relu else None
-    unkept = made is not None and remake is not None
+    head = _head_here(use, relu, concat, cout, plan)
+    if use.head is not None and head is None:
+        remake = None  # no classes made here: the caller needs the rows themselves
+    made = _made_rows(workspace, plan.num_out, cout + also) if relu and head is None else None
+    unkept = (made is not None or head is not None) and remake is not None
     dst = None if unkept else fused_output(plan.num_out, cout)
+    classes = torch.empty(plan.num_out, dtype=torch.uint8) if head is not None else None
     backend.call(
         "fused_conv_int8",
         src.device,
@@ -225,10 +243,14 @@ def conv_int8(
         concat,
         also,
         *_shortcut_args(use.shortcut),
+        *((head.weight, head.bias, head.classes) if head else (None, None, 0)),
+        classes,
     )
-    own: torch.Tensor | UnkeptOutput = (
-        UnkeptOutput((plan.num_out, cout), remake) if unkept else cast(torch.Tensor, dst)
-    )
+    own: torch.Tensor | UnkeptOutput
+    if classes is not None:
+        own = ClassifiedOutput((plan.num_out, cout), remake, classes)
+    else:
+        own = UnkeptOutput((plan.num_out, cout), remake) if unkept else cast(torch.Tensor, dst)
     out = own if concat is None else RowConcat(own, concat)
     if made:
         made[3](out)

@@ -3,6 +3,8 @@ path; the per-row argmax of the pipeline's logits (CPU)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from . import backend
@@ -90,6 +92,36 @@ def argmax_rows_u8(x: torch.Tensor) -> torch.Tensor | None:
 HEAD_LANES = 32  # the widest head ls_linear_argmax_u8_cpu takes (classes)
 
 
+@dataclass(frozen=True)
+class HeadColumns:
+    """An nn.Linear head as ls_linear_argmax_u8_cpu reads it: weight [F, HEAD_LANES], bias
+    [HEAD_LANES] (zero beyond its classes), and how many classes it has."""
+
+    weight: torch.Tensor
+    bias: torch.Tensor
+    classes: int
+
+    @property
+    def features(self) -> int:
+        return self.weight.shape[0]
+
+
+def head_columns(weight: torch.Tensor, bias: torch.Tensor | None) -> HeadColumns | None:
+    """The head (weight [C, F], bias [C]) in the kernels' layout, or None where they do not
+    take it: more than HEAD_LANES classes, not fp32 on the CPU, or a gradient wanted."""
+    if (
+        weight.device.type != "cpu"
+        or weight.dtype != torch.float32
+        or weight.dim() != 2
+        or not 1 <= weight.shape[0] <= HEAD_LANES
+        or torch.is_grad_enabled()
+    ):
+        return None
+    w_t = derived(weight, "head_columns", _head_columns)
+    b = torch.zeros(HEAD_LANES) if bias is None else derived(bias, "head_columns", _head_columns)
+    return HeadColumns(w_t, b, weight.shape[0])
+
+
 def linear_argmax_u8(
     x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
 ) -> torch.Tensor | None:
@@ -98,22 +130,20 @@ def linear_argmax_u8(
     the logits (ls_linear_argmax_u8_cpu); None where that does not apply. Its sums run in another
     order than torch's matmul, so a voxel whose two best logits tie to the last bits may get the
     other class."""
+    head = head_columns(weight, bias)
     if (
-        x.device.type != "cpu"
+        head is None
+        or x.device.type != "cpu"
         or x.dtype != torch.float32
         or x.dim() != 2
-        or weight.dtype != torch.float32
-        or weight.dim() != 2
-        or weight.shape[1] != x.shape[1]
-        or not 1 <= weight.shape[0] <= HEAD_LANES
-        or torch.is_grad_enabled()
+        or head.features != x.shape[1]
     ):
         return None
-    w_t = derived(weight, "head_columns", _head_columns)
-    b = torch.zeros(HEAD_LANES) if bias is None else derived(bias, "head_columns", _head_columns)
     out = torch.empty(x.shape[0], dtype=torch.uint8)
     n, cin = x.shape
-    backend.call("linear_argmax_u8", "cpu", x.contiguous(), n, cin, w_t, b, weight.shape[0], out)
+    backend.call(
+        "linear_argmax_u8", "cpu", x.contiguous(), n, cin, head.weight, head.bias, head.classes, out
+    )
     return out
 
 

@@ -20,14 +20,17 @@ ReLU right after them folded too); anything else is left as it is.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 from typing import cast
 
 import torch
 from torch import nn
 
+from kernels.rows import HeadColumns
+
 from .layers import BatchNorm, ReLU, SparseInverseConv3d, SubMConv3d, _SparseConv
-from .minkunet import DecoderStage, ResidualBlock
+from .minkunet import DecoderStage, MinkUNet, ResidualBlock
 from .sparse_tensor import SparseTensor
 from .spunet import BasicBlock
 
@@ -35,19 +38,45 @@ from .spunet import BasicBlock
 class FoldedResidualBlock(nn.Module):
     """relu(conv2(conv1(x)) + shortcut(x)) with the BatchNorms folded: conv1 ends in its ReLU,
     conv2's epilogue adds the shortcut and applies the block's ReLU. conv1's output feeds conv2
-    alone (in int8 inference it is kept only quantized, never written out in fp32)."""
+    alone (in int8 inference it is kept only quantized, never written out in fp32).
+    feeds_head: this block's output is what the network's head reads (fold_batchnorm marks
+    MinkUNet's last block); inside classes_in_last_conv, `head` is that head, which conv2 may
+    apply in its own kernel."""
 
     def __init__(self, conv1: SubMConv3d, conv2: SubMConv3d, shortcut: nn.Module):
         super().__init__()
         self.conv1, self.conv2, self.shortcut = conv1, conv2, shortcut
         self.conv1.relu = self.conv2.relu = True
+        self.feeds_head = False
+        self.head: HeadColumns | None = None
 
     def forward(self, x: SparseTensor) -> SparseTensor:
         h = self.conv1(x, only_next_reads=True)
+        head = None if _hooked(self.conv2) else self.head  # a timed layer runs as itself
         conv = _bare_shortcut(self.shortcut)
         if conv is None:
-            return self.conv2(h, residual=self.shortcut(x).feats)
-        return self.conv2(h, shortcut=(conv, x))
+            return self.conv2(h, residual=self.shortcut(x).feats, head=head)
+        return self.conv2(h, shortcut=(conv, x), head=head)
+
+
+@contextlib.contextmanager
+def classes_in_last_conv(network: nn.Module, head: HeadColumns | None):
+    """Within: the block whose output the head reads (feeds_head) hands `head` to its last
+    conv, so that in int8 inference the features come back as a ClassifiedOutput (kernels/
+    concat.py) holding each row's class, the rows themselves never written (the pipeline's
+    network stage). Nothing changes for a network without such a block, or head None."""
+    blocks = [m for m in network.modules() if isinstance(m, FoldedResidualBlock) and m.feeds_head]
+    for block in blocks:
+        block.head = head
+    try:
+        yield
+    finally:
+        for block in blocks:
+            block.head = None
+
+
+def _hooked(module: nn.Module) -> bool:
+    return bool(module._forward_hooks or module._forward_pre_hooks)
 
 
 def _folded_conv(module: nn.Module, kind: type) -> nn.Module | None:
@@ -65,7 +94,7 @@ def _bare_shortcut(shortcut: nn.Module) -> SubMConv3d | None:
     conv = cast(SubMConv3d | None, _folded_conv(shortcut, SubMConv3d))
     if conv is None or conv.kernel_size != 1 or conv.relu:
         return None
-    return None if conv._forward_hooks or conv._forward_pre_hooks else conv
+    return None if _hooked(conv) else conv
 
 
 class FoldedDecoderStage(nn.Module):
@@ -108,7 +137,19 @@ def fold_batchnorm(model: nn.Module) -> nn.Module:
             up = _folded_conv(child.up, SparseInverseConv3d)
             if up is not None and cast(SparseInverseConv3d, up).relu:
                 setattr(parent, name, FoldedDecoderStage(child.up, child.blocks))
+    _mark_head_block(folded)
     return folded
+
+
+def _mark_head_block(folded: nn.Module) -> None:
+    """feeds_head on the folded block whose output a MinkUNet's head reads: the last block of
+    its last decoder stage (MinkUNet.features returns that stage's output)."""
+    if not isinstance(folded, MinkUNet) or not len(folded.decoder):
+        return
+    blocks = getattr(folded.decoder[-1], "blocks", None)
+    last = blocks[-1] if isinstance(blocks, nn.Sequential) and len(blocks) else None
+    if isinstance(last, FoldedResidualBlock):
+        last.feeds_head = True
 
 
 def _fold_residual(block: nn.Module) -> FoldedResidualBlock | None:

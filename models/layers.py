@@ -17,6 +17,7 @@ from torch import nn
 
 from kernels.concat import concat_rows
 from kernels.engine import sparse_conv
+from kernels.rows import HeadColumns
 
 from .sparse_tensor import SparseTensor
 
@@ -39,6 +40,7 @@ class _SparseConv(nn.Module):
         only_next_reads: bool = False,
         then_concat: torch.Tensor | None = None,
         shortcut: tuple | None = None,
+        head: HeadColumns | None = None,
     ) -> torch.Tensor:
         return sparse_conv(
             x.feats,
@@ -51,6 +53,7 @@ class _SparseConv(nn.Module):
             only_next_reads,
             then_concat,
             shortcut,
+            head,
         )
 
     def extra_repr(self) -> str:
@@ -77,19 +80,24 @@ class SubMConv3d(_SparseConv):
         residual: torch.Tensor | None = None,
         only_next_reads: bool = False,
         shortcut: tuple[SubMConv3d, SparseTensor] | None = None,
+        head: HeadColumns | None = None,
     ) -> SparseTensor:
         """residual [N, Cout] (optional) is added before the ReLU of a folded block
         (models/fold.py), or shortcut(conv, its input)'s output is (a 1x1 conv without ReLU, on
         x's rows: int8 inference adds it in this conv's kernel); only_next_reads: the output
         feeds the next conv alone (the folded block's first conv), which lets int8 inference
-        keep it only quantized (kernels/engine.py, sparse_conv)."""
+        keep it only quantized (kernels/engine.py, sparse_conv); head: the caller wants that
+        head's class of each output row (the network's last conv), which int8 inference may
+        compute in this conv's kernel (the feats are then a ClassifiedOutput)."""
         kmap = x.manager.submanifold_map(x.stride, self.kernel_size, self.dilation)
         shortcut_conv = None  # (its input rows, weight, bias, map), as sparse_conv takes it
         if shortcut is not None:
             conv, src = shortcut
             sc_kmap = src.manager.submanifold_map(src.stride, conv.kernel_size, conv.dilation)
             shortcut_conv = (src.feats, conv.weight, conv.bias, sc_kmap)
-        return x.replace_feats(self._conv(x, kmap, residual, only_next_reads, None, shortcut_conv))
+        return x.replace_feats(
+            self._conv(x, kmap, residual, only_next_reads, None, shortcut_conv, head)
+        )
 
 
 class SparseConv3d(_SparseConv):

@@ -18,9 +18,9 @@ import torch
 from torch import nn
 
 from kernels import precision as precision_mod
-from kernels.rows import argmax_rows_u8, linear_argmax_u8
+from kernels.rows import argmax_rows_u8, head_columns, linear_argmax_u8
 from models import EngineConfig, SparseTensor
-from models.fold import fold_batchnorm
+from models.fold import classes_in_last_conv, fold_batchnorm
 from models.labels import IGNORE_LABEL
 from models.minkunet import MinkUNet
 
@@ -220,15 +220,20 @@ class SegmentationPipeline:
         """The network stage of a frame whose maps are built: (logits, None), or (None, every
         voxel's class) where the head and the argmax run as one kernel pass on the CPU
         (kernels/rows.py linear_argmax_u8: the logits are never written; about 1.4 ms against
-        2.5-3 for torch's head and argmax on a KITTI frame)."""
+        2.5-3 for torch's head and argmax on a KITTI frame), or in int8 inside the network's last
+        conv as it makes each block of rows (models/fold.py classes_in_last_conv: neither its
+        rows nor the logits are written)."""
         head, features = (
             getattr(self.network, "head", None),
             getattr(self.network, "features", None),
         )
         if not isinstance(head, nn.Linear) or features is None:
             return self.network(x).feats, None
-        y = features(x).feats
-        classes = linear_argmax_u8(y, head.weight, head.bias)
+        with classes_in_last_conv(self.network, head_columns(head.weight, head.bias)):
+            y = features(x).feats
+        classes = getattr(y, "classes", None)  # a ClassifiedOutput's (kernels/concat.py)
+        if classes is None:
+            classes = linear_argmax_u8(y, head.weight, head.bias)
         return (head(y), None) if classes is None else (None, classes)
 
     def segment(self, points: np.ndarray, sensor: str = "kitti", **kwargs) -> FrameResult:

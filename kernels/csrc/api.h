@@ -145,7 +145,9 @@ LS_API int ls_fused_conv_bf16_tiles_cpu(const float* x, int64_t cin, const ls_bf
 // input rows [num_out, sc_cin], their scales, its packed weight [1, sc_cin / 4, cout, 4] and
 // scales [cout]; identity >= 0) that conv's products are added into each out row right after
 // the identity offset's: a residual block's shortcut, never written out (its bias goes in
-// bias).
+// bias). With labels [num_out] (and head_w [cout, 32], head_b [32], classes; relu, identity >= 0,
+// no q_out) each out row's class under that head, as ls_linear_argmax_u8_cpu gives it, goes to
+// labels instead: the network's last conv and its head in one pass (out may be NULL).
 // ls_quantize_rows_u8_cpu: per row of x [n, c], q = rint(x * (255 / row max)) and scale =
 // row max / 255 (a row of zeros: q 0, scale 0); *negative = 1 when some value is negative (-0.0
 // too: its sign bit is set), NaN or inf (q then means nothing: the caller keeps another
@@ -175,7 +177,9 @@ LS_API int ls_fused_conv_int8_cpu(const uint8_t* q, const float* row_scale, int6
                                   float* out, uint8_t* q_out, float* scale_out,
                                   int64_t* q_failed, const float* q_also, int64_t also_cols,
                                   const uint8_t* sc_q, const float* sc_scale, int64_t sc_cin,
-                                  const int8_t* sc_w, const float* sc_w_scale);
+                                  const int8_t* sc_w, const float* sc_w_scale,
+                                  const float* head_w, const float* head_b, int64_t classes,
+                                  uint8_t* labels);
 
 // Per kernel index, the entries reordered by output row (each offset's outputs are distinct).
 LS_API int ls_sort_entries_by_out_cpu(const int32_t* in_idx, const int32_t* out_idx,

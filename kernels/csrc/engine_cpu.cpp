@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "api.h"
+#include "head.h"
 
 #if defined(__x86_64__)
 // GCC 12's AVX-512 reductions trip -Wuninitialized inside its own header under target
@@ -205,13 +206,12 @@ inline void head_tile(const float* x, int64_t cin, const float* w_t, const float
 // largest x . w[o] + bias[o] (w_t [cin, 32]: nn.Linear's weight transposed, zero beyond cout;
 // bias [32]), picked as first_largest picks; cout in 1..32. Rows in tiles of 8, so 16
 // accumulators hide the FMA latency; the logits stay in a tile's buffer.
-LS_API int ls_linear_argmax_u8_cpu(const float* x, int64_t n, int64_t cin, const float* w_t,
-                                   const float* bias, int64_t cout, uint8_t* out) {
-  if (n < 0 || cin < 1 || cout < 1 || cout > 32) return lidarseg::kStatusBadArgument;
-  const int64_t tiles = (n + kHeadTile - 1) / kHeadTile;
-#pragma omp parallel for schedule(static) if (n * cin * cout >= kParallelWork * 16)
-  for (int64_t t = 0; t < tiles; ++t) {
-    const int64_t first = t * kHeadTile, rows = std::min<int64_t>(kHeadTile, n - first);
+// Rows [0, n) of x [n, cin] in tiles of kHeadTile (the last padded with zero rows); each row's
+// class depends on that row alone, so any split of the rows gives the same classes.
+void lidarseg::head_classes(const float* x, int64_t n, int64_t cin, const float* w_t,
+                            const float* bias, int64_t cout, uint8_t* out) {
+  for (int64_t first = 0; first < n; first += kHeadTile) {
+    const int64_t rows = std::min<int64_t>(kHeadTile, n - first);
     float logits[kHeadTile][32];
     if (rows == kHeadTile) {
       head_tile(x + first * cin, cin, w_t, bias, logits);
@@ -221,6 +221,18 @@ LS_API int ls_linear_argmax_u8_cpu(const float* x, int64_t n, int64_t cin, const
       head_tile(tail.data(), cin, w_t, bias, logits);
     }
     tile_classes(logits, rows, cout, out + first);
+  }
+}
+
+LS_API int ls_linear_argmax_u8_cpu(const float* x, int64_t n, int64_t cin, const float* w_t,
+                                   const float* bias, int64_t cout, uint8_t* out) {
+  if (n < 0 || cin < 1 || cout < 1 || cout > 32) return lidarseg::kStatusBadArgument;
+  const int64_t tiles = (n + kHeadTile - 1) / kHeadTile;
+#pragma omp parallel for schedule(static) if (n * cin * cout >= kParallelWork * 16)
+  for (int64_t t = 0; t < tiles; ++t) {
+    const int64_t first = t * kHeadTile;
+    lidarseg::head_classes(x + first * cin, std::min<int64_t>(kHeadTile, n - first), cin, w_t,
+                           bias, cout, out + first);
   }
   return lidarseg::kStatusOk;
 }

@@ -21,6 +21,7 @@
 #include "amx_tiles.h"
 #include "api.h"
 #include "fused_driver.h"
+#include "head.h"
 
 #if defined(__x86_64__)
 // GCC 12's AVX-512 intrinsics (max, conversions, reductions) pass a deliberately undefined
@@ -138,6 +139,44 @@ struct QuantizeBlock {
         rows + first * cout, cout, cout, more, also_cols, also_cols, end - first, relu,
         q + first * (cout + also_cols), scale + first);
     if (!all) __atomic_fetch_or(failed, (int64_t)1, __ATOMIC_RELAXED);
+  }
+};
+
+// The network's head on the out rows of a finished block, after the conv's ReLU: each row's
+// class (lidarseg::head_classes, the function ls_linear_argmax_u8_cpu runs: the same classes
+// as the head on the rows written out), into labels. The pipeline's last conv: its rows are
+// then never written to memory nor read back by the head.
+struct HeadBlock {
+  int64_t cout;
+  const float* w_t;
+  const float* bias;
+  int64_t classes;
+  uint8_t* labels;
+
+  void operator()(int64_t first, int64_t end, bool relu, float* rows) const {
+    float* block = rows + first * cout;
+    if (relu) relu_rows(block, cout, end - first);
+    lidarseg::head_classes(block, end - first, cout, w_t, bias, classes, labels + first);
+  }
+
+  LS_VNNI_TARGET static void relu_rows(float* rows, int64_t cout, int64_t n) {
+    for (int64_t r = 0; r < n; ++r) lidarseg::quantize_u8::relu_row(rows + r * cout, cout);
+  }
+};
+
+// What a finished block of out rows goes to: the next int8 conv's quantization, or the head.
+struct AfterBlock {
+  QuantizeBlock quantize;
+  HeadBlock head;
+
+  bool takes_relu() const { return quantize.takes_relu() || head.labels != nullptr; }
+
+  void operator()(int64_t first, int64_t end, bool relu, float* rows) const {
+    if (head.labels != nullptr) {
+      head(first, end, relu, rows);
+    } else {
+      quantize(first, end, relu, rows);
+    }
   }
 };
 
@@ -293,13 +332,17 @@ LS_API int ls_fused_conv_int8_cpu(const uint8_t* q, const float* row_scale, int6
                                   float* out, uint8_t* q_out, float* scale_out,
                                   int64_t* q_failed, const float* q_also, int64_t also_cols,
                                   const uint8_t* sc_q, const float* sc_scale, int64_t sc_cin,
-                                  const int8_t* sc_w, const float* sc_w_scale) {
+                                  const int8_t* sc_w, const float* sc_w_scale,
+                                  const float* head_w, const float* head_b, int64_t classes,
+                                  uint8_t* labels) {
   if (!cpu_has_int8_dot() || cout % kLanes != 0 || cin <= 0 || cin % 4 != 0 || num_out < 0 ||
       (q_out != nullptr && (scale_out == nullptr || q_failed == nullptr)) ||
-      (out == nullptr && q_out == nullptr) || also_cols < 0 ||
+      (out == nullptr && q_out == nullptr && labels == nullptr) || also_cols < 0 ||
       (q_also != nullptr && (q_out == nullptr || also_cols == 0)) ||
       (sc_q != nullptr && (identity < 0 || sc_scale == nullptr || sc_cin <= 0 ||
-                           sc_cin % 4 != 0 || sc_w == nullptr || sc_w_scale == nullptr))) {
+                           sc_cin % 4 != 0 || sc_w == nullptr || sc_w_scale == nullptr)) ||
+      (labels != nullptr && (q_out != nullptr || head_w == nullptr || head_b == nullptr ||
+                             classes < 1 || classes > 32 || identity < 0 || !relu))) {
     return lidarseg::kStatusBadArgument;
   }
 #if LS_HAVE_INT8_DOT
@@ -322,14 +365,17 @@ LS_API int ls_fused_conv_int8_cpu(const uint8_t* q, const float* row_scale, int6
                           lidarseg::StoreAddend{nullptr, nullptr});
         }
       },
-      QuantizeBlock{cout, q_also, q_also == nullptr ? 0 : also_cols, q_out, scale_out, q_failed});
+      AfterBlock{
+          QuantizeBlock{cout, q_also, q_also == nullptr ? 0 : also_cols, q_out, scale_out,
+                        q_failed},
+          HeadBlock{cout, head_w, head_b, classes, labels}});
   return lidarseg::kStatusOk;
 #else
   (void)q, (void)row_scale, (void)w_packed, (void)w_scale, (void)in_idx, (void)out_idx;
   (void)bounds, (void)kernel_order, (void)num_kernels, (void)identity, (void)bias;
   (void)residual, (void)relu, (void)out, (void)q_out, (void)scale_out, (void)q_failed;
   (void)q_also, (void)also_cols, (void)sc_q, (void)sc_scale, (void)sc_cin, (void)sc_w;
-  (void)sc_w_scale;
+  (void)sc_w_scale, (void)head_w, (void)head_b, (void)classes, (void)labels;
   return lidarseg::kStatusBadArgument;  // unreachable: no int8 dot product on this architecture
 #endif
 }
