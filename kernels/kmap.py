@@ -170,23 +170,34 @@ def _submanifold_nbr_cpu(coords: torch.Tensor, offsets: torch.Tensor):
 def _sorted_submanifold_map_cpu(coords: torch.Tensor) -> KernelMap | None:
     """The kernel-3 submanifold map by merge joins (csrc/sorted_kmap_cpu.cpp) when coords are in
     ascending (batch, x, y, z) order, as the voxelizer and every downsampled level give them;
-    None when they are not (the caller takes the block path). Entry for entry the same map."""
+    None when they are not (the caller takes the block path). Entry for entry the same map. One
+    kernel call: the entries go into buffers of the largest size a map can have (every
+    neighbour present), and the map keeps views of the part it fills."""
     n = coords.shape[0]
-    nbr = torch.empty(13, n, dtype=torch.int32)
+    capacity = 2 * 13 * n
+    in_idx = torch.empty(capacity, dtype=torch.int32)
+    out_idx = torch.empty(capacity, dtype=torch.int32)
     counts = torch.empty(13, dtype=torch.int64)
     applied = torch.zeros(1, dtype=torch.int64)
     err = new_error_buffer(coords.device)
-    backend.call("sorted_submanifold_nbr", coords.device, coords, n, nbr, counts, applied, err)
+    backend.call(
+        "sorted_submanifold_map",
+        coords.device,
+        coords,
+        n,
+        in_idx,
+        out_idx,
+        capacity,
+        counts,
+        applied,
+        err,
+    )
     raise_for_status(err, coords)
     if not applied.item():
         return None
     half_counts = counts.tolist()
-    starts = torch.tensor(_prefix(half_counts), dtype=torch.int64)
-    total = 2 * int(starts[-1])
-    in_idx = torch.empty(total, dtype=torch.int32)
-    out_idx = torch.empty(total, dtype=torch.int32)
-    backend.call("submanifold_compact_sorted", coords.device, nbr, n, starts, in_idx, out_idx)
-    return _symmetric_map(in_idx, out_idx, half_counts, 3, n)
+    total = 2 * sum(half_counts)
+    return _symmetric_map(in_idx[:total], out_idx[:total], half_counts, 3, n)
 
 
 def _symmetric_map(in_idx, out_idx, half_counts: list[int], kernel_size: int, n: int):
@@ -219,11 +230,12 @@ def submanifold_map(
         empty = torch.zeros(0, dtype=torch.int32, device=coords.device)
         return _symmetric_map(empty, empty.clone(), [], 1, coords.shape[0])
     centre = kernel_size**3 // 2
-    offsets = kernel_offsets(kernel_size, kernel_size // 2, dilation)[:centre]
     if not submanifold_needs_table(coords.device, kernel_size, dilation):
         kmap = _sorted_submanifold_map_cpu(coords)
         if kmap is not None:
             return kmap
+    offsets = kernel_offsets(kernel_size, kernel_size // 2, dilation)[:centre]
+    if not submanifold_needs_table(coords.device, kernel_size, dilation):
         nbr, counts = _submanifold_nbr_cpu(coords, offsets)
     else:
         table = table if table is not None else CoordHashTable.build(coords)

@@ -210,6 +210,13 @@ LS_API int ls_sorted_submanifold_nbr_cpu(const int32_t* coords, int64_t n, int32
 LS_API int ls_submanifold_compact_sorted_cpu(const int32_t* nbr, int64_t n,
                                              const int64_t* starts, int32_t* in_idx,
                                              int32_t* out_idx);
+// Both at once: where ls_sorted_submanifold_nbr_cpu applies (*applied = 1), the map that
+// ls_submanifold_compact_sorted_cpu makes of its nbr, in_idx / out_idx [2 * sum(counts)] of
+// capacity entries (at least 26 n: every neighbour present), and counts [13]; nbr is never
+// made (each thread keeps only its hits, then places them).
+LS_API int ls_sorted_submanifold_map_cpu(const int32_t* coords, int64_t n, int32_t* in_idx,
+                                         int32_t* out_idx, int64_t capacity, int64_t* counts,
+                                         int64_t* applied, int64_t* err);
 
 // Downsampling map with kernel == stride (1..8), padding 0, on coords in strictly ascending
 // (batch, x, y, z) order: out_coords [num_out, 4] are the distinct floor(coords / stride) in

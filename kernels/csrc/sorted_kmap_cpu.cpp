@@ -10,7 +10,9 @@
 //
 // The same ordering makes the mirror half free: the entries of d sorted by output q are also
 // sorted by input p = q + d, so the map of -d is the map of d with in and out swapped, in the
-// same order (ls_submanifold_compact_sorted_cpu writes both halves in one pass).
+// same order (ls_submanifold_compact_sorted_cpu writes both halves in one pass, from the nbr of
+// ls_sorted_submanifold_nbr_cpu; ls_sorted_submanifold_map_cpu makes the same map in one call,
+// each thread's joins keeping only their hits).
 #include <omp.h>
 
 #include <algorithm>
@@ -49,6 +51,49 @@ inline int64_t advance(const uint64_t* K, int64_t p, uint64_t below) {
   return p;
 }
 
+// Keys plus sentinels above every real key, so the pointers and the keys they read ahead never
+// run off the end; false (nothing to do: the caller takes another path, or err is set) unless
+// coords are strictly ascending with none on the edge of the key range.
+bool sorted_keys(const int32_t* coords, int64_t n, std::unique_ptr<uint64_t[]>& keys,
+                 int64_t* err) {
+  keys.reset(new uint64_t[n + kSentinels]);
+  bool edge = false;
+  if (!pack_sorted_keys(coords, n, keys.get(), err, &edge) || edge) return false;
+  for (int i = 0; i < kSentinels; ++i) keys[n + i] = kEmptyKey;
+  return true;
+}
+
+// The merge joins of rows [q0, q1): emit(k, q, row, hit) for each half offset k of each row q,
+// row being q's neighbour through k (hit 1) or kMiss (hit 0).
+template <typename Emit>
+inline void merge_join(const uint64_t* K, int64_t n, int64_t q0, int64_t q1, Emit&& emit) {
+  int64_t cursor[kColumns];
+  for (int col = 0; col < kColumns; ++col) {
+    cursor[col] = q0 < q1 ? lower_bound(K, 0, n, K[q0] + kColumnDelta[col] - 1) : 0;
+  }
+  for (int64_t q = q0; q < q1; ++q) {
+    const uint64_t key = K[q];
+    for (int col = 0; col < kColumns; ++col) {
+      // Targets key + delta + dz for dz = -1, 0, 1 are three consecutive keys.
+      const uint64_t below = key + kColumnDelta[col] - 1;
+      const int64_t p = advance(K, cursor[col], below);
+      cursor[col] = p;
+      // K[p] >= below, and the keys are unique and ascending: target below + dz, if present,
+      // is one of K[p .. p + dz]. Compares and arithmetic only: no chain of dependent loads
+      // and no branch on a hit, which mispredict on a scan's irregular neighbours.
+      const uint64_t k0 = K[p], k1 = K[p + 1], k2 = K[p + 2];
+      for (int dz = 0; dz < 3; ++dz) {
+        const uint64_t target = below + dz;
+        const int64_t e1 = k1 == target, e2 = k2 == target;
+        const int64_t hit = (int64_t)(k0 == target) + e1 + e2;  // 0 or 1
+        emit(3 * col + dz, q, (int32_t)((p + e1 + 2 * e2 + 1) * hit - 1), hit);  // row, kMiss
+      }
+    }
+    const int64_t hit = q > 0 && K[q - 1] == key - 1;  // (0, 0, -1): the row just before
+    emit(kHalfOffsets - 1, q, hit ? (int32_t)(q - 1) : kMiss, hit);
+  }
+}
+
 }  // namespace
 
 LS_API int ls_sorted_submanifold_nbr_cpu(const int32_t* coords, int64_t n, int32_t* nbr,
@@ -56,49 +101,80 @@ LS_API int ls_sorted_submanifold_nbr_cpu(const int32_t* coords, int64_t n, int32
   if (n < 0 || n > INT32_MAX) return kStatusBadArgument;
   for (int k = 0; k < kHalfOffsets; ++k) counts[k] = 0;
   *applied = 0;
-  // Keys plus sentinels above every real key, so the pointers and the keys they read ahead
-  // never run off the end.
-  std::unique_ptr<uint64_t[]> keys(new uint64_t[n + kSentinels]);
-  bool edge = false;
-  if (!pack_sorted_keys(coords, n, keys.get(), err, &edge) || edge) return kStatusOk;
-  for (int i = 0; i < kSentinels; ++i) keys[n + i] = kEmptyKey;
-  const uint64_t* K = keys.get();
+  std::unique_ptr<uint64_t[]> keys;
+  if (!sorted_keys(coords, n, keys, err)) return kStatusOk;
   *applied = 1;
 #pragma omp parallel if (n >= kParallelRows)
   {
     int64_t tally[kHalfOffsets] = {0};
     const int64_t threads = omp_get_num_threads(), t = omp_get_thread_num();
-    const int64_t q0 = n * t / threads, q1 = n * (t + 1) / threads;
-    int64_t cursor[kColumns];
-    for (int col = 0; col < kColumns; ++col) {
-      cursor[col] = q0 < q1 ? lower_bound(K, 0, n, K[q0] + kColumnDelta[col] - 1) : 0;
-    }
-    for (int64_t q = q0; q < q1; ++q) {
-      const uint64_t key = K[q];
-      for (int col = 0; col < kColumns; ++col) {
-        // Targets key + delta + dz for dz = -1, 0, 1 are three consecutive keys.
-        const uint64_t below = key + kColumnDelta[col] - 1;
-        const int64_t p = advance(K, cursor[col], below);
-        cursor[col] = p;
-        // K[p] >= below, and the keys are unique and ascending: target below + dz, if present,
-        // is one of K[p .. p + dz]. Compares and arithmetic only: no chain of dependent loads
-        // and no branch on a hit, which mispredict on a scan's irregular neighbours.
-        const uint64_t k0 = K[p], k1 = K[p + 1], k2 = K[p + 2];
-        int32_t* out = nbr + 3 * col * n + q;
-        for (int dz = 0; dz < 3; ++dz) {
-          const uint64_t target = below + dz;
-          const int64_t e1 = k1 == target, e2 = k2 == target;
-          const int64_t hit = (int64_t)(k0 == target) + e1 + e2;  // 0 or 1
-          out[dz * n] = (int32_t)((p + e1 + 2 * e2 + 1) * hit - 1);  // the row, or kMiss
-          tally[3 * col + dz] += hit;
-        }
-      }
-      const bool hit = q > 0 && K[q - 1] == key - 1;  // (0, 0, -1): the row just before
-      nbr[(kHalfOffsets - 1) * n + q] = hit ? (int32_t)(q - 1) : kMiss;
-      tally[kHalfOffsets - 1] += hit;
-    }
+    merge_join(keys.get(), n, n * t / threads, n * (t + 1) / threads,
+               [&](int k, int64_t q, int32_t row, int64_t hit) {
+                 nbr[k * n + q] = row;
+                 tally[k] += hit;
+               });
     for (int k = 0; k < kHalfOffsets; ++k) {
       if (tally[k]) __atomic_fetch_add(&counts[k], tally[k], __ATOMIC_RELAXED);
+    }
+  }
+  return kStatusOk;
+}
+
+LS_API int ls_sorted_submanifold_map_cpu(const int32_t* coords, int64_t n, int32_t* in_idx,
+                                         int32_t* out_idx, int64_t capacity, int64_t* counts,
+                                         int64_t* applied, int64_t* err) {
+  if (n < 0 || n > INT32_MAX || capacity < 2 * kHalfOffsets * n) return kStatusBadArgument;
+  for (int k = 0; k < kHalfOffsets; ++k) counts[k] = 0;
+  *applied = 0;
+  std::unique_ptr<uint64_t[]> keys;
+  if (!sorted_keys(coords, n, keys, err)) return kStatusOk;
+  *applied = 1;
+  const int threads = n >= kParallelRows ? omp_get_max_threads() : 1;
+  // where[t][k]: thread t's first entry of half offset k in the map, once the hits are
+  // counted; starts[k]: offset k's first (ls_submanifold_compact_sorted_cpu's layout)
+  std::vector<int64_t> where((int64_t)threads * kHalfOffsets, 0), starts(kHalfOffsets + 1, 0);
+#pragma omp parallel num_threads(threads)
+  {
+    const int nt = omp_get_num_threads(), t = omp_get_thread_num();
+    const int64_t q0 = n * t / nt, q1 = n * (t + 1) / nt, rows = q1 - q0;
+    // (in, out) pairs of this thread's hits, per offset (at most one a row): every pair is
+    // written and the count advances only past hits, so no branch on them
+    std::unique_ptr<int32_t[]> pairs(new int32_t[2 * kHalfOffsets * (rows > 0 ? rows : 1)]);
+    int64_t found[kHalfOffsets] = {0};
+    merge_join(keys.get(), n, q0, q1, [&](int k, int64_t q, int32_t row, int64_t hit) {
+      int32_t* w = pairs.get() + 2 * (k * rows + found[k]);
+      w[0] = row;
+      w[1] = (int32_t)q;
+      found[k] += hit;
+    });
+    for (int k = 0; k < kHalfOffsets; ++k) where[(int64_t)t * kHalfOffsets + k] = found[k];
+#pragma omp barrier
+#pragma omp single
+    {
+      int64_t total = 0;
+      for (int k = 0; k < kHalfOffsets; ++k) {  // offsets in kernel order, threads in row order
+        starts[k] = total;
+        for (int u = 0; u < nt; ++u) {
+          const int64_t c = where[(int64_t)u * kHalfOffsets + k];
+          where[(int64_t)u * kHalfOffsets + k] = total;
+          total += c;
+          counts[k] += c;
+        }
+      }
+      starts[kHalfOffsets] = total;
+    }
+    // Offset k's hits at their place, and the same pairs swapped as its mirror 26 - k, which
+    // follows the half in reverse kernel order (from 2 * total - starts[k + 1]): rows sorted by
+    // q are sorted by q + d too, so the mirror is in order.
+    const int64_t total = starts[kHalfOffsets];
+    for (int k = 0; k < kHalfOffsets; ++k) {
+      const int64_t w = where[(int64_t)t * kHalfOffsets + k];
+      const int64_t m = 2 * total - starts[k + 1] + (w - starts[k]);
+      const int32_t* src = pairs.get() + 2 * k * rows;
+      for (int64_t j = 0; j < found[k]; ++j) {
+        in_idx[w + j] = out_idx[m + j] = src[2 * j];
+        out_idx[w + j] = in_idx[m + j] = src[2 * j + 1];
+      }
     }
   }
   return kStatusOk;
