@@ -20,7 +20,7 @@ from torch import nn
 from kernels import precision as precision_mod
 from kernels.rows import argmax_rows_u8, head_columns, linear_argmax_u8
 from models import EngineConfig, SparseTensor
-from models.fold import classes_in_last_conv, fold_batchnorm
+from models.fold import classes_in_last_conv, fold_batchnorm, head_blocks
 from models.labels import IGNORE_LABEL
 from models.minkunet import MinkUNet
 
@@ -138,6 +138,7 @@ class SegmentationPipeline:
         # What runs: a copy with BatchNorm (and its ReLU) folded into the convs, made once here,
         # so later changes to `model` do not reach it (models/fold.py).
         self.network = fold_batchnorm(self.model)
+        self._head_blocks = head_blocks(self.network)  # where int8 runs the head (network_stage)
         self.voxel_config = voxel_config or VoxelizeConfig()
         self.requested_precision = precision_mod.validate(precision)
         requests = getattr(self.model, "map_requests", None)
@@ -229,7 +230,7 @@ class SegmentationPipeline:
         )
         if not isinstance(head, nn.Linear) or features is None:
             return self.network(x).feats, None
-        with classes_in_last_conv(self.network, head_columns(head.weight, head.bias)):
+        with classes_in_last_conv(self._head_blocks, head_columns(head.weight, head.bias)):
             y = features(x).feats
         classes = getattr(y, "classes", None)  # a ClassifiedOutput's (kernels/concat.py)
         if classes is None:

@@ -130,7 +130,10 @@ void run_fused(const W* w, int64_t w_stride, int64_t cin, int64_t cout, const in
       for (int64_t j = 0; j < num_kernels; ++j) {
         const int32_t k = kernel_order[j];
         const int64_t first = gallop_lower_bound(out_idx, cursor[j], bounds[k + 1], block);
-        const int64_t last = gallop_lower_bound(out_idx, first, bounds[k + 1], end);
+        // a scan's entries spread about evenly over the output rows: the block's share of
+        // this offset's entries is where its run ends, near enough for a short search
+        const int64_t share = (bounds[k + 1] - bounds[k]) * (end - block) / num_out;
+        const int64_t last = lower_bound_near(out_idx, first, bounds[k + 1], first + share, end);
         cursor[j] = last;
         if (last > first) {
           entries(false, w + (int64_t)k * w_stride, in_idx + first, out_idx + first,

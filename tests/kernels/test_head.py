@@ -78,7 +78,7 @@ def test_the_pipeline_takes_its_classes_from_the_last_conv(monkeypatch):
 
     pipeline = build_pipeline("synthetic", precision="int8")
     marked = [m for m in pipeline.network.modules() if getattr(m, "feeds_head", False)]
-    assert len(marked) == 1
+    assert len(marked) == 1 and pipeline._head_blocks == tuple(marked)
     calls = []
     real = pipeline_module.linear_argmax_u8
     monkeypatch.setattr(pipeline_module, "linear_argmax_u8", lambda *a: calls.append(1) or real(*a))
