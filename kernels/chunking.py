@@ -175,4 +175,6 @@ class Workspace:
             size = max(slack, rows) * cols
             flat = torch.empty(max(size, 1), dtype=dtype, device=device)
             buffers[key] = flat
-        return flat[: rows * cols].view(rows, cols)
+        # the first rows * cols values as [rows, cols]: one op (a slice and a view cost two,
+        # and this runs a few times for every conv of a frame)
+        return flat.as_strided((rows, cols), (cols, 1))

@@ -102,11 +102,19 @@ def fused_int8_lanes() -> int:
 TILE_KINDS = {1: "int8", 2: "bf16"}  # the bits of ls_amx_tiles_cpu's answer (csrc/amx_cpu.cpp)
 
 
+_TILES: list[tuple[str, ...]] = []  # amx_tiles' last answer: only amx_tiles changes it
+
+
 def amx_tiles(request: int = -1) -> tuple[str, ...]:
     """The precisions whose fused kernels run on AMX tiles here (the CPU has them and Linux
     grants them): ("int8", "bf16") on an AMX CPU. request=0 turns tiles off and 1 back on (the
-    default), for every thread: benchmarks and tests compare the kernels side by side."""
-    return _tiles_call(request)[0]
+    default), for every thread: benchmarks and tests compare the kernels side by side. The
+    answer is kept between requests (each bf16 conv asks; a library call cost about 10 us)."""
+    if request == -1 and _TILES:
+        return _TILES[0]
+    kinds = _tiles_call(request)[0]
+    _TILES[:] = [kinds]
+    return kinds
 
 
 def amx_tile_convs() -> int:

@@ -168,8 +168,21 @@ class SparseTensor:
         return self.manager.engine
 
     def replace_feats(self, feats: torch.Tensor) -> "SparseTensor":
-        """Same coordinates and maps, new features (row for row)."""
-        return SparseTensor(feats, self.coords, self.stride, self.manager)
+        """Same coordinates and maps, new features (row for row). The coordinates and their
+        level were checked when this tensor was made: only the features are (every layer of a
+        network makes one of these)."""
+        if feats.dim() != 2 or feats.shape[0] != self.coords.shape[0]:
+            raise ValueError(f"feats must be [{self.coords.shape[0]}, C], got {tuple(feats.shape)}")
+        if feats.device != self.coords.device:
+            raise ValueError(f"feats on {feats.device} but coords on {self.coords.device}")
+        out = SparseTensor.__new__(SparseTensor)
+        out.feats, out.coords, out.stride, out.manager = (
+            feats,
+            self.coords,
+            self.stride,
+            self.manager,
+        )
+        return out
 
     def __len__(self) -> int:
         return self.coords.shape[0]
