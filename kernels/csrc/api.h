@@ -203,17 +203,12 @@ LS_API int ls_submanifold_nbr_cpu(const int32_t* coords, int64_t n, const int32_
 LS_API int ls_sorted_submanifold_nbr_cpu(const int32_t* coords, int64_t n, int32_t* nbr,
                                          int64_t* counts, int64_t* applied, int64_t* err);
 
-// Compacts the nbr [13, n] of ls_sorted_submanifold_nbr_cpu into the whole submanifold map
-// without its centre: kernel indices 0..12 (entries by output row) at starts[k], then their
-// mirrors 26 - k for k = 12 .. 0 with in and out swapped. starts[14] are prefix sums of counts.
-// Only for sorted coords, where swapping keeps each mirror sorted by its output row.
-LS_API int ls_submanifold_compact_sorted_cpu(const int32_t* nbr, int64_t n,
-                                             const int64_t* starts, int32_t* in_idx,
-                                             int32_t* out_idx);
-// Both at once: where ls_sorted_submanifold_nbr_cpu applies (*applied = 1), the map that
-// ls_submanifold_compact_sorted_cpu makes of its nbr, in_idx / out_idx [2 * sum(counts)] of
-// capacity entries (at least 26 n: every neighbour present), and counts [13]; nbr is never
-// made (each thread keeps only its hits, then places them).
+// The whole submanifold map of those coords without its centre, where that applies (as
+// above): kernel indices 0..12 (entries by output row, half offset k from the prefix of the
+// counts before it), then their mirrors 26 - k for k = 12 .. 0 with in and out swapped (on
+// sorted coords the swap keeps each mirror sorted by its output row); counts [13] per half
+// offset, in_idx / out_idx [2 * sum(counts)] of capacity entries (at least 26 n: every
+// neighbour present). No nbr is made: each thread keeps only its hits, then places them.
 LS_API int ls_sorted_submanifold_map_cpu(const int32_t* coords, int64_t n, int32_t* in_idx,
                                          int32_t* out_idx, int64_t capacity, int64_t* counts,
                                          int64_t* applied, int64_t* err);

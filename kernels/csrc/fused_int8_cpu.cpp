@@ -135,9 +135,10 @@ struct QuantizeBlock {
   LS_VNNI_TARGET void operator()(int64_t first, int64_t end, bool relu, float* rows) const {
     if (q == nullptr) return;
     const float* more = also == nullptr ? nullptr : also + first * also_cols;
-    const bool all = lidarseg::quantize_u8::quantize_rows(
-        rows + first * cout, cout, cout, more, also_cols, also_cols, end - first, relu,
-        q + first * (cout + also_cols), scale + first);
+    const bool all =
+        lidarseg::quantize_u8::quantize_rows(rows + first * cout, cout, more, also_cols,
+                                             end - first, relu, q + first * (cout + also_cols),
+                                             scale + first);
     if (!all) __atomic_fetch_or(failed, (int64_t)1, __ATOMIC_RELAXED);
   }
 };
@@ -305,15 +306,14 @@ LS_API int ls_quantize_concat_u8_cpu(const float* a, int64_t ca, const float* b,
 #if LS_HAVE_INT8_DOT
   int64_t found = 0;
   constexpr int64_t kBatch = lidarseg::quantize_u8::kBatchRows;
-  const int64_t batches = (n + kBatch - 1) / kBatch;
-  // relu off: quantize_rows only reads a's rows, so the const_cast writes nothing
+  // without a ReLU quantize_batch only reads a's rows: the const_cast writes nothing
   float* rows = const_cast<float*>(a);
 #pragma omp parallel for schedule(static) reduction(| : found) if (n * c >= kQuantizeParallel)
-  for (int64_t i = 0; i < batches; ++i) {
-    const int64_t r = i * kBatch, m = n - r < kBatch ? n - r : kBatch;
+  for (int64_t r = 0; r < n; r += kBatch) {
     const float* more = cb > 0 ? b + r * cb : nullptr;
-    found |= !lidarseg::quantize_u8::quantize_rows(rows + r * ca, ca, ca, more, cb, cb, m, false,
-                                                   q + r * c, scale + r);
+    found |= lidarseg::quantize_u8::quantize_batch(rows + r * ca, ca, more, cb,
+                                                   n - r < kBatch ? n - r : kBatch, false,
+                                                   q + r * c, scale + r) != 0;
   }
   *negative = found;
   return lidarseg::kStatusOk;

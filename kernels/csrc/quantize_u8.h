@@ -90,21 +90,20 @@ LS_VNNI_TARGET inline __m512i lane_maxima(const __m512i (&m)[kBatchRows]) {
   return _mm512_permutexvar_epi32(order, lanes);
 }
 
-// Rows [0, n) (n <= kBatchRows) of a (ca values a row, stride sa) and b (cb, stride sb; b may
-// be null when cb is 0) quantized into q (ca + cb bytes a row) and scale, after a ReLU in place
-// on a's rows when relu; returns the rows that cannot be quantized (a negative value, -0.0
+// Rows [0, n) (n <= kBatchRows) of a [n, ca] and b [n, cb] (b may be null when cb is 0)
+// quantized into q [n, ca + cb] and scale, after a ReLU in place on a's rows when relu (a is
+// only read without); returns the rows that cannot be quantized (a negative value, -0.0
 // included, NaN or inf) as a bit mask, leaving their q and scale unwritten.
-LS_VNNI_TARGET inline uint32_t quantize_batch(float* a, int64_t ca, int64_t sa, const float* b,
-                                             int64_t cb, int64_t sb, int64_t n, bool relu,
-                                             uint8_t* q, float* scale) {
+LS_VNNI_TARGET inline uint32_t quantize_batch(float* a, int64_t ca, const float* b, int64_t cb,
+                                             int64_t n, bool relu, uint8_t* q, float* scale) {
   constexpr uint32_t kLargestFinite = 0x7F7FFFFFu;  // FLT_MAX's bit pattern
   __m512i top[kBatchRows];
   for (int i = 0; i < kBatchRows; ++i) {
     top[i] = _mm512_setzero_si512();
     if (i >= n) continue;
-    if (relu) relu_row(a + i * sa, ca);
-    segment_max(a + i * sa, ca, top[i]);
-    if (cb > 0) segment_max(b + i * sb, cb, top[i]);
+    if (relu) relu_row(a + i * ca, ca);
+    segment_max(a + i * ca, ca, top[i]);
+    if (cb > 0) segment_max(b + i * cb, cb, top[i]);
   }
   const __m512i maxima = lane_maxima(top);
   const __mmask16 rows = lane_mask(n);
@@ -120,22 +119,20 @@ LS_VNNI_TARGET inline uint32_t quantize_batch(float* a, int64_t ca, int64_t sa, 
   for (int i = 0; i < n; ++i) {
     if (!(good >> i & 1)) continue;
     const __m512 row_inv = _mm512_set1_ps(inv[i]);
-    segment_store(a + i * sa, ca, row_inv, q + i * c);
-    if (cb > 0) segment_store(b + i * sb, cb, row_inv, q + i * c + ca);
+    segment_store(a + i * ca, ca, row_inv, q + i * c);
+    if (cb > 0) segment_store(b + i * cb, cb, row_inv, q + i * c + ca);
   }
   return bad;
 }
 
 // quantize_batch over rows [0, n), kBatchRows at a time; true when every row could be.
-LS_VNNI_TARGET inline bool quantize_rows(float* a, int64_t ca, int64_t sa, const float* b,
-                                         int64_t cb, int64_t sb, int64_t n, bool relu,
-                                         uint8_t* q, float* scale) {
+LS_VNNI_TARGET inline bool quantize_rows(float* a, int64_t ca, const float* b, int64_t cb,
+                                         int64_t n, bool relu, uint8_t* q, float* scale) {
   uint32_t bad = 0;
-  const int64_t c = ca + cb;
   for (int64_t r = 0; r < n; r += kBatchRows) {
     const int64_t rows = n - r < kBatchRows ? n - r : kBatchRows;
-    bad |= quantize_batch(a + r * sa, ca, sa, cb > 0 ? b + r * sb : nullptr, cb, sb, rows, relu,
-                          q + r * c, scale + r);
+    bad |= quantize_batch(a + r * ca, ca, cb > 0 ? b + r * cb : nullptr, cb, rows, relu,
+                          q + r * (ca + cb), scale + r);
   }
   return bad == 0;
 }

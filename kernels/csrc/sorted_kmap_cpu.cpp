@@ -10,9 +10,8 @@
 //
 // The same ordering makes the mirror half free: the entries of d sorted by output q are also
 // sorted by input p = q + d, so the map of -d is the map of d with in and out swapped, in the
-// same order (ls_submanifold_compact_sorted_cpu writes both halves in one pass, from the nbr of
-// ls_sorted_submanifold_nbr_cpu; ls_sorted_submanifold_map_cpu makes the same map in one call,
-// each thread's joins keeping only their hits).
+// same order (ls_sorted_submanifold_map_cpu writes a half offset's hits and their mirrors at
+// once).
 #include <omp.h>
 
 #include <algorithm>
@@ -131,7 +130,7 @@ LS_API int ls_sorted_submanifold_map_cpu(const int32_t* coords, int64_t n, int32
   *applied = 1;
   const int threads = n >= kParallelRows ? omp_get_max_threads() : 1;
   // where[t][k]: thread t's first entry of half offset k in the map, once the hits are
-  // counted; starts[k]: offset k's first (ls_submanifold_compact_sorted_cpu's layout)
+  // counted; starts[k]: offset k's first
   std::vector<int64_t> where((int64_t)threads * kHalfOffsets, 0), starts(kHalfOffsets + 1, 0);
 #pragma omp parallel num_threads(threads)
   {
@@ -176,29 +175,6 @@ LS_API int ls_sorted_submanifold_map_cpu(const int32_t* coords, int64_t n, int32
         out_idx[w + j] = in_idx[m + j] = src[2 * j + 1];
       }
     }
-  }
-  return kStatusOk;
-}
-
-LS_API int ls_submanifold_compact_sorted_cpu(const int32_t* nbr, int64_t n,
-                                             const int64_t* starts, int32_t* in_idx,
-                                             int32_t* out_idx) {
-  // starts[0..13]: prefix sums of the half counts; the mirror of kernel index k (index 26 - k)
-  // follows the half in reverse kernel order, so it begins at 2 * total - starts[k + 1].
-  const int64_t total = starts[kHalfOffsets];
-#pragma omp parallel for schedule(dynamic, 1) if (n * kHalfOffsets >= kParallelRows)
-  for (int64_t k = 0; k < kHalfOffsets; ++k) {
-    int64_t w = starts[k], m = 2 * total - starts[k + 1];
-    for_each_hit_chunk(nbr + k * n, n, [&](const int32_t* in, const int32_t* out, int64_t hits) {
-      for (int64_t j = 0; j < hits; ++j) {
-        in_idx[w + j] = in[j];
-        out_idx[w + j] = out[j];
-        in_idx[m + j] = out[j];
-        out_idx[m + j] = in[j];
-      }
-      w += hits;
-      m += hits;
-    });
   }
   return kStatusOk;
 }
