@@ -213,7 +213,7 @@ def conv_int8(
         return None
     q, row_scale = quantized
     packed, w_scale = int8_weights(weight)
-    remake, concat = use.remake, use.concat
+    concat = use.concat
     if not relu or not (isinstance(concat, torch.Tensor) and concat.dtype == torch.float32):
         concat = None  # rows that may be negative, or no fp32 tensor: the caller concatenates
     elif not concat.is_contiguous():
@@ -223,8 +223,9 @@ def conv_int8(
     # memory for it
     also = concat.shape[1] if concat is not None else 0
     head = _head_here(use, relu, concat, cout, plan)
-    if use.head is not None and head is None:
-        remake = None  # no classes made here: the caller needs the rows themselves
+    # a remake lets the rows go unmade: for the next conv alone, or beside the classes made
+    # here; a head asked for but not computed here means the caller needs the rows
+    remake = use.remake if use.head is None or head is not None else None
     made = _made_rows(workspace, plan.num_out, cout + also) if relu and head is None else None
     unkept = (made is not None or head is not None) and remake is not None
     dst = None if unkept else fused_output(plan.num_out, cout)

@@ -230,12 +230,13 @@ def submanifold_map(
         empty = torch.zeros(0, dtype=torch.int32, device=coords.device)
         return _symmetric_map(empty, empty.clone(), [], 1, coords.shape[0])
     centre = kernel_size**3 // 2
-    if not submanifold_needs_table(coords.device, kernel_size, dilation):
+    needs_table = submanifold_needs_table(coords.device, kernel_size, dilation)
+    if not needs_table:
         kmap = _sorted_submanifold_map_cpu(coords)
         if kmap is not None:
             return kmap
     offsets = kernel_offsets(kernel_size, kernel_size // 2, dilation)[:centre]
-    if not submanifold_needs_table(coords.device, kernel_size, dilation):
+    if not needs_table:
         nbr, counts = _submanifold_nbr_cpu(coords, offsets)
     else:
         table = table if table is not None else CoordHashTable.build(coords)

@@ -153,10 +153,7 @@ class SparseTensor:
             raise ValueError(
                 f"coords must be int32 [N, 4], got {coords.dtype} {tuple(coords.shape)}"
             )
-        if feats.dim() != 2 or feats.shape[0] != coords.shape[0]:
-            raise ValueError(f"feats must be [{coords.shape[0]}, C], got {tuple(feats.shape)}")
-        if feats.device != coords.device:
-            raise ValueError(f"feats on {feats.device} but coords on {coords.device}")
+        _check_feats(feats, coords)
         self.feats = feats
         self.coords = coords
         self.stride = stride
@@ -171,10 +168,7 @@ class SparseTensor:
         """Same coordinates and maps, new features (row for row). The coordinates and their
         level were checked when this tensor was made: only the features are (every layer of a
         network makes one of these)."""
-        if feats.dim() != 2 or feats.shape[0] != self.coords.shape[0]:
-            raise ValueError(f"feats must be [{self.coords.shape[0]}, C], got {tuple(feats.shape)}")
-        if feats.device != self.coords.device:
-            raise ValueError(f"feats on {feats.device} but coords on {self.coords.device}")
+        _check_feats(feats, self.coords)
         out = SparseTensor.__new__(SparseTensor)
         out.feats, out.coords, out.stride, out.manager = (
             feats,
@@ -192,3 +186,11 @@ class SparseTensor:
             f"SparseTensor(n={len(self)}, channels={self.feats.shape[1]}, "
             f"stride={self.stride}, device={self.feats.device})"
         )
+
+
+def _check_feats(feats: torch.Tensor, coords: torch.Tensor) -> None:
+    """feats must be [N, C] on coords' device, one row per coordinate."""
+    if feats.dim() != 2 or feats.shape[0] != coords.shape[0]:
+        raise ValueError(f"feats must be [{coords.shape[0]}, C], got {tuple(feats.shape)}")
+    if feats.device != coords.device:
+        raise ValueError(f"feats on {feats.device} but coords on {coords.device}")
