@@ -5,7 +5,8 @@ in fp32, output (with bias, residual and ReLU) in fp32 (kernels/precision.py say
   map as the fp32 fused kernel; needs the CPU feature (checked at run time), even Cin and Cout a
   multiple of 16. Where the CPU has AMX tiles the same walk multiplies on them
   (ls_fused_conv_bf16_tiles_cpu, csrc/amx_tiles.h) and reads the fp32 input rows themselves,
-  rounding each to bf16 as it stages it for a tile: no bf16 copy of the input is made.
+  rounding each to bf16 as it stages it for a tile: no bf16 copy of the input is made. Without
+  tiles the kernel rounds the input rows into a reused bf16 buffer itself, before its walk.
 - "grouped" dataflow (or where fused does not apply): the fp32 engine's launches with torch's
   bf16 matmul (oneDNN: AMX tiles where the CPU has them), which returns each launch's partial
   sums rounded to bf16; they are widened to fp32 and added into the fp32 output.
@@ -15,7 +16,8 @@ whose inputs are raw point features (coordinates in metres, where bf16's 8-bit m
 only 0.25 m at 50 m), and with so few products per output bf16 would save nothing.
 
 Weights are converted once per weight tensor (and again only if it changes in place) and kept
-beside it; the input rows are converted per call into a reused workspace buffer (not on tiles).
+beside it; the input rows are converted per call into a reused workspace buffer (by the fused
+kernel itself, or by torch for the grouped path; not at all on tiles).
 Inference only: nothing here records autograd history.
 """
 
@@ -70,9 +72,9 @@ def conv_bf16(
     if fused and "bf16" in amx_tiles() and tiles_fit(cin * 2, cout) and src.is_contiguous():
         return _fused("fused_conv_bf16_tiles", src, pairs, plan, bias, relu, residual)
     xb = workspace.get(2, n, cin, torch.bfloat16, src.device)
+    if fused:  # the kernel rounds src into xb itself: no torch op, no Python between the two
+        return _fused("fused_conv_bf16", src, pairs, plan, bias, relu, residual, xb)
     xb.copy_(src)
-    if fused:
-        return _fused("fused_conv_bf16", xb, pairs, plan, bias, relu, residual)
     dst = _grouped(xb, plain, plan, workspace, rows_under_cap_bf16(memory_cap, cin, cout))
     if bias is not None:
         dst += bias
@@ -81,15 +83,19 @@ def conv_bf16(
     return dst.relu_() if relu else dst
 
 
-def _fused(op: str, x, pairs, plan: ExecutionPlan, bias, relu, residual) -> torch.Tensor:
-    """The fused bf16 conv: fused_conv_bf16 on a bf16 copy of the input, or on AMX tiles
-    fused_conv_bf16_tiles on the fp32 input itself (rounded to bf16 as it is staged)."""
+def _fused(
+    op: str, x, pairs, plan: ExecutionPlan, bias, relu, residual, staged=None
+) -> torch.Tensor:
+    """The fused bf16 conv of the fp32 input x: fused_conv_bf16 rounds it to bf16 into staged
+    (bf16, x's shape) first, in the same kernel call; on AMX tiles fused_conv_bf16_tiles rounds
+    each row as it stages it for a tile."""
     cout = pairs.shape[2]
     dst = fused_output(plan.num_out, cout)
     backend.call(
         op,
         x.device,
         x,
+        *(() if staged is None else (len(x), staged)),
         x.shape[1],
         pairs,
         cout,

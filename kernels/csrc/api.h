@@ -98,20 +98,21 @@ LS_API int ls_fused_conv_f32_cpu(const float* x, int64_t cin, const float* w, in
                                  const float* residual, int32_t relu, int64_t num_out,
                                  float* out);
 
-// The bf16 twin of ls_fused_conv_f32_cpu (fused_bf16_cpu.cpp): x [n_in, cin] and the weights in
-// bf16 (uint16_t bits), products summed in fp32 (AVX512_BF16 dot products); bias, residual and
-// out in fp32 as above. w_packed holds the weights in pairs of input channels,
-// w_packed[k][p][o][j] = w[k][2p + j][o] (p < cin / 2), so cin must be even; cout must be a
-// multiple of 16. ls_fused_bf16_lanes_cpu() is 16 where this CPU has AVX512_BF16 (checked at run
-// time: the library is not compiled for it) and 0 where it has not; the conv then returns
-// kStatusBadArgument.
+// The bf16 twin of ls_fused_conv_f32_cpu (fused_bf16_cpu.cpp): x [num_in, cin] in fp32 is first
+// rounded to bf16 into staged [num_in, cin] (to nearest even, as torch rounds; the caller's
+// scratch, rows split among the threads), the weights in bf16 (uint16_t bits), products summed
+// in fp32 (AVX512_BF16 dot products); bias, residual and out in fp32 as above. w_packed holds
+// the weights in pairs of input channels, w_packed[k][p][o][j] = w[k][2p + j][o] (p < cin / 2),
+// so cin must be even; cout must be a multiple of 16. ls_fused_bf16_lanes_cpu() is 16 where
+// this CPU has AVX512_BF16 (checked at run time: the library is not compiled for it) and 0
+// where it has not; the conv then returns kStatusBadArgument.
 LS_API int ls_fused_bf16_lanes_cpu(void);
-LS_API int ls_fused_conv_bf16_cpu(const ls_bf16* x, int64_t cin, const ls_bf16* w_packed,
-                                  int64_t cout, const int32_t* in_idx, const int32_t* out_idx,
-                                  const int64_t* bounds, const int32_t* kernel_order,
-                                  int64_t num_kernels, int32_t identity, const float* bias,
-                                  const float* residual, int32_t relu, int64_t num_out,
-                                  float* out);
+LS_API int ls_fused_conv_bf16_cpu(const float* x, int64_t num_in, ls_bf16* staged, int64_t cin,
+                                  const ls_bf16* w_packed, int64_t cout, const int32_t* in_idx,
+                                  const int32_t* out_idx, const int64_t* bounds,
+                                  const int32_t* kernel_order, int64_t num_kernels,
+                                  int32_t identity, const float* bias, const float* residual,
+                                  int32_t relu, int64_t num_out, float* out);
 // The same conv on AMX tiles (amx_tiles.h), where ls_amx_tiles_cpu reports bf16 tiles (else
 // kStatusBadArgument), reading x [n_in, cin] in fp32: each row is rounded to bf16 as it is
 // staged for a tile (to nearest even, as torch rounds, except that a subnormal value becomes

@@ -193,21 +193,36 @@ int walk(const X* x, int64_t cin, const ls_bf16* w_packed, int64_t cout, const i
 #endif
 }
 
+// x[0, count) rounded to bf16 bits as torch rounds (to nearest, ties to even; a NaN becomes the
+// quiet NaN 0x7FC0), split among the threads: integer arithmetic the compiler vectorizes.
+void round_rows_to_bf16(const float* x, int64_t count, uint16_t* out) {
+#pragma omp parallel for schedule(static) if (count >= 16 * lidarseg::kParallelRows)
+  for (int64_t i = 0; i < count; ++i) {
+    uint32_t bits;
+    memcpy(&bits, x + i, sizeof(bits));
+    const uint16_t rounded = (uint16_t)((bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16);
+    out[i] = (bits & 0x7FFFFFFFu) > 0x7F800000u ? (uint16_t)0x7FC0 : rounded;
+  }
+}
+
 bool shape_ok(int64_t cin, int64_t cout, int64_t num_out) {
   return cout % kLanes == 0 && cin > 0 && cin % 2 == 0 && num_out >= 0;
 }
 
 }  // namespace
 
-LS_API int ls_fused_conv_bf16_cpu(const ls_bf16* x, int64_t cin, const ls_bf16* w_packed,
-                                  int64_t cout, const int32_t* in_idx, const int32_t* out_idx,
-                                  const int64_t* bounds, const int32_t* kernel_order,
-                                  int64_t num_kernels, int32_t identity, const float* bias,
-                                  const float* residual, int32_t relu, int64_t num_out,
-                                  float* out) {
-  if (!cpu_has_bf16_dot() || !shape_ok(cin, cout, num_out)) return lidarseg::kStatusBadArgument;
-  return walk<false>(x, cin, w_packed, cout, in_idx, out_idx, bounds, kernel_order, num_kernels,
-                     identity, bias, residual, relu, num_out, out);
+LS_API int ls_fused_conv_bf16_cpu(const float* x, int64_t num_in, ls_bf16* staged, int64_t cin,
+                                  const ls_bf16* w_packed, int64_t cout, const int32_t* in_idx,
+                                  const int32_t* out_idx, const int64_t* bounds,
+                                  const int32_t* kernel_order, int64_t num_kernels,
+                                  int32_t identity, const float* bias, const float* residual,
+                                  int32_t relu, int64_t num_out, float* out) {
+  if (!cpu_has_bf16_dot() || !shape_ok(cin, cout, num_out) || num_in < 0) {
+    return lidarseg::kStatusBadArgument;
+  }
+  round_rows_to_bf16(x, num_in * cin, staged);
+  return walk<false>(staged, cin, w_packed, cout, in_idx, out_idx, bounds, kernel_order,
+                     num_kernels, identity, bias, residual, relu, num_out, out);
 }
 
 LS_API int ls_fused_conv_bf16_tiles_cpu(const float* x, int64_t cin, const ls_bf16* w_packed,

@@ -54,6 +54,29 @@ def test_fused_bf16_sums_bf16_products_in_fp32(kind, cin, cout):
     assert not torch.equal(out, fp32)
 
 
+@needs_bf16_cpu
+@pytest.mark.parametrize("special", ["finite", "inf and nan"])
+def test_fused_bf16_rounds_its_input_as_torch_does(special):
+    """The kernel rounds the fp32 rows to bf16 itself: the same bits as torch's rounding, so the
+    conv of x and of x already rounded by torch are the same: ties to even (both ways), a value
+    that rounds up into the next binade, a tiny one; infinities and NaN stay. (Values of similar
+    size only: a huge one would absorb the others' rounding in every sum it reaches.)"""
+    kmap, x, w, bias, res, _ = case("subm", 32, 32, seed=9)
+    if special == "finite":
+        ulp = 2.0**-7  # of bf16 at 1.0
+        values = [1 + ulp / 2, 1 + 1.5 * ulp, -(1 + 1.5 * ulp), 2 - ulp / 4, 1e-30]
+    else:
+        values = [float("inf"), float("-inf"), float("nan"), 1.0]
+    x[0, : len(values)] = torch.tensor(values)
+    config = EngineConfig(precision="bf16", grouping=FUSED)
+    with torch.no_grad():
+        out = sparse_conv(x, w, kmap, config, bias, False, res)
+        rounded = sparse_conv(x.bfloat16().float(), w, kmap, config, bias, False, res)
+    assert torch.equal(out.isnan(), rounded.isnan())
+    assert out.isnan().any().item() == (special != "finite")
+    assert torch.equal(out.nan_to_num(), rounded.nan_to_num())
+
+
 @needs_amx
 @pytest.mark.parametrize("kind", ["subm", "down", "up"])
 @pytest.mark.parametrize("cin, cout", [(10, 16), (16, 32), (96, 48), (30, 80), (192, 128)])
