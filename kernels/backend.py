@@ -26,6 +26,8 @@ from typing import Any
 
 import torch
 
+from . import deferred
+
 API_H = Path(__file__).resolve().parent / "csrc" / "api.h"
 
 
@@ -207,7 +209,8 @@ def _call_cpu(op: str, args: tuple) -> None:
     """call() on the CPU: a contiguous CPU tensor of the declared dtype, None for a pointer
     (NULL) and an int in range go straight through (about 3 us a call instead of 7 to 20: a
     frame makes about 110 calls on the thread that runs the network); anything else takes
-    _convert's checks and messages."""
+    _convert's checks and messages. Inside kernels/deferred.py's calls_deferred(), a
+    deferrable op, checked and converted, waits to run with the others."""
     name, fn, spec = _cpu_op(op)
     if len(args) != len(spec):
         raise _arity_error(name, [s[0] for s in spec], len(args))
@@ -224,7 +227,20 @@ def _call_cpu(op: str, args: tuple) -> None:
             c_args.append(a)
             continue
         c_args.append(_convert(name, p, a, CPU))
+    waiting = deferred.pending()
+    if waiting is not None:  # inside deferred.calls_deferred()
+        if op in deferred.DEFERRABLE:
+            waiting.append((name, fn, c_args, args, raise_for_cpu))  # args: tensors stay alive
+            if len(waiting) >= deferred.MAX_PENDING:
+                deferred.settle()
+            return
+        deferred.settle()  # any other kernel runs after the calls before it, as they were made
     _raise_for(name, fn(*c_args), CPU)
+
+
+def raise_for_cpu(name: str, status: int) -> None:
+    """KernelError unless status is OK (a deferred call's, when it has run)."""
+    _raise_for(name, status, CPU)
 
 
 def call(op: str, device, *args) -> None:

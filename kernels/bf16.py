@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import torch
 
-from . import backend
+from . import backend, deferred
 from .chunking import chunks
 from .derived import derived
 from .fused import fused_output, walk_args
@@ -74,13 +74,14 @@ def conv_bf16(
     xb = workspace.get(2, n, cin, torch.bfloat16, src.device)
     if fused:  # the kernel rounds src into xb itself: no torch op, no Python between the two
         return _fused("fused_conv_bf16", src, pairs, plan, bias, relu, residual, xb)
-    xb.copy_(src)
-    dst = _grouped(xb, plain, plan, workspace, rows_under_cap_bf16(memory_cap, cin, cout))
-    if bias is not None:
-        dst += bias
-    if residual is not None:
-        dst += residual
-    return dst.relu_() if relu else dst
+    with deferred.eager():  # torch reads the rows: kernels that made them have run
+        xb.copy_(src)
+        dst = _grouped(xb, plain, plan, workspace, rows_under_cap_bf16(memory_cap, cin, cout))
+        if bias is not None:
+            dst += bias
+        if residual is not None:
+            dst += residual
+        return dst.relu_() if relu else dst
 
 
 def _fused(

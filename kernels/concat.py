@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import torch
 
+from . import deferred
+
 
 class MadeOnUse:
     """Stands in for an fp32 [N, C] tensor that the int8 convs reading it never need made:
@@ -49,7 +51,8 @@ class MadeOnUse:
     def tensor(self) -> torch.Tensor:
         """The tensor itself, made on first use."""
         if self._made is None:
-            self._made = self._make()
+            with deferred.eager():  # the caller reads it (torch): made by kernels that have run
+                self._made = self._make()
         return self._made
 
     def __getattr__(self, name: str):
@@ -134,4 +137,5 @@ def concat_rows(a: torch.Tensor, b: torch.Tensor, precision: str) -> torch.Tenso
         and b.is_contiguous()
     ):
         return RowConcat(a, b)
-    return torch.cat([a, b], dim=1)
+    with deferred.eager():
+        return torch.cat([a, b], dim=1)

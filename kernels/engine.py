@@ -27,7 +27,7 @@ from typing import cast
 
 import torch
 
-from . import backend
+from . import backend, deferred
 from .concat import MadeOnUse, RowConcat, concat_rows
 from .chunking import Chunk, Piece, Workspace, chunks, default_cap, rows_under_cap
 from .fused import fused_output, walk_args
@@ -224,6 +224,12 @@ def _conv(src, weight, plan, transposed: bool, run: _Run, epilogue=None) -> torc
         dst = _fused_conv(src, weight, plan, transposed, bias, relu, residual)
         if dst is not None:
             return dst
+    with deferred.eager():  # torch reads the rows: kernels that made them have run
+        return _grouped_conv(src, weight, plan, transposed, run, bias, relu, residual)
+
+
+def _grouped_conv(src, weight, plan, transposed: bool, run: _Run, bias, relu, residual):
+    """_conv's grouped dataflow: one mm for the identity offset, the launches, the epilogue."""
     if plan.identity is not None:
         dst = torch.mm(src, weight[plan.identity])  # [N, Cout]
     else:
@@ -442,6 +448,8 @@ def _forward(feats, weight, kmap: KernelMap, config: EngineConfig, epilogue, use
         if out is not None:
             return out
         feats = feats.tensor()
+    if not feats.is_contiguous():
+        deferred.settle()  # torch copies (reads) the rows below: the kernels that made them first
     extras = [t for t in (bias, residual) if t is not None]
     grads = torch.is_grad_enabled() and any(t.requires_grad for t in [feats, weight, *extras])
     if not grads and feats.device.type == "cpu" and feats.dtype == torch.float32:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import torch
 
+from . import deferred
 from .grouping import ExecutionPlan
 from .kmap import KernelMap
 
@@ -29,6 +30,8 @@ def walk_args(
     (kmap: the plan's map, or its transpose; entries sorted by output row). dst None (NULL:
     the int8 conv that only quantizes its output) needs num_dst, its rows."""
     order = plan.kernel_order
+    if residual is not None and (residual.dtype != torch.float32 or not residual.is_contiguous()):
+        deferred.settle()  # torch copies (reads) the rows below: the kernels that made them first
     return (
         kmap.in_idx,
         kmap.out_idx,

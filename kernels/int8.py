@@ -27,7 +27,7 @@ from typing import cast
 
 import torch
 
-from . import backend
+from . import backend, deferred
 from .concat import ClassifiedOutput, MadeOnUse, RowConcat, UnkeptOutput
 from .bf16 import FP32_MAX_CIN
 from .chunking import Workspace
@@ -73,6 +73,7 @@ def quantize_rows(
         rows = src.tensor() if isinstance(src, MadeOnUse) else src
         n, c = rows.shape
         backend.call("quantize_rows_u8", "cpu", rows, n, c, q, scale, negative)
+    deferred.settle()  # the flag is read now (where the call waited, it runs first)
     return not found[0]
 
 
@@ -132,7 +133,10 @@ def _made_rows(workspace, num_out: int, cout: int):
     failed, failed_value = workspace.flag(FAILED_FLAGS[turn])
 
     def keep(dst: torch.Tensor) -> None:
-        if not failed_value[0]:
+        if deferred.deferring():  # the conv waits: its flag is checked once it has run
+            deferred.check_after(failed_value)
+            ring[turn] = (dst, dst._version, q, scale)
+        elif not failed_value[0]:
             ring[turn] = (dst, dst._version, q, scale)
 
     return q, scale, failed, keep
@@ -217,6 +221,7 @@ def conv_int8(
     if not relu or not (isinstance(concat, torch.Tensor) and concat.dtype == torch.float32):
         concat = None  # rows that may be negative, or no fp32 tensor: the caller concatenates
     elif not concat.is_contiguous():
+        deferred.settle()  # torch copies (reads) the rows: the kernels that made them first
         concat = concat.contiguous()
     # a conv's ReLU output is what the next int8 conv reads (an upsampling's beside the skip
     # rows): quantized in the kernel, block by block in cache, it need not be read back from

@@ -29,8 +29,8 @@ from torch import nn
 
 from kernels.rows import HeadColumns
 
-from .layers import BatchNorm, ReLU, SparseInverseConv3d, SubMConv3d, _SparseConv
-from .minkunet import DecoderStage, MinkUNet, ResidualBlock
+from .layers import BatchNorm, ReLU, SparseConv3d, SparseInverseConv3d, SubMConv3d, _SparseConv
+from .minkunet import ConvBNReLU, DecoderStage, EncoderStage, MinkUNet, ResidualBlock
 from .sparse_tensor import SparseTensor
 from .spunet import BasicBlock
 
@@ -193,3 +193,32 @@ def _fold_into(conv: _SparseConv, norm: BatchNorm) -> None:
     dtype = conv.weight.dtype
     conv.weight.copy_((conv.weight.float() * scale).to(dtype))  # [K, Cin, Cout] * [Cout]
     conv.bias = nn.Parameter((bias + shift).to(dtype), requires_grad=False)
+
+
+# What a folded MinkUNet's features may be made of for its kernel calls to wait and run together
+# (kernels/deferred.py): layers that hand their rows only to the engine's convs and stand-ins.
+# An unfolded BatchNorm, ReLU or residual add would read rows whose kernels have not run yet.
+DEFERRABLE_LAYERS = (
+    FoldedResidualBlock,
+    FoldedDecoderStage,
+    EncoderStage,
+    ConvBNReLU,  # an nn.Sequential; folded, a conv and Identities
+    SubMConv3d,
+    SparseConv3d,
+    SparseInverseConv3d,
+    nn.Sequential,
+    nn.ModuleList,
+    nn.Identity,
+)
+
+
+def runs_deferred(network: nn.Module) -> bool:
+    """Whether network.features(x) may run inside kernels/deferred.py's calls_deferred(): a
+    folded MinkUNet whose modules, but for its head, are all DEFERRABLE_LAYERS."""
+    if not isinstance(network, MinkUNet):
+        return False
+    return all(
+        type(module) in DEFERRABLE_LAYERS
+        for name, module in network.named_modules()
+        if name and name != "head"
+    )

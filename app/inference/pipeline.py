@@ -18,9 +18,10 @@ import torch
 from torch import nn
 
 from kernels import precision as precision_mod
+from kernels.deferred import AssumptionFailed, calls_deferred
 from kernels.rows import argmax_rows_u8, head_columns, linear_argmax_u8
 from models import EngineConfig, SparseTensor
-from models.fold import classes_in_last_conv, fold_batchnorm, head_blocks
+from models.fold import classes_in_last_conv, fold_batchnorm, head_blocks, runs_deferred
 from models.labels import IGNORE_LABEL
 from models.minkunet import MinkUNet
 
@@ -139,6 +140,8 @@ class SegmentationPipeline:
         # so later changes to `model` do not reach it (models/fold.py).
         self.network = fold_batchnorm(self.model)
         self._head_blocks = head_blocks(self.network)  # where int8 runs the head (network_stage)
+        # the network stage's kernel calls wait and run together (kernels/deferred.py)
+        self.defer_calls = self.device.type == "cpu" and runs_deferred(self.network)
         self.voxel_config = voxel_config or VoxelizeConfig()
         self.requested_precision = precision_mod.validate(precision)
         requests = getattr(self.model, "map_requests", None)
@@ -231,11 +234,24 @@ class SegmentationPipeline:
         if not isinstance(head, nn.Linear) or features is None:
             return self.network(x).feats, None
         with classes_in_last_conv(self._head_blocks, head_columns(head.weight, head.bias)):
-            y = features(x).feats
+            y = self._features(features, x)
         classes = getattr(y, "classes", None)  # a ClassifiedOutput's (kernels/concat.py)
         if classes is None:
             classes = linear_argmax_u8(y, head.weight, head.bias)
         return (head(y), None) if classes is None else (None, classes)
+
+    def _features(self, features, x: SparseTensor):
+        """features(x).feats, its kernel calls deferred where the network allows (on the CPU the
+        convs then run back to back, not each after its share of Python: about 7-11 % of the
+        stage); run again without deferral where a conv could not do what was assumed of it
+        while it waited (rows with a NaN or an infinity)."""
+        if self.defer_calls:
+            try:
+                with calls_deferred():
+                    return features(x).feats
+            except AssumptionFailed:
+                self.engine.workspace.memo().clear()  # records of the run that failed
+        return features(x).feats
 
     def segment(self, points: np.ndarray, sensor: str = "kitti", **kwargs) -> FrameResult:
         return self.run([points], sensor, **kwargs)[0]
