@@ -3,13 +3,10 @@ run on; the OpenMP variables that keep threads from spin-waiting on a shared CPU
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
-import threading
-
-import numpy as np
-import torch
 
 from app import threads
 from tests.conftest import REPO_ROOT
@@ -77,20 +74,36 @@ def test_python_m_app_sets_torch_threads_before_libgomp_loads():
     assert out.stdout.split() == ["1", "PASSIVE"], out.stderr
 
 
-def _threads_outside_python() -> int:
-    """Threads of this process that Python did not start: OpenMP team members, torch's pools."""
+# Run in a process of its own: other tests' threads (servers, executors) start and end while
+# this counts, and a thread that is ending still shows in /proc/self/task for a moment.
+TEAM_CHECK = """
+import json, os, threading
+from types import SimpleNamespace
+
+from app.threads import configure_env
+
+configure_env()
+import numpy as np  # noqa: E402
+
+from app.codecs.encode import encode  # noqa: E402
+from app.inference.voxelize import VoxelizeConfig, voxel_kernels  # noqa: E402
+from app.service.routes.decoding import decode_frame  # noqa: E402
+
+
+def outside_python():
+    # threads Python did not start: OpenMP team members, torch's pools
     return len(os.listdir("/proc/self/task")) - threading.active_count()
 
 
-def _new_threads_while(work) -> int:
-    """Threads that work() leaves behind in a fresh Python thread, counted before it exits (an
-    OpenMP team belongs to the thread that started it and lives as long as that thread)."""
-    seen: dict[str, int] = {}
+def new_threads_while(work):
+    # threads that work() leaves behind in a fresh Python thread, counted before it exits (an
+    # OpenMP team belongs to the thread that started it and lives as long as that thread)
+    seen = {}
 
     def run():
-        before = _threads_outside_python()
+        before = outside_python()
         work()
-        seen["new"] = _threads_outside_python() - before
+        seen["new"] = outside_python() - before
 
     t = threading.Thread(target=run)
     t.start()
@@ -98,39 +111,47 @@ def _new_threads_while(work) -> int:
     return seen["new"]
 
 
+rng = np.random.default_rng(0)
+points = rng.uniform([-40, -40, -2, 0], [40, 40, 2, 1], (120_000, 4)).astype(np.float32)
+config = VoxelizeConfig()
+service = SimpleNamespace(
+    settings=SimpleNamespace(max_points=200_000, range_policy="clip"),
+    pipeline=SimpleNamespace(voxel_config=config),
+)
+found = {}
+for fmt in ("kitti", "json", "ply", "pcd"):
+    body, content_type = encode(points, fmt)
+    decoded = []
+    found[fmt] = new_threads_while(
+        lambda: decoded.append(decode_frame(service, body, fmt, content_type, "t")[0])
+    )
+    assert len(decoded[0]) == len(points), fmt
+origin = np.array([-500, -500, -30], np.int32)
+found["voxel_keys"] = new_threads_while(
+    lambda: voxel_kernels.voxel_keys(points, 0.1, config.max_xy, config.z_range, origin)
+)
+print(json.dumps(found))
+"""
+
+
 def test_decoding_starts_no_openmp_team():
     """Only the worker thread may run OpenMP regions. Decoding runs on the event loop (raw
     float32) or on the decode pool; a parallel region there gives the process a second team,
     more threads under libgomp than CPUs, and libgomp then stops spinning altogether (its
     throttled spin count is 0 under OMP_WAIT_POLICY=passive): every parallel region of a frame
-    pays a wake-up again (server network stage 74 -> 80-84 ms, measured)."""
-    from types import SimpleNamespace
-
-    from app.codecs.encode import encode
-    from app.inference.voxelize import VoxelizeConfig, voxel_kernels
-    from app.service.routes.decoding import decode_frame
-
-    rng = np.random.default_rng(0)
-    points = rng.uniform([-40, -40, -2, 0], [40, 40, 2, 1], (120_000, 4)).astype(np.float32)
-    config = VoxelizeConfig()
-    service = SimpleNamespace(
-        settings=SimpleNamespace(max_points=200_000, range_policy="clip"),
-        pipeline=SimpleNamespace(voxel_config=config),
+    pays a wake-up again (server network stage 74 -> 80-84 ms, measured). Counted in a process
+    of its own with two OpenMP threads; the voxelizer's keys pass, which runs in parts on every
+    thread, shows that the count sees a team."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OMP_", "GOMP_"))}
+    env["LIDARSEG_THREADS"] = "2"
+    out = subprocess.run(
+        [sys.executable, "-c", TEAM_CHECK],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
-    decoded: dict[str, np.ndarray] = {}
-    for fmt in ("kitti", "json", "ply", "pcd"):
-        body, content_type = encode(points, fmt)
-
-        def work(body=body, content_type=content_type, fmt=fmt):
-            decoded[fmt] = decode_frame(service, body, fmt, content_type, "t")[0]
-
-        assert _new_threads_while(work) == 0, fmt
-        assert len(decoded[fmt]) == len(points)
-    # the detector sees a team: the voxelizer's keys pass runs in parts on every thread
-    if torch.get_num_threads() > 1:
-        origin = np.array([-500, -500, -30], np.int32)
-
-        def keys():
-            voxel_kernels.voxel_keys(points, 0.1, config.max_xy, config.z_range, origin)
-
-        assert _new_threads_while(keys) >= 1
+    assert out.returncode == 0, out.stderr
+    found = json.loads(out.stdout.splitlines()[-1])
+    assert found == {"kitti": 0, "json": 0, "ply": 0, "pcd": 0, "voxel_keys": 1}
