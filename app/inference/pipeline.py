@@ -242,7 +242,7 @@ class SegmentationPipeline:
 
     def _features(self, features, x: SparseTensor):
         """features(x).feats, its kernel calls deferred where the network allows (on the CPU the
-        convs then run back to back, not each after its share of Python: about 7-11 % of the
+        convs then run back to back, not each after its share of Python: 3-13 % of the
         stage); run again without deferral where a conv could not do what was assumed of it
         while it waited (rows with a NaN or an infinity)."""
         if self.defer_calls:
