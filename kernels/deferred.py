@@ -94,6 +94,15 @@ def settle() -> None:
         raise AssumptionFailed("a kernel could not do what Python assumed it would while it waited")
 
 
+def contiguous(rows: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """rows (as dtype) contiguous: rows itself where it already is, else a copy made once the
+    pending calls have run (a copy reads the rows, which a waiting kernel may still write)."""
+    if rows.is_contiguous() and (dtype is None or rows.dtype == dtype):
+        return rows
+    settle()
+    return (rows if dtype is None else rows.to(dtype)).contiguous()
+
+
 @contextlib.contextmanager
 def calls_deferred() -> Iterator[None]:
     """Within: deferrable CPU kernel calls wait and run together (settled on the way out, or

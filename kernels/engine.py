@@ -448,14 +448,11 @@ def _forward(feats, weight, kmap: KernelMap, config: EngineConfig, epilogue, use
         if out is not None:
             return out
         feats = feats.tensor()
-    if not feats.is_contiguous():
-        deferred.settle()  # torch copies (reads) the rows below: the kernels that made them first
+    feats = deferred.contiguous(feats)
     extras = [t for t in (bias, residual) if t is not None]
     grads = torch.is_grad_enabled() and any(t.requires_grad for t in [feats, weight, *extras])
     if not grads and feats.device.type == "cpu" and feats.dtype == torch.float32:
-        out = _reduced_precision(
-            feats.contiguous(), weight, plan, int8, config, bias, relu, residual, use
-        )
+        out = _reduced_precision(feats, weight, plan, int8, config, bias, relu, residual, use)
         if out is not None:
             return out
     max_rows = config.max_rows(cin, cout, feats.dtype, feats.device)

@@ -30,8 +30,6 @@ def walk_args(
     (kmap: the plan's map, or its transpose; entries sorted by output row). dst None (NULL:
     the int8 conv that only quantizes its output) needs num_dst, its rows."""
     order = plan.kernel_order
-    if residual is not None and (residual.dtype != torch.float32 or not residual.is_contiguous()):
-        deferred.settle()  # torch copies (reads) the rows below: the kernels that made them first
     return (
         kmap.in_idx,
         kmap.out_idx,
@@ -40,7 +38,7 @@ def walk_args(
         order.numel(),
         -1 if plan.identity is None else plan.identity,
         None if bias is None else bias.float().contiguous(),
-        None if residual is None else residual.float().contiguous(),
+        None if residual is None else deferred.contiguous(residual, torch.float32),
         int(relu),
         dst.shape[0] if dst is not None else num_dst,
         dst,

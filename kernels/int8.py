@@ -135,9 +135,9 @@ def _made_rows(workspace, num_out: int, cout: int):
     def keep(dst: torch.Tensor) -> None:
         if deferred.deferring():  # the conv waits: its flag is checked once it has run
             deferred.check_after(failed_value)
-            ring[turn] = (dst, dst._version, q, scale)
-        elif not failed_value[0]:
-            ring[turn] = (dst, dst._version, q, scale)
+        elif failed_value[0]:
+            return
+        ring[turn] = (dst, dst._version, q, scale)
 
     return q, scale, failed, keep
 
@@ -220,9 +220,8 @@ def conv_int8(
     concat = use.concat
     if not relu or not (isinstance(concat, torch.Tensor) and concat.dtype == torch.float32):
         concat = None  # rows that may be negative, or no fp32 tensor: the caller concatenates
-    elif not concat.is_contiguous():
-        deferred.settle()  # torch copies (reads) the rows: the kernels that made them first
-        concat = concat.contiguous()
+    else:
+        concat = deferred.contiguous(concat)
     # a conv's ReLU output is what the next int8 conv reads (an upsampling's beside the skip
     # rows): quantized in the kernel, block by block in cache, it need not be read back from
     # memory for it

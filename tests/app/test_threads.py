@@ -63,7 +63,13 @@ def test_python_m_app_sets_torch_threads_before_libgomp_loads():
         "from app.threads import configure_env; configure_env()\n"
         "import os, torch; print(torch.get_num_threads(), os.environ['OMP_WAIT_POLICY'])"
     )
-    out = subprocess.run(
+    out = run_python(code, env)
+    assert out.stdout.split() == ["1", "PASSIVE"], out.stderr
+
+
+def run_python(code: str, env: dict[str, str]) -> subprocess.CompletedProcess:
+    """`python -c code` in the repository, with env, its output captured."""
+    return subprocess.run(
         [sys.executable, "-c", code],
         cwd=REPO_ROOT,
         env=env,
@@ -71,7 +77,6 @@ def test_python_m_app_sets_torch_threads_before_libgomp_loads():
         text=True,
         timeout=120,
     )
-    assert out.stdout.split() == ["1", "PASSIVE"], out.stderr
 
 
 # Run in a process of its own: other tests' threads (servers, executors) start and end while
@@ -144,14 +149,7 @@ def test_decoding_starts_no_openmp_team():
     thread, shows that the count sees a team."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OMP_", "GOMP_"))}
     env["LIDARSEG_THREADS"] = "2"
-    out = subprocess.run(
-        [sys.executable, "-c", TEAM_CHECK],
-        cwd=REPO_ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    out = run_python(TEAM_CHECK, env)
     assert out.returncode == 0, out.stderr
     found = json.loads(out.stdout.splitlines()[-1])
     assert found == {"kitti": 0, "json": 0, "ply": 0, "pcd": 0, "voxel_keys": 1}

@@ -132,3 +132,13 @@ def test_nested_blocks_are_one_block(rows):
             q, _, _ = quantize_call(rows)
         assert not q.any()  # the inner block's end settles nothing
     assert q.any()
+
+
+def test_a_copy_of_waiting_rows_is_made_once_they_are_written(rows):
+    expected, _, _ = quantize_call(rows)
+    with torch.no_grad(), deferred.calls_deferred():
+        q, scale, _ = quantize_call(rows)
+        assert deferred.contiguous(scale) is scale  # no copy: nothing to wait for
+        assert not q.any()
+        copied = deferred.contiguous(q.t(), torch.float32)
+    assert torch.equal(copied, expected.t().float())
