@@ -2,7 +2,7 @@
 
 One kernel pass over the points (kernels/voxel.py) checks them, packs their cells into 64-bit
 keys and collapses runs of equal keys (consecutive LiDAR points often share a voxel); Open3D's
-hash set finds the occupied blocks of 16^3 voxels and bitmaps in each block the distinct keys
+hash set finds the occupied blocks of 32^3 voxels and bitmaps in each block the distinct keys
 among the runs; only those are sorted; a last kernel pass sums the voxels' features in point
 order and divides them.
 
@@ -201,16 +201,17 @@ def _distinct_in_order(
     runs' packed keys (axis fields between low and high).
 
     Two levels, as Open3D's VoxelBlockGrid hashes blocks of voxels: Open3D's tensor hash set
-    holds the occupied blocks of 16^3 cells (kernels/voxel.py BLOCK_SHIFT) and gives each a slot;
-    bitmaps of 8^3 cells, made for the eighths of a slot's block that have voxels, find each
+    holds the occupied blocks of 32^3 cells (kernels/voxel.py BLOCK_SHIFT) and gives each a slot;
+    bitmaps of 8^3 cells, made for the 8^3 parts of a slot's block that have voxels, find each
     voxel's first run; the kernel orders the distinct keys (only those M are sorted). Open3D's
     CPU table costs about 110 ns to insert a new key and 80 to free it: a KITTI frame at 0.1 m
-    has 60,152 voxels but 2,244 blocks of 16^3 (5,925 of 8^3); it is given one key per run of
-    consecutive runs in one block, and none for a block given out lately (2,452 keys instead of
+    has 60,152 voxels but 791 blocks of 32^3 (2,244 of 16^3); it is given one key per run of
+    consecutive runs in one block, and none for a block given out lately (920 keys instead of
     66,060), and only the copies that insert() did not place are looked up again.
-    Blocks of 8^3 (6,503 keys) took the table 1.2 ms on the Intel Xeon, 16^3 0.5 ms; the stage
-    5.7 -> 5.1 ms, and for the sparser nuScenes frame 3.3 -> 2.9 (paired runs, one process).
-    Blocks of 32^3 were 0-13 % faster still, but leave Open3D's hash set with little to do."""
+    Blocks of 8^3 (6,503 keys) took the table 1.2 ms on the Intel Xeon, 16^3 0.5 ms, 32^3 0.2 ms
+    (the stage 5.7 -> 5.1 ms from 8^3 to 16^3, and for the sparser nuScenes frame 3.3 -> 2.9;
+    from 16^3 to 32^3 nuScenes at 0.05 m 2.37 -> 2.18 ms, Ouster at 0.05 m 6.0 -> 5.4 ms).
+    Blocks of 64^3 gained less again (Ouster none) and leave Open3D's hash set little to do."""
     assert o3c is not None  # voxelize() takes the sorting fallback without Open3D
     if len(run_keys) == 0:
         return np.zeros(0, np.int64), np.zeros((0, 4), np.int32)

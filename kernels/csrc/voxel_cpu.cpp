@@ -48,6 +48,11 @@ struct PointRule {
 // Work (points, or points or voxels times features) below which one thread does a pass.
 constexpr int64_t kParallelWork = 1 << 15;
 
+// Points below which the sums pass runs on one thread: each of its threads reads every point,
+// so a second one pays only on larger frames (nuScenes' 34,688 points: 0.22 ms on one thread,
+// 0.28 on two; Ouster's 107,647: 0.91 and 0.60; the Intel Xeon).
+constexpr int64_t kParallelSumPoints = 1 << 16;
+
 // How many parts a pass of `work` items splits into: one per thread above kParallelWork.
 inline int parts_for(int64_t work) {
   return work >= kParallelWork ? std::max(omp_get_max_threads(), 1) : 1;
@@ -87,29 +92,45 @@ void by_columns(int64_t cols, F&& f) {
   }
 }
 
-// The keys (or kKey* codes) of points [begin, end) into key[0 .. end - begin): no branch and
-// no store but the key, so the compiler vectorizes it (the divisions most of all). kCols > 0:
-// points of that many columns (a stride the compiler knows: it then vectorizes the loads too);
-// 0: `cols` columns.
+// The key (or kKey* code) of a point at x, y, z: no branch, so the loops that call it vectorize
+// (the divisions most of all).
+inline int64_t point_key(float px, float py, float pz, const float* params, const int32_t* origin,
+                         int64_t batch_bits) {
+  const PointRule rule(px, py, pz, params);
+  // floor(v / voxel) - origin (float32 division), the floor clamped first so that any point's
+  // converts to int64 (a kept point's clamped cell is still off the grid, a kKeyOffGrid)
+  const float voxel = params[0];
+  const int64_t x = clamped_floor(px / voxel) - origin[0];
+  const int64_t y = clamped_floor(py / voxel) - origin[1];
+  const int64_t z = clamped_floor(pz / voxel) - origin[2];
+  const bool on_grid = ((x | y | z) >= 0) & (((x | y | z) >> kAxisBits) == 0);
+  const int64_t packed = batch_bits | x << (2 * kAxisBits) | y << kAxisBits | z;
+  const int64_t why = rule.finite ? kKeyOutside : kKeyNotFinite;
+  const int64_t kept_key = on_grid ? packed : kKeyOffGrid;
+  return rule.kept() ? kept_key : why;
+}
+
+// The keys of points [begin, end) into key[0 .. end - begin). kCols 3 or 4: rows of that many
+// columns, read in place (a stride the compiler knows: it vectorizes the loads). Other layouts
+// (nuScenes' five columns) are first copied column by column into x, y, z arrays: GCC keeps a
+// loop over rows of five scalar (8.8 ns a point against 4.4 for four columns, one thread).
 template <int kCols>
 void chunk_keys(const float* points, int64_t cols, const float* params, const int32_t* origin,
                 int64_t batch_bits, int64_t begin, int64_t end, int64_t* key) {
+  if (kCols == 3 || kCols == 4) {
+    const float* p = points + begin * kCols;
+    for (int64_t i = 0; i < end - begin; ++i, p += kCols) {
+      key[i] = point_key(p[0], p[1], p[2], params, origin, batch_bits);
+    }
+    return;
+  }
   if (kCols > 0) cols = kCols;
-  const float voxel = params[0];
-  for (int64_t i = begin; i < end; ++i) {
-    const float* p = points + i * cols;
-    const float px = p[0], py = p[1], pz = p[2];
-    const PointRule rule(px, py, pz, params);
-    // floor(v / voxel) - origin (float32 division), the floor clamped first so that any point's
-    // converts to int64 (a kept point's clamped cell is still off the grid, a kKeyOffGrid)
-    const int64_t x = clamped_floor(px / voxel) - origin[0];
-    const int64_t y = clamped_floor(py / voxel) - origin[1];
-    const int64_t z = clamped_floor(pz / voxel) - origin[2];
-    const bool on_grid = ((x | y | z) >= 0) & (((x | y | z) >> kAxisBits) == 0);
-    const int64_t packed = batch_bits | x << (2 * kAxisBits) | y << kAxisBits | z;
-    const int64_t why = rule.finite ? kKeyOutside : kKeyNotFinite;
-    const int64_t kept_key = on_grid ? packed : kKeyOffGrid;
-    key[i - begin] = rule.kept() ? kept_key : why;
+  constexpr int64_t kMaxChunk = 512;
+  float xs[kMaxChunk], ys[kMaxChunk], zs[kMaxChunk];
+  const float* p = points + begin * cols;
+  for (int64_t i = 0; i < end - begin; ++i, p += cols) xs[i] = p[0], ys[i] = p[1], zs[i] = p[2];
+  for (int64_t i = 0; i < end - begin; ++i) {
+    key[i] = point_key(xs[i], ys[i], zs[i], params, origin, batch_bits);
   }
 }
 
@@ -128,28 +149,31 @@ void keys_of_part(const float* points, int64_t cols, const float* params, const 
     });
     for (int64_t i = begin; i < end; ++i) {
       const int64_t k = key[i - begin];
-      run_of_point[i] = -1;
-      if (k < 0) {
+      if (k < 0) {  // rare in a scan: the branch predicts well
         if (k == kKeyOffGrid) {  // the caller's origin does not cover its range
           part.bad = i;
           return;
         }
         non_finite += k == kKeyNotFinite;
         out_of_range += k == kKeyOutside;
+        run_of_point[i] = -1;
         continue;
       }
-      if (runs == 0 || k != last) {  // a scan often repeats a voxel: its fields only change here
-        for (int a = 0; a < 3; ++a) {
-          low[a] = std::min(low[a], key_field(k, a + 1));
-          high[a] = std::max(high[a], key_field(k, a + 1));
-        }
-        keys[runs++] = k;
-        if (runs == 1) part.first_key = k;
-        last = k;
+      // A scan often repeats a voxel, but not in a pattern a branch predicts (KITTI: 66,060
+      // runs of 124,668 points): a new run is counted, its key stored and the bounds kept
+      // without a branch (the store lands in the slot of the run in progress, at most point
+      // i's own).
+      runs += k != last;  // last is -1 before the first kept point
+      keys[runs - 1] = k;
+      for (int a = 0; a < 3; ++a) {
+        low[a] = std::min(low[a], key_field(k, a + 1));
+        high[a] = std::max(high[a], key_field(k, a + 1));
       }
+      last = k;
       run_of_point[i] = runs - 1;
     }
   }
+  part.first_key = runs > 0 ? keys[0] : -1;
   part.runs = runs;
   part.last_key = last;
   part.non_finite = non_finite;
@@ -273,7 +297,7 @@ LS_API int ls_voxel_sums_cpu(const float* points, int64_t n, int64_t cols,
   // points, whose voxels it writes (each thread finds every point's voxel itself: reading the
   // other's would move the lines between the cores). Runs and voxels are checked as they are
   // read (every thread reads them all); after a bad one the sums are left unfinished.
-  const int parts = parts_for(n * num_features);
+  const int parts = n >= kParallelSumPoints ? parts_for(n * num_features) : 1;
   int bad = 0;
 #pragma omp parallel for schedule(static) reduction(| : bad) if (parts > 1)
   for (int part = 0; part < parts; ++part) {

@@ -117,9 +117,9 @@ TightPacking tight_keys(const int64_t* keys, size_t n, uint64_t* packed) {
 }
 
 // A block's cells in bitmaps of 8^3 cells (64 bytes), made as its runs first touch them: a
-// block of 16^3 cells takes only the eighths it has voxels in (at most 64 bytes a run), plus
-// an index of its eighths (32 bytes a block).
-constexpr int64_t kSubShift = 3, kMaxShift = 4, kSubCells = int64_t(1) << (3 * kSubShift);
+// block of 16^3 or 32^3 cells takes only the 8^3 parts it has voxels in (at most 64 bytes a
+// run), plus an index of its parts (32 or 256 bytes a block).
+constexpr int64_t kSubShift = 3, kMaxShift = 5, kSubCells = int64_t(1) << (3 * kSubShift);
 constexpr int64_t kSubWords = kSubCells / 64;
 
 // Each run's cell among the bitmaps (its bitmap * 512 + its cell in it), made a first run's as
@@ -136,7 +136,7 @@ bool mark_cells(const int64_t* run_keys, int64_t runs, const int32_t* block_run,
   }
   const int64_t sub_bits = shift - kSubShift, subs = int64_t(1) << (3 * sub_bits);
   const int64_t cell_mask = (int64_t(1) << shift) - 1, low_mask = (1 << kSubShift) - 1;
-  std::vector<int32_t> bitmap_of(used * subs, -1);  // (slot, eighth): its bitmap, -1: none yet
+  std::vector<int32_t> bitmap_of(used * subs, -1);  // (slot, part): its bitmap, -1: none yet
   seen.clear();
   seen.reserve(std::min(runs, used * subs) * kSubWords);
   int64_t m = 0;

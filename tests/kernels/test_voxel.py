@@ -39,9 +39,11 @@ def oracle_keys(points: np.ndarray, batch: int):
     return keys[head], run_of_point, counts, cells
 
 
-@pytest.mark.parametrize("seed", [0, 1, 2])
-def test_keys_runs_and_counts_match_numpy(seed):
+# rows of 3 and 4 columns are read in place, 5 (nuScenes) and 6 columns copied into x, y, z first
+@pytest.mark.parametrize("seed,columns", [(0, 4), (1, 3), (2, 5), (3, 6)])
+def test_keys_runs_and_counts_match_numpy(seed, columns):
     pts = hostile_points(5000, seed)
+    pts = np.ascontiguousarray(np.resize(pts.T, (columns, len(pts))).T)  # columns >= 3 repeat
     got = voxel.voxel_keys(pts, VOXEL, MAX_XY, Z_RANGE, ORIGIN.astype(np.int32), batch=3)
     keys, run_of_point, (non_finite, out_of_range), cells = oracle_keys(pts, 3)
     assert np.array_equal(got.run_keys, keys)
@@ -150,15 +152,16 @@ def test_order_gives_sorted_voxels_and_every_runs_row():
         short = voxel.BlockKeys(blocks.words[:-1], blocks.block_run, blocks.shift)
         voxel.voxel_order(runs, short, slots[:-1], num_slots, origin)
     # two blocks given one slot: the same cell of each would be one voxel
-    two = np.array([16 << 34, 0], np.int64)  # cell (0, 0, 0) of blocks x = 1 and x = 0
-    blocks = voxel.block_keys(two, np.zeros(3, np.int64), np.array([16, 0, 0]))
+    side = 1 << voxel.BLOCK_SHIFT  # cell (0, 0, 0) of blocks x = 1 and x = 0
+    two = np.array([side << 34, 0], np.int64)
+    blocks = voxel.block_keys(two, np.zeros(3, np.int64), np.array([side, 0, 0]))
     assert len(blocks.words) == 2
     assert len(order(two)[1]) == 2  # a slot each: two voxels
     with pytest.raises(KernelError, match="bad argument"):
         voxel.voxel_order(two, blocks, np.zeros(2, np.int32), 1, origin)
 
 
-@pytest.mark.parametrize("shift", [3, voxel.BLOCK_SHIFT])
+@pytest.mark.parametrize("shift", sorted({3, 4, voxel.BLOCK_SHIFT}))
 @pytest.mark.parametrize("span", [150, 2**17 - 2100])  # one int32 per block key, then two
 def test_block_keys_and_voxels_match_numpy(span, shift):
     rng = np.random.default_rng(2)
@@ -171,8 +174,10 @@ def test_block_keys_and_voxels_match_numpy(span, shift):
     runs[len(runs) // 2 :].sort()
     low, high = fields.min(0), fields.max(0)
     blocks = voxel.block_keys(runs, low, high, shift)
-    # two int32 for batch 2 + x 14 + y 14 + z 5 bits (blocks of 16^3: 13 + 13 + 4)
-    assert blocks.words.dtype == np.int32 and blocks.words.shape[1] == (1 if span < 2**10 else 2)
+    # the large span: two int32 for batch 2 + x 14 + y 14 + z 5 bits in blocks of 8^3 (16^3:
+    # 13 + 13 + 4 bits), one in blocks of 32^3 (12 + 12 + 3)
+    words = 1 if span < 2**10 or shift >= 5 else 2
+    assert blocks.words.dtype == np.int32 and blocks.words.shape[1] == words
     # rows given out in order, at most one per run of equal consecutive blocks, and a block
     # seen lately (the shuffled half's revisits) takes its earlier row: fewer rows than runs
     # of blocks, exactly one per block where the runs are sorted
