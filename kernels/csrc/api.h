@@ -248,8 +248,8 @@ LS_API int ls_voxel_keys_cpu(const float* points, int64_t n, int64_t cols, const
 // counts[v] += 1: the sums numpy's bincount makes. sums [num_voxels, num_features], counts
 // [num_voxels], set to 0 first when clear (a batch's first frame); means (NULL: not wanted; a
 // batch's last frame) [num_voxels, num_features] = float32(sums / max(counts, 1)): numpy's
-// float64 division, then one rounding. kStatusBadArgument for a run outside [-1, runs) or a
-// voxel outside [0, num_voxels).
+// float64 division, then one rounding. kStatusBadArgument for a run outside [-1, runs), a
+// voxel outside [0, num_voxels) or more than 8 features.
 LS_API int ls_voxel_sums_cpu(const float* points, int64_t n, int64_t cols,
                              const int32_t* feature_cols, const float* feature_scales,
                              int64_t num_features, const int64_t* run_of_point,

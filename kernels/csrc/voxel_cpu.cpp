@@ -302,13 +302,79 @@ LS_API int ls_valid_points_cpu(const float* points, int64_t n, int64_t cols, con
   return kStatusOk;
 }
 
+namespace {
+
+// The features of one pass: column and float32 factor of each, a column < 0 (xyz-only input's
+// intensity) read as column 0 times 0 (a kept point's x is finite: the same 0 the rule gives).
+// kF > 0: that many features, known to the compiler (unrolled, each a plain load: with a run-time
+// count GCC gathered them, and the sums pass waited on the gathers); 0: `count` at run time.
+template <int kF>
+struct Features {
+  static constexpr int kMax = 8;
+  int64_t col[kF > 0 ? kF : kMax];
+  float scale[kF > 0 ? kF : kMax];
+  int64_t count;
+  bool in_place = true;  // feature j is column j
+  Features(const int32_t* cols, const float* scales, int64_t num) : count(kF > 0 ? kF : num) {
+    for (int64_t j = 0; j < count; ++j) {
+      col[j] = std::max<int32_t>(cols[j], 0);
+      scale[j] = cols[j] < 0 ? 0.0f : scales[j];
+      in_place &= col[j] == j;
+    }
+  }
+  // sums[j] += feature j of the point at p, in float64 (the float32 product widened once)
+  void add(const float* p, double* sums) const {
+    if (kF > 0 && in_place) {  // columns 0 .. kF - 1: one vector load, multiply and add
+      for (int64_t j = 0; j < kF; ++j) sums[j] += (double)(p[j] * scale[j]);
+      return;
+    }
+    for (int64_t j = 0; j < (kF > 0 ? kF : count); ++j) sums[j] += (double)(p[col[j]] * scale[j]);
+  }
+};
+
+// One thread's share of the sums pass (ls_voxel_sums_cpu): the voxels [lo, hi) and the points
+// [first_point, end_point); false at a bad run or voxel.
+template <int kF>
+bool sum_part(const float* points, int64_t n, int64_t cols, const Features<kF>& features,
+              const int64_t* run_of_point, const int64_t* voxel_of_run, int64_t runs,
+              int64_t num_voxels, bool clear, int64_t lo, int64_t hi, int64_t first_point,
+              int64_t end_point, int64_t* voxel_of_point, double* sums, int64_t* counts,
+              float* means) {
+  const int64_t nf = features.count;
+  if (clear) {
+    std::fill(sums + lo * nf, sums + hi * nf, 0.0);
+    std::fill(counts + lo, counts + hi, 0);
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t r = run_of_point[i];
+    const bool known = r >= -1 && r < runs;
+    const int64_t v = r < 0 || !known ? -1 : voxel_of_run[r];  // -1: an ignored point
+    if (!known || v >= num_voxels || (r >= 0 && v < 0)) return false;
+    if (i >= first_point && i < end_point) voxel_of_point[i] = v;
+    if (v < lo || v >= hi) continue;  // ignored points belong to no part
+    features.add(points + i * cols, sums + v * nf);
+    ++counts[v];
+  }
+  if (means == nullptr) return true;
+  for (int64_t v = lo; v < hi; ++v) {  // numpy's float64 division, rounded once to float32
+    const double c = (double)std::max<int64_t>(counts[v], 1);
+    for (int64_t j = 0; j < nf; ++j) means[v * nf + j] = (float)(sums[v * nf + j] / c);
+  }
+  return true;
+}
+
+}  // namespace
+
 LS_API int ls_voxel_sums_cpu(const float* points, int64_t n, int64_t cols,
                              const int32_t* feature_cols, const float* feature_scales,
                              int64_t num_features, const int64_t* run_of_point,
                              const int64_t* voxel_of_run, int64_t runs, int64_t num_voxels,
                              int64_t clear, int64_t* voxel_of_point, double* sums,
                              int64_t* counts, float* means) {
-  if (n < 0 || runs < 0 || num_features < 1 || num_voxels < 0) return kStatusBadArgument;
+  if (n < 0 || runs < 0 || num_features < 1 || num_features > Features<0>::kMax ||
+      num_voxels < 0) {
+    return kStatusBadArgument;
+  }
   for (int64_t j = 0; j < num_features; ++j) {
     if (feature_cols[j] >= cols) return kStatusBadArgument;
   }
@@ -319,40 +385,22 @@ LS_API int ls_voxel_sums_cpu(const float* points, int64_t n, int64_t cols,
   // other's would move the lines between the cores). Runs and voxels are checked as they are
   // read (every thread reads them all); after a bad one the sums are left unfinished.
   const int parts = n >= kParallelSumPoints ? parts_for(n * num_features) : 1;
+  const auto pass = [&](auto features, int part) {
+    return sum_part(points, n, cols, features, run_of_point, voxel_of_run, runs, num_voxels,
+                    clear != 0, num_voxels * part / parts, num_voxels * (part + 1) / parts,
+                    n * part / parts, n * (part + 1) / parts, voxel_of_point, sums, counts,
+                    means);
+  };
   int bad = 0;
 #pragma omp parallel for schedule(static) reduction(| : bad) if (parts > 1)
   for (int part = 0; part < parts; ++part) {
-    const int64_t lo = num_voxels * part / parts, hi = num_voxels * (part + 1) / parts;
-    const int64_t first_point = n * part / parts, end_point = n * (part + 1) / parts;
-    if (clear) {
-      std::fill(sums + lo * num_features, sums + hi * num_features, 0.0);
-      std::fill(counts + lo, counts + hi, 0);
+    bool ok;
+    switch (num_features) {  // the default model's x, y, z, intensity; xyz-only models
+      case 4: ok = pass(Features<4>(feature_cols, feature_scales, 4), part); break;
+      case 3: ok = pass(Features<3>(feature_cols, feature_scales, 3), part); break;
+      default: ok = pass(Features<0>(feature_cols, feature_scales, num_features), part);
     }
-    for (int64_t i = 0; i < n; ++i) {
-      const int64_t r = run_of_point[i];
-      const bool known = r >= -1 && r < runs;
-      const int64_t v = r < 0 || !known ? -1 : voxel_of_run[r];  // -1: an ignored point
-      if (!known || v >= num_voxels || (r >= 0 && v < 0)) {
-        bad = 1;
-        break;
-      }
-      if (i >= first_point && i < end_point) voxel_of_point[i] = v;
-      if (v < lo || v >= hi) continue;  // ignored points belong to no part
-      const float* p = points + i * cols;
-      double* s = sums + v * num_features;
-      for (int64_t j = 0; j < num_features; ++j) {  // a column < 0 is a constant 0 (xyz only)
-        const float f = feature_cols[j] < 0 ? 0.0f : p[feature_cols[j]] * feature_scales[j];
-        s[j] += (double)f;
-      }
-      ++counts[v];
-    }
-    if (means == nullptr) continue;
-    for (int64_t v = lo; v < hi; ++v) {  // numpy's float64 division, rounded once to float32
-      const double c = (double)std::max<int64_t>(counts[v], 1);
-      for (int64_t j = 0; j < num_features; ++j) {
-        means[v * num_features + j] = (float)(sums[v * num_features + j] / c);
-      }
-    }
+    bad |= !ok;
   }
   return bad ? kStatusBadArgument : kStatusOk;
 }

@@ -64,30 +64,33 @@ def test_no_kept_point_and_a_grid_that_does_not_cover_the_range():
         voxel.voxel_keys(pts, VOXEL, MAX_XY, Z_RANGE, np.array([100 - 2**17, 0, 0], np.int32))
 
 
-def test_feature_sums_are_bincounts_bit_for_bit():
+# three features (xyz-only input: intensity a constant 0), four in place (x, y, z, intensity),
+# four elsewhere, five (a count the kernel takes at run time)
+@pytest.mark.parametrize("cols", [[3, 0, -1], [0, 1, 2, 3], [3, 2, 1, 0], [0, 1, 2, 3, 3]])
+def test_feature_sums_are_bincounts_bit_for_bit(cols):
     rng = np.random.default_rng(0)
     pts = rng.normal(size=(3000, 4)).astype(np.float32)
     ids = rng.integers(-1, 200, 3000)
-    sums = torch.zeros((200, 3), dtype=torch.float64)
+    scales = [0.25, 1.0, 3.0, 1.0, 0.5][: len(cols)]
+    sums = torch.zeros((200, len(cols)), dtype=torch.float64)
     counts = torch.zeros(200, dtype=torch.int64)
     # every point its own run; the runs' voxels in reverse
-    mapping = voxel.voxel_sums(
-        pts, [3, 0, -1], [0.25, 1.0, 1.0], ids, 199 - np.arange(200), sums, counts
-    )
+    mapping = voxel.voxel_sums(pts, cols, scales, ids, 199 - np.arange(200), sums, counts)
     assert np.array_equal(mapping, np.where(ids >= 0, 199 - ids, -1))
-    ids = mapping
-    kept = ids >= 0
-    scaled = pts[:, 3] * np.float32(0.25)
-    want = np.bincount(ids[kept], weights=scaled[kept], minlength=200)
-    assert np.array_equal(sums[:, 0].numpy(), want)
-    assert np.array_equal(sums[:, 1].numpy(), np.bincount(ids[kept], pts[kept, 0], 200))
-    assert not sums[:, 2].any()
-    assert np.array_equal(counts.numpy(), np.bincount(ids[kept], minlength=200))
+    kept = mapping >= 0
+    for j, (col, scale) in enumerate(zip(cols, scales)):
+        feature = pts[kept, col] * np.float32(scale) if col >= 0 else np.zeros(kept.sum())
+        want = np.bincount(mapping[kept], weights=feature, minlength=200)
+        assert np.array_equal(sums[:, j].numpy(), want)
+    assert np.array_equal(counts.numpy(), np.bincount(mapping[kept], minlength=200))
     one = sums[:, :1].contiguous()
     with pytest.raises(KernelError, match="bad argument"):  # a run beyond the runs
         voxel.voxel_sums(pts, [0], [1.0], np.full(3000, 200), np.arange(200), one, counts)
     with pytest.raises(KernelError, match="bad argument"):  # a voxel beyond the voxels
         voxel.voxel_sums(pts, [0], [1.0], np.zeros(3000), np.full(200, 200), one, counts)
+    nine = torch.zeros((200, 9), dtype=torch.float64)
+    with pytest.raises(KernelError, match="bad argument"):  # more than 8 features
+        voxel.voxel_sums(pts, [0] * 9, [1.0] * 9, ids, np.arange(200), nine, counts)
 
 
 MASK = (1 << 17) - 1
