@@ -1,16 +1,17 @@
-"""The voxelizer's per-point passes on the host (csrc/voxel_cpu.cpp, voxel_order_cpu.cpp): packed
-cell keys with their runs, the runs' block keys, the ordered voxels once Open3D's hash set has
-given every block a slot (each key's first run, the distinct keys sorted, every run's voxel),
-and every point's voxel with the voxels' feature sums and means (app/inference/voxelize.py);
-these passes replace a dozen numpy passes over the points and a hash set entry per voxel.
+"""The voxelizer's per-point passes on the host (csrc/voxel_keys_cpu.cpp, voxel_order_cpu.cpp,
+voxel_cpu.cpp): in one pass packed cell keys with their runs and the runs' block keys; the
+ordered voxels once Open3D's hash set has given every block a slot (each key's first run, the
+distinct keys sorted, every run's voxel); every point's voxel with the voxels' feature sums and
+means (app/inference/voxelize.py). These passes replace a dozen numpy passes over the points and
+a hash set entry per voxel.
 
-Keys pack (batch, x, y, z) as batch << 51 | x << 34 | y << 17 | z, each axis taken from `origin`
-(AXIS_BITS bits per axis, BATCH_BITS for the batch), so ascending keys are ascending
-(batch, x, y, z).
-"""
+Keys pack (batch, x, y, z) as batch << 51 | x << 34 | y << 17 | z, each axis taken from the
+grid's origin (AXIS_BITS bits per axis, BATCH_BITS for the batch), so ascending keys are
+ascending (batch, x, y, z)."""
 
 from __future__ import annotations
 
+import functools
 import warnings
 from dataclasses import dataclass
 
@@ -59,14 +60,49 @@ def valid_points(
     return keep.numpy().view(np.bool_), non_finite, out_of_range
 
 
+@dataclass(frozen=True)
+class Grid:
+    """The cells a batch's keys may take: from origin (int, the lowest cell of each axis) span
+    cells per axis, for `batches` frames, in blocks of 2^shift cells per axis."""
+
+    origin: tuple[int, int, int]
+    span: tuple[int, int, int]
+    batches: int = 1
+    shift: int = BLOCK_SHIFT
+
+    @functools.cached_property
+    def origin_tensor(self) -> torch.Tensor:
+        return torch.tensor(self.origin, dtype=torch.int32)
+
+    @functools.cached_property
+    def block_layout(self) -> torch.Tensor:
+        """int32 [5]: the shift, then the bits of a block key's batch, x, y, z: as few as the
+        batches and the span need (the default range, +-120 m by +-20 m, at 0.1 m: 0 + 7 + 7 +
+        4 bits, one int32 a key)."""
+        widths = [max(self.batches - 1, 0).bit_length()]
+        widths += [(max(s - 1, 0) >> self.shift).bit_length() for s in self.span]
+        return torch.tensor([self.shift, *widths], dtype=torch.int32)
+
+    @property
+    def words(self) -> int:
+        """int32 words of a block key: one where it fits 31 bits, else two."""
+        return 1 if int(self.block_layout[1:].sum()) <= 31 else 2
+
+
+@dataclass
+class BlockKeys:
+    words: np.ndarray  # int32 [block rows, 1 or 2]: a key per run of points in one block
+    block_run: np.ndarray  # int32 [runs]: the row of each run's block
+    shift: int  # blocks of 2^shift cells per axis
+
+
 @dataclass
 class FrameKeys:
     run_keys: np.ndarray  # int64 [runs]: the key of each run of equal consecutive kept points
     run_of_point: np.ndarray  # int64 [N]: first_run + the point's run, -1 for an ignored point
     non_finite: int
     out_of_range: int
-    low: np.ndarray  # int64 [3]: the lowest x, y, z field of the kept points' keys (2^17: none)
-    high: np.ndarray  # int64 [3]: the highest (-1: none)
+    blocks: BlockKeys  # block_run numbered from first_row
 
 
 def voxel_keys(
@@ -74,18 +110,24 @@ def voxel_keys(
     voxel_size: float,
     max_xy: float,
     z_range: tuple[float, float],
-    origin: np.ndarray,
+    grid: Grid,
     batch: int = 0,
     first_run: int = 0,
+    first_row: int = 0,
 ) -> FrameKeys:
-    """Validity, cells, keys and runs of one frame's float32 points [N, >=3] in one pass (see
-    csrc/api.h, ls_voxel_keys_cpu). origin: int32 [3], the lowest cell of each axis."""
+    """Validity, cells, keys, runs and the runs' blocks of one frame's float32 points [N, >=3]
+    in one pass (see csrc/api.h, ls_voxel_keys_cpu). Each run's block key gets a row, one per
+    run of points in one block, and a block given out lately (4,096 recent blocks remembered by
+    a hash of their key) takes its earlier row: a KITTI frame at 0.1 m has 66,060 runs and 920
+    rows for 791 blocks of 32^3 (2,452 rows for 2,244 blocks of 16^3; 6,503 for 5,925 of 8^3)."""
     pts = _read_only_points(points)
     n, cols = pts.shape
     params = torch.tensor([voxel_size, max_xy, z_range[0], z_range[1]], dtype=torch.float32)
     run_keys = torch.empty(n, dtype=torch.int64)
     run_of_point = torch.empty(n, dtype=torch.int64)
-    counts = torch.zeros(9, dtype=torch.int64)
+    block_run = torch.empty(n, dtype=torch.int32)
+    words = torch.empty((n, grid.words), dtype=torch.int32)
+    counts = torch.zeros(4, dtype=torch.int64)
     err = new_error_buffer(torch.device("cpu"))
     try:
         backend.call(
@@ -95,63 +137,28 @@ def voxel_keys(
             n,
             cols,
             params,
-            torch.from_numpy(np.ascontiguousarray(origin, dtype=np.int32)),
+            grid.origin_tensor,
+            grid.block_layout,
             batch,
             first_run,
+            first_row,
             run_keys,
             run_of_point,
+            block_run,
+            words,
             counts,
             err,
         )
     except backend.KernelError as e:
+        if "out of range" not in str(e):
+            raise
         row = int(err) & ((1 << ERROR_ROW_BITS) - 1)
         raise ValueError(f"{e}: point {row} {points[row, :3].tolist()} is outside the grid") from e
-    c = counts.numpy()
+    non_finite, out_of_range, runs, rows = counts.tolist()
+    blocks = BlockKeys(words[:rows].numpy(), block_run[:runs].numpy(), grid.shift)
     return FrameKeys(
-        run_keys[: c[2]].numpy(), run_of_point.numpy(), int(c[0]), int(c[1]), c[3:6], c[6:9]
+        run_keys[:runs].numpy(), run_of_point.numpy(), non_finite, out_of_range, blocks
     )
-
-
-@dataclass
-class BlockKeys:
-    words: np.ndarray  # int32 [block runs, 1 or 2]: one key per run of consecutive equal blocks
-    block_run: np.ndarray  # int32 [runs]: the block run of each run
-    shift: int  # blocks of 2^shift cells per axis
-
-
-def block_keys(
-    run_keys: np.ndarray, low: np.ndarray, high: np.ndarray, shift: int = BLOCK_SHIFT
-) -> BlockKeys:
-    """The key of each run's block of 2^shift cells per axis (the batch, then each axis's field
-    >> shift minus its lowest, in as few bits as its span needs), one int32 where they fit 31
-    bits (a KITTI frame at 0.1 m needs 17), else two; consecutive runs in one block share one key
-    row, and so does a block given out lately (4,096 recent blocks remembered by a hash of their
-    key): 66,060 runs, 920 rows for 791 blocks of 32^3 in that frame (2,452 rows for 2,244 blocks
-    of 16^3; 6,503 rows for 5,925 blocks of 8^3). block_run[r] is run r's row.
-    low, high: int [3], the lowest and highest x, y, z fields of the keys (FrameKeys)."""
-    runs = len(run_keys)
-    batches = int(run_keys[-1] >> (3 * AXIS_BITS)) + 1 if runs else 1  # keys ascend by batch
-    block_low = [0] + [int(v) >> shift for v in low]
-    block_high = [batches - 1] + [int(v) >> shift for v in high]
-    widths = [max(h - lo, 0).bit_length() for lo, h in zip(block_low, block_high)]
-    words = 1 if sum(widths) <= 31 else 2
-    out = torch.empty((runs, words), dtype=torch.int32)
-    block_run = torch.empty(runs, dtype=torch.int32)
-    count = torch.zeros(1, dtype=torch.int64)
-    backend.call(
-        "block_keys",
-        "cpu",
-        torch.from_numpy(np.ascontiguousarray(run_keys, dtype=np.int64)),
-        runs,
-        shift,
-        torch.tensor(block_low, dtype=torch.int64),
-        torch.tensor(widths, dtype=torch.int32),
-        words,
-        out,
-        block_run,
-        count,
-    )
-    return BlockKeys(out[: int(count)].numpy(), block_run.numpy(), shift)
 
 
 def voxel_sums(
@@ -201,7 +208,7 @@ def voxel_order(
     blocks: BlockKeys,
     block_slot: np.ndarray,
     num_slots: int,
-    origin: np.ndarray,
+    origin: np.ndarray | torch.Tensor,
 ) -> tuple[np.ndarray, np.ndarray]:
     """(voxel row of every run, int32 [M, 4] distinct (batch, x, y, z) ascending) once a hash set
     has given each block run a slot (block_slot, one per blocks.words row, among num_slots):
@@ -223,7 +230,9 @@ def voxel_order(
         len(blocks.words),
         num_slots,
         blocks.shift,
-        torch.from_numpy(np.ascontiguousarray(origin, dtype=np.int32)),
+        origin
+        if isinstance(origin, torch.Tensor)
+        else torch.from_numpy(np.ascontiguousarray(origin, dtype=np.int32)),
         voxel_of_run,
         coords,
         num_voxels,

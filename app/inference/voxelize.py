@@ -15,6 +15,7 @@ joins instead of hash probes, kernels/csrc/sorted_kmap_cpu.cpp), and downsamplin
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from types import ModuleType
 
@@ -120,20 +121,20 @@ def voxelize(
     known: list[Valid | None] = list(valid) if valid is not None else [None] * len(frames)
     if len(known) != len(frames):
         raise ValueError(f"{len(frames)} frames but {len(known)} validity masks")
-    origin = grid_origin(config)
-    if o3c is None or origin is None or len(frames) > 2**voxel_kernels.BATCH_BITS:
+    grid = voxel_grid(config, len(frames))
+    if o3c is None or grid is None:
         return _voxelize_by_sorting(frames, config, sensors, device, known)
-    keys, first_run = [], 0
+    keys: list[voxel_kernels.FrameKeys] = []
+    first_run = first_row = 0
     for b, points in enumerate(frames):
         frame_keys = voxel_kernels.voxel_keys(
-            points, config.voxel_size, config.max_xy, config.z_range, origin, b, first_run
+            points, config.voxel_size, config.max_xy, config.z_range, grid, b, first_run, first_row
         )
         keys.append(frame_keys)
         first_run += len(frame_keys.run_keys)
-    run_keys = np.concatenate([k.run_keys for k in keys]) if keys else np.zeros(0, np.int64)
-    low = np.min([k.low for k in keys], axis=0) if keys else np.zeros(3, np.int64)
-    high = np.max([k.high for k in keys], axis=0) if keys else np.zeros(3, np.int64)
-    voxel_of_run, coords = _distinct_in_order(run_keys, origin, low, high)
+        first_row += len(frame_keys.blocks.words)
+    run_keys, blocks = _batch_runs(keys, grid)
+    voxel_of_run, coords = _distinct_in_order(run_keys, blocks, grid)
     # the sums pass clears these (the first frame) and writes the means (the last)
     num_features = len(config.features)
     sums = torch.empty((len(coords), num_features), dtype=torch.float64)
@@ -160,18 +161,22 @@ def voxelize(
     )
 
 
-def grid_origin(config: VoxelizeConfig) -> np.ndarray | None:
-    """int32 [3], the lowest cell of each axis that a kept point can fall in (float32 arithmetic,
-    as the kernel's), or None when the range spans 2^17 cells or more on some axis."""
+@functools.lru_cache(maxsize=64)
+def voxel_grid(config: VoxelizeConfig, batches: int = 1) -> voxel_kernels.Grid | None:
+    """The cells a kept point can fall in (float32 arithmetic, as the kernel's): the lowest of
+    each axis and how many; None when that spans 2^17 cells or more on some axis, or the batch
+    has more than 2^12 frames (the packed keys' fields)."""
     voxel = np.float32(config.voxel_size)
     lo = np.array([-config.max_xy, -config.max_xy, config.z_range[0]], np.float32) / voxel
     hi = np.array([config.max_xy, config.max_xy, config.z_range[1]], np.float32) / voxel
     lo, hi = np.floor(lo), np.floor(hi)
     if not (np.isfinite(lo).all() and np.isfinite(hi).all()) or np.abs(lo).max() >= 2**30:
         return None
-    if (hi - lo).max() >= 2**voxel_kernels.AXIS_BITS:
+    if (hi - lo).max() >= 2**voxel_kernels.AXIS_BITS or batches > 2**voxel_kernels.BATCH_BITS:
         return None
-    return lo.astype(np.int32)
+    origin = tuple(int(v) for v in lo)
+    span = tuple(int(v) + 1 for v in hi - lo)
+    return voxel_kernels.Grid(origin, span, batches)  # type: ignore[arg-type]
 
 
 def _feature_columns(
@@ -194,11 +199,29 @@ def _feature_columns(
     return columns, scales
 
 
+def _batch_runs(
+    keys: list[voxel_kernels.FrameKeys], grid: voxel_kernels.Grid
+) -> tuple[np.ndarray, voxel_kernels.BlockKeys]:
+    """The runs and block rows of a batch's frames, one after the other (a single frame's as they
+    are: no copy)."""
+    if len(keys) == 1:
+        return keys[0].run_keys, keys[0].blocks
+    if not keys:
+        empty = np.zeros((0, grid.words), np.int32)
+        return np.zeros(0, np.int64), voxel_kernels.BlockKeys(
+            empty, np.zeros(0, np.int32), grid.shift
+        )
+    run_keys = np.concatenate([k.run_keys for k in keys])
+    words = np.concatenate([k.blocks.words for k in keys])
+    block_run = np.concatenate([k.blocks.block_run for k in keys])
+    return run_keys, voxel_kernels.BlockKeys(words, block_run, grid.shift)
+
+
 def _distinct_in_order(
-    run_keys: np.ndarray, origin: np.ndarray, low: np.ndarray, high: np.ndarray
+    run_keys: np.ndarray, blocks: voxel_kernels.BlockKeys, grid: voxel_kernels.Grid
 ) -> tuple[np.ndarray, np.ndarray]:
     """(voxel id of every run, int32 [M, 4] distinct (batch, x, y, z) in ascending order) for the
-    runs' packed keys (axis fields between low and high).
+    runs' packed keys and the rows of their blocks.
 
     Two levels, as Open3D's VoxelBlockGrid hashes blocks of voxels: Open3D's tensor hash set
     holds the occupied blocks of 32^3 cells (kernels/voxel.py BLOCK_SHIFT) and gives each a slot;
@@ -216,7 +239,6 @@ def _distinct_in_order(
     assert o3c is not None  # voxelize() takes the sorting fallback without Open3D
     if len(run_keys) == 0:
         return np.zeros(0, np.int64), np.zeros((0, 4), np.int32)
-    blocks = voxel_kernels.block_keys(run_keys, low, high)
     words = blocks.words
     keys = o3c.Tensor.from_numpy(words)  # shares the array: no copy
     table = o3c.HashSet(len(words), key_dtype=o3c.int32, key_element_shape=(words.shape[1],))
@@ -232,7 +254,7 @@ def _distinct_in_order(
     num_slots = table.capacity()
     # Open3D's table goes before the ordering pass (its memory crowds the caches the pass needs)
     del table, inserted
-    return voxel_kernels.voxel_order(run_keys, blocks, slots, num_slots, origin)
+    return voxel_kernels.voxel_order(run_keys, blocks, slots, num_slots, grid.origin_tensor)
 
 
 def _voxelize_by_sorting(

@@ -226,22 +226,29 @@ LS_API int ls_sorted_downsample_cpu(const int32_t* coords, int64_t n, int32_t st
                                     int64_t* counts, int64_t* num_out, int64_t* applied,
                                     int64_t* err);
 
-// ---- The voxelizer's per-point passes (voxel_cpu.cpp; host only: the voxelizer runs on the host).
-// One frame's points [n, cols] (x, y, z first); params = {voxel_size, max_xy, z_lo, z_hi}. A point
-// is kept when x, y, z are finite, |x| and |y| <= max_xy and z_lo <= z <= z_hi (float32
-// comparisons); its cell is floor(coord / voxel_size) (float32 division), packed as batch << 51 |
-// (x - origin[0]) << 34 | (y - origin[1]) << 17 | (z - origin[2]) (the origin covers the range:
-// a cell outside [0, 2^17) fails with kStatusOutOfRange and its row in err). run_keys receives
-// the key of each run of equal consecutive kept keys, run_of_point[i] first_run + that run's index
-// (-1: point ignored), counts [9] {non-finite points, out-of-range points, runs, the lowest x, y,
-// z fields of the kept points' keys, the highest} (no kept point: lowest 2^17, highest -1).
-// keep[i] = whether point i is kept by the rule above; counts [2] {non-finite, out of range}.
+// ---- The voxelizer's per-point passes (voxel_keys_cpu.cpp, voxel_order_cpu.cpp,
+// voxel_cpu.cpp; host only: the voxelizer runs on the host). One frame's points [n, cols] (x, y,
+// z first); params = {voxel_size, max_xy, z_lo, z_hi}. A point is kept when x, y, z are finite,
+// |x| and |y| <= max_xy and z_lo <= z <= z_hi (float32 comparisons).
+// keep[i] = whether point i is kept by that rule; counts [2] {non-finite, out of range}.
 LS_API int ls_valid_points_cpu(const float* points, int64_t n, int64_t cols, const float* params,
                                uint8_t* keep, int64_t* counts);
+// A kept point's cell is floor(coord / voxel_size) (float32 division), packed as batch << 51 |
+// (x - origin[0]) << 34 | (y - origin[1]) << 17 | (z - origin[2]). Blocks of 2^shift cells per
+// axis (block = {shift, then the bits of a block key's batch, x, y, z}): a block key packs the
+// batch and each axis's cell >> shift in those widths, batch first, as one int32 (at most 31
+// bits) or the two halves of 64 bits (words: 2, at most 63). A cell outside [0, 2^17) or whose
+// block field does not fit its width fails with kStatusOutOfRange and the point's row in err.
+// run_keys [n] receives the key of each run of equal consecutive kept keys, run_of_point[i]
+// first_run + that run's index (-1: point ignored); block_words [n, words] a key per row of
+// blocks, at most one per run of consecutive points in one block (a block given out lately
+// takes its earlier row), and block_run [n] first_row + the row of each run's block; counts [4]
+// {non-finite points, out-of-range points, runs, block rows}.
 LS_API int ls_voxel_keys_cpu(const float* points, int64_t n, int64_t cols, const float* params,
-                             const int32_t* origin, int64_t batch, int64_t first_run,
-                             int64_t* run_keys, int64_t* run_of_point, int64_t* counts,
-                             int64_t* err);
+                             const int32_t* origin, const int32_t* block, int64_t batch,
+                             int64_t first_run, int64_t first_row, int64_t* run_keys,
+                             int64_t* run_of_point, int32_t* block_run, int32_t* block_words,
+                             int64_t* counts, int64_t* err);
 // For every point i, v = voxel_of_run[run_of_point[i]] (-1 where run_of_point[i] is -1, an
 // ignored point) into voxel_of_point[i], and where v >= 0, in point order: sums[v, j] += feature j
 // (points[i, feature_cols[j]] * feature_scales[j] in float32; a column < 0 is 0) as float64, and
@@ -256,19 +263,10 @@ LS_API int ls_voxel_sums_cpu(const float* points, int64_t n, int64_t cols,
                              const int64_t* voxel_of_run, int64_t runs, int64_t num_voxels,
                              int64_t clear, int64_t* voxel_of_point, double* sums,
                              int64_t* counts, float* means);
-// Blocks of 2^shift cells per axis: the key of run r's block is batch and each axis's field >>
-// shift, minus low[f] (lowest value of field f: batch, x, y, z), packed in widths[f] bits each
-// (batch first), as one int32 (words == 1, at most 31 bits) or as the two halves of 64 bits
-// (words == 2, at most 63). Consecutive runs in one block count once: out[t] is the key of the
-// t-th run of equal consecutive block keys, block_run[r] the one run r is in, *count how many
-// (out holds `runs` keys at most). kStatusBadArgument for a field outside its width.
-LS_API int ls_block_keys_cpu(const int64_t* run_keys, int64_t runs, int64_t shift,
-                             const int64_t* low, const int32_t* widths, int64_t words,
-                             int32_t* out, int32_t* block_run, int64_t* count);
 // The voxels of a batch from its runs (ls_voxel_keys_cpu) once a hash set has given each block
-// run b a slot[b] in [0, num_slots) (the block runs of ls_block_keys_cpu with the same shift,
-// 1..4; block_run[r] the one run r is in): a bitmap of 2^(3 shift) cells per slot used finds the
-// first run of each key, and its set bits number the distinct keys. coords [runs, 4] (room for
+// row b a slot[b] in [0, num_slots) (the block rows of ls_voxel_keys_cpu with the same shift,
+// 3..5; block_run[r] the row of run r's block): bitmaps of the cells of each slot used find the
+// first run of each key, and their set bits number the distinct keys. coords [runs, 4] (room for
 // every run) gets the *num_voxels distinct (batch, x, y, z) in ascending key order (fields plus
 // origin), voxel_of_run[r] the row of run r's voxel there. kStatusBadArgument for a negative
 // key, a slot or block run out of range, or two blocks given one slot.

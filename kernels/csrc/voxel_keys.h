@@ -1,5 +1,5 @@
-// The voxelizer's packed cell keys, shared by its passes (voxel_cpu.cpp: the keys, validity and
-// sums; voxel_order_cpu.cpp: the blocks, the first run of each key and the order of the voxels).
+// The voxelizer's packed cell keys, shared by its passes (voxel_keys_cpu.cpp: the keys and their
+// blocks; voxel_order_cpu.cpp: the first run of each key and the order of the voxels).
 // A key packs (batch, x, y, z) as batch << 51 | x << 34 | y << 17 | z, each axis taken from the
 // grid's origin, so ascending keys are ascending (batch, x, y, z).
 #pragma once

@@ -1,7 +1,7 @@
-// The voxels of the runs' keys in order (app/inference/voxelize.py, after voxel_cpu.cpp's keys
-// pass): the key of each run's block for Open3D's hash set, the first run of each key from the
-// slots it gives (a bitmap per block, whose set bits also number the distinct keys), and the
-// distinct keys radix-sorted, every run given its voxel. Host only, as voxel_cpu.cpp.
+// The voxels of the runs' keys in order (app/inference/voxelize.py, after the keys pass of
+// voxel_keys_cpu.cpp and Open3D's hash set): the first run of each key from the slots the hash
+// set gives the runs' blocks (a bitmap per block, whose set bits also number the distinct keys),
+// and the distinct keys radix-sorted, every run given its voxel. Host only, as the keys pass.
 #include <algorithm>
 #include <cstdint>
 #include <memory>
@@ -221,89 +221,5 @@ LS_API int ls_voxel_order_cpu(const int64_t* run_keys, int64_t runs, const int32
     voxel_of_run[r] = row;
   }
   *num_voxels = m;
-  return kStatusOk;
-}
-
-namespace {
-
-constexpr int kRecentBits = 12;  // 4,096 recent blocks (64 KB): a scan's revisits, in L2
-constexpr int64_t kRecentBlocks = int64_t(1) << kRecentBits;
-
-struct RecentBlock {
-  uint64_t key;  // packed block key; ~0 (no block packs to it: 63 bits at most) when empty
-  int32_t row;   // its row in out
-};
-
-// pack_fields of n keys (block fields: each axis >> shift) into packed[0 .. n): straight-line
-// arithmetic the compiler vectorizes, one flag for the chunk; false for a negative key or a
-// field outside its width.
-bool pack_chunk(const int64_t* keys, int64_t n, int64_t shift, const int64_t* low,
-                const int32_t* widths, uint64_t* packed) {
-  const int wb = widths[0], wx = widths[1], wy = widths[2], wz = widths[3];
-  const int64_t lb = low[0], lx = low[1], ly = low[2], lz = low[3];
-  int64_t over = 0;  // a field's bits beyond its width (a negative one has them all)
-  for (int64_t i = 0; i < n; ++i) {
-    const int64_t key = keys[i];
-    const int64_t b = key_field(key, 0) - lb, x = (key_field(key, 1) >> shift) - lx;
-    const int64_t y = (key_field(key, 2) >> shift) - ly, z = (key_field(key, 3) >> shift) - lz;
-    over |= (key >> 63) | (b >> wb) | (x >> wx) | (y >> wy) | (z >> wz);
-    packed[i] = (((uint64_t(b) << wx | uint64_t(x)) << wy | uint64_t(y)) << wz) | uint64_t(z);
-  }
-  return over == 0;
-}
-
-}  // namespace
-
-LS_API int ls_block_keys_cpu(const int64_t* run_keys, int64_t runs, int64_t shift,
-                             const int64_t* low, const int32_t* widths, int64_t words,
-                             int32_t* out, int32_t* block_run, int64_t* count) {
-  if (runs < 0 || runs > INT32_MAX || shift < 0 || shift >= kAxisBits || words < 1 ||
-      words > 2) {
-    return kStatusBadArgument;
-  }
-  int total = 0;
-  for (int f = 0; f < 4; ++f) {
-    if (widths[f] < 0 || widths[f] > kAxisBits + 12) return kStatusBadArgument;
-    total += widths[f];
-  }
-  if (total > (words == 1 ? 31 : 63)) return kStatusBadArgument;
-  // The blocks given out lately, by a hash of their key: a block seen again soon (the next
-  // scan line, the next sector of rings) reuses its key's row instead of sending Open3D one more
-  // copy. A miss only costs a duplicate key, which the hash set takes as it always did.
-  std::vector<RecentBlock> recent(kRecentBlocks, RecentBlock{~0ull, -1});
-  int64_t t = 0;
-  uint64_t last = 0;
-  int32_t row = -1;  // the key row of the current run of runs in one block
-  constexpr int64_t kChunk = 512;
-  uint64_t packed[kChunk];
-  for (int64_t begin = 0; begin < runs; begin += kChunk) {
-    const int64_t end = std::min(begin + kChunk, runs);
-    if (!pack_chunk(run_keys + begin, end - begin, shift, low, widths, packed)) {
-      return kStatusBadArgument;
-    }
-    for (int64_t r = begin; r < end; ++r) {
-      const uint64_t key = packed[r - begin];
-      if (row >= 0 && key == last) {  // consecutive runs share most blocks
-        block_run[r] = row;
-        continue;
-      }
-      RecentBlock& seen = recent[(key * 0x9E3779B97F4A7C15ull) >> (64 - kRecentBits)];
-      last = key;
-      if (seen.key == key) {
-        row = seen.row;
-      } else {
-        if (words == 1) {
-          out[t] = (int32_t)key;
-        } else {
-          out[2 * t] = (int32_t)(uint32_t)key;
-          out[2 * t + 1] = (int32_t)(uint32_t)(key >> 32);
-        }
-        row = (int32_t)t++;
-        seen = RecentBlock{key, row};
-      }
-      block_run[r] = row;
-    }
-  }
-  *count = t;
   return kStatusOk;
 }

@@ -131,9 +131,9 @@ for fmt in ("kitti", "json", "ply", "pcd"):
         lambda: decoded.append(decode_frame(service, body, fmt, content_type, "t")[0])
     )
     assert len(decoded[0]) == len(points), fmt
-origin = np.array([-500, -500, -30], np.int32)
+grid = voxel_kernels.Grid((-500, -500, -30), (1000, 1000, 60))
 found["voxel_keys"] = new_threads_while(
-    lambda: voxel_kernels.voxel_keys(points, 0.1, config.max_xy, config.z_range, origin)
+    lambda: voxel_kernels.voxel_keys(points, 0.1, config.max_xy, config.z_range, grid)
 )
 print(json.dumps(found))
 """

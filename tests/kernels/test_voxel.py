@@ -10,6 +10,10 @@ from kernels.backend import KernelError
 
 VOXEL, MAX_XY, Z_RANGE = 0.1, 30.0, (-3.0, 5.0)
 ORIGIN = np.floor(np.array([-MAX_XY, -MAX_XY, Z_RANGE[0]], np.float32) / np.float32(VOXEL))
+HIGHEST = np.floor(np.array([MAX_XY, MAX_XY, Z_RANGE[1]], np.float32) / np.float32(VOXEL))
+SPAN = tuple(int(v) for v in HIGHEST - ORIGIN + 1)  # (601, 601, 81) cells
+GRID = voxel.Grid(tuple(int(v) for v in ORIGIN), SPAN, batches=4)  # type: ignore[arg-type]
+MASK = (1 << 17) - 1
 
 
 def hostile_points(n: int, seed: int) -> np.ndarray:
@@ -39,29 +43,69 @@ def oracle_keys(points: np.ndarray, batch: int):
     return keys[head], run_of_point, counts, cells
 
 
+def blocks_of(keys: np.ndarray, shift: int) -> np.ndarray:
+    """int64 [n, 4]: (batch, x >> shift, y >> shift, z >> shift) of packed keys."""
+    return np.stack(
+        [keys >> 51] + [(keys >> (34 - 17 * a) & MASK) >> shift for a in range(3)], axis=1
+    )
+
+
+def check_block_rows(
+    got: voxel.FrameKeys, grid: voxel.Grid, first_row: int = 0, one_part: bool = True
+) -> None:
+    """The block rows of a keys pass against numpy: each run's row holds its block's key (the
+    fields packed in the grid's widths), equal rows only for equal blocks, at most one row per
+    run of runs in one block; on one thread (one_part) rows given out in order from first_row
+    (each part of a parallel pass gives out its own, and a run it shares with the part before
+    keeps that part's row)."""
+    blocks = got.blocks
+    assert blocks.words.dtype == np.int32 and blocks.words.shape[1] == grid.words
+    rows = blocks.block_run - first_row
+    assert rows.min(initial=0) >= 0 and rows.max(initial=-1) < len(blocks.words)
+    _, wb, wx, wy, wz = grid.block_layout.tolist()
+    fields = blocks_of(got.run_keys, grid.shift)
+    assert (fields[:, 0] >> wb == 0).all() and (fields[:, 1:] >> [wx, wy, wz] == 0).all()
+    packed = ((fields[:, 0] << wx | fields[:, 1]) << wy | fields[:, 2]) << wz | fields[:, 3]
+    words = blocks.words.astype(np.int64) & 0xFFFFFFFF
+    key_of_row = words[:, 0] | (words[:, 1] << 32 if grid.words == 2 else 0)
+    assert np.array_equal(key_of_row[rows], packed)
+    seen = np.maximum.accumulate(rows)
+    assert not one_part or len(rows) == 0 or (rows[0] == 0 and set(np.diff(seen)) <= {0, 1})
+    block_runs = 1 + (fields[1:] != fields[:-1]).any(axis=1).sum() if len(fields) else 0
+    assert len(blocks.words) <= block_runs
+
+
 # rows of 3 and 4 columns are read in place, 5 (nuScenes) and 6 columns copied into x, y, z first
 @pytest.mark.parametrize("seed,columns", [(0, 4), (1, 3), (2, 5), (3, 6)])
-def test_keys_runs_and_counts_match_numpy(seed, columns):
+def test_keys_runs_blocks_and_counts_match_numpy(seed, columns):
     pts = hostile_points(5000, seed)
     pts = np.ascontiguousarray(np.resize(pts.T, (columns, len(pts))).T)  # columns >= 3 repeat
-    got = voxel.voxel_keys(pts, VOXEL, MAX_XY, Z_RANGE, ORIGIN.astype(np.int32), batch=3)
+    got = voxel.voxel_keys(pts, VOXEL, MAX_XY, Z_RANGE, GRID, batch=3)
     keys, run_of_point, (non_finite, out_of_range), cells = oracle_keys(pts, 3)
     assert np.array_equal(got.run_keys, keys)
     assert np.array_equal(got.run_of_point, run_of_point)
     assert (got.non_finite, got.out_of_range) == (non_finite, out_of_range) and non_finite > 0
-    assert got.low.tolist() == cells.min(0).tolist() and got.high.tolist() == cells.max(0).tolist()
+    check_block_rows(got, GRID)
     keep, *tallies = voxel.valid_points(pts, MAX_XY, Z_RANGE)
     assert np.array_equal(keep, run_of_point >= 0) and tallies == [non_finite, out_of_range]
-    later = voxel.voxel_keys(pts, VOXEL, MAX_XY, Z_RANGE, ORIGIN.astype(np.int32), 3, 100)
+    later = voxel.voxel_keys(pts, VOXEL, MAX_XY, Z_RANGE, GRID, 3, 100, 50)
     assert np.array_equal(later.run_of_point, np.where(run_of_point < 0, -1, run_of_point + 100))
+    assert np.array_equal(later.blocks.block_run, got.blocks.block_run + 50)
 
 
 def test_no_kept_point_and_a_grid_that_does_not_cover_the_range():
-    none = voxel.voxel_keys(np.full((4, 3), np.nan, np.float32), VOXEL, MAX_XY, Z_RANGE, ORIGIN)
-    assert len(none.run_keys) == 0 and none.non_finite == 4 and none.high.tolist() == [-1] * 3
+    none = voxel.voxel_keys(np.full((4, 3), np.nan, np.float32), VOXEL, MAX_XY, Z_RANGE, GRID)
+    assert len(none.run_keys) == 0 and none.non_finite == 4 and len(none.blocks.words) == 0
     pts = np.array([[1.0, 1.0, 1.0], [29.0, 1.0, 1.0]], np.float32)
+    beyond_17_bits = voxel.Grid((100 - 2**17, 0, 0), (2**17, 601, 81))
     with pytest.raises(ValueError, match=r"point 1 \[29.0, 1.0, 1.0\] is outside the grid"):
-        voxel.voxel_keys(pts, VOXEL, MAX_XY, Z_RANGE, np.array([100 - 2**17, 0, 0], np.int32))
+        voxel.voxel_keys(pts, VOXEL, MAX_XY, Z_RANGE, beyond_17_bits)
+    # a span too short for x = 29 m: its block does not fit the block key's x field
+    short = voxel.Grid(GRID.origin, (64 * 5, *SPAN[1:]), shift=6)  # cells 0 .. 319 of x
+    with pytest.raises(ValueError, match=r"point 1 \[29.0, 1.0, 1.0\] is outside the grid"):
+        voxel.voxel_keys(pts, VOXEL, MAX_XY, Z_RANGE, short)
+    with pytest.raises(KernelError, match="bad argument"):  # batch 4 of a grid of 4 frames
+        voxel.voxel_keys(pts, VOXEL, MAX_XY, Z_RANGE, GRID, batch=4)
 
 
 # three features (xyz-only input: intensity a constant 0), four in place (x, y, z, intensity),
@@ -93,21 +137,19 @@ def test_feature_sums_are_bincounts_bit_for_bit(cols):
         voxel.voxel_sums(pts, [0] * 9, [1.0] * 9, ids, np.arange(200), nine, counts)
 
 
-MASK = (1 << 17) - 1
-
-
-def block_slots(runs: np.ndarray, blocks: voxel.BlockKeys) -> tuple[np.ndarray, int]:
-    """What a hash set gives the block runs: one slot per distinct block, the same for every
-    copy of its key (here numbered by numpy's unique rows)."""
-    same_words = np.unique(blocks.words, axis=0, return_inverse=True)[1].ravel()
-    return same_words.astype(np.int32), int(same_words.max()) + 1
+def numpy_blocks(runs: np.ndarray, shift: int = voxel.BLOCK_SHIFT):
+    """Block rows as numpy makes them (a row per run, its key the block's number among the
+    distinct blocks) and the slots a hash set would give them: (BlockKeys, slots, num_slots)."""
+    number = np.unique(blocks_of(runs, shift), axis=0, return_inverse=True)[1].ravel()
+    blocks = voxel.BlockKeys(
+        number.astype(np.int32)[:, None], np.arange(len(runs), dtype=np.int32), shift
+    )
+    return blocks, number.astype(np.int32), int(number.max(initial=-1)) + 1
 
 
 def order(runs: np.ndarray, origin=np.zeros(3, np.int32)) -> tuple[np.ndarray, np.ndarray]:
-    """voxel_order of runs as the voxelizer calls it: block keys, then slots for them."""
-    fields = np.stack([runs >> (34 - 17 * a) & MASK for a in range(3)], axis=1)
-    blocks = voxel.block_keys(runs, fields.min(0), fields.max(0))
-    slots, num_slots = block_slots(runs, blocks)
+    """voxel_order of runs as the voxelizer calls it: block rows, then slots for them."""
+    blocks, slots, num_slots = numpy_blocks(runs)
     return voxel.voxel_order(runs, blocks, slots, num_slots, origin)
 
 
@@ -144,8 +186,7 @@ def test_order_gives_sorted_voxels_and_every_runs_row():
     assert np.array_equal(voxel_of_run, np.searchsorted(uniq, runs))
     fields = [uniq >> 51, (uniq >> 34 & MASK) - 5, (uniq >> 17 & MASK) + 10, (uniq & MASK) - 20]
     assert np.array_equal(coords, np.stack(fields, 1).astype(np.int32))
-    blocks = voxel.block_keys(runs, np.zeros(3, np.int64), np.full(3, MASK))
-    slots, num_slots = block_slots(runs, blocks)
+    blocks, slots, num_slots = numpy_blocks(runs)
     with pytest.raises(KernelError, match="bad argument"):  # keys are never negative
         negative = np.where(np.arange(len(runs)) == 3, -1, runs)
         voxel.voxel_order(negative, blocks, slots, num_slots, origin)
@@ -157,8 +198,8 @@ def test_order_gives_sorted_voxels_and_every_runs_row():
     # two blocks given one slot: the same cell of each would be one voxel
     side = 1 << voxel.BLOCK_SHIFT  # cell (0, 0, 0) of blocks x = 1 and x = 0
     two = np.array([side << 34, 0], np.int64)
-    blocks = voxel.block_keys(two, np.zeros(3, np.int64), np.array([side, 0, 0]))
-    assert len(blocks.words) == 2
+    blocks, slots, _ = numpy_blocks(two)
+    assert slots.tolist() == [1, 0]
     assert len(order(two)[1]) == 2  # a slot each: two voxels
     with pytest.raises(KernelError, match="bad argument"):
         voxel.voxel_order(two, blocks, np.zeros(2, np.int32), 1, origin)
@@ -166,55 +207,45 @@ def test_order_gives_sorted_voxels_and_every_runs_row():
 
 @pytest.mark.parametrize("shift", sorted({3, 4, voxel.BLOCK_SHIFT}))
 @pytest.mark.parametrize("span", [150, 2**17 - 2100])  # one int32 per block key, then two
-def test_block_keys_and_voxels_match_numpy(span, shift):
+def test_block_rows_and_voxels_match_numpy(span, shift):
+    """Three frames of a batch in voxels of 1 m (a cell is the point's integer part), each half
+    shuffled (blocks revisited at random) and half sorted (revisited in scan order)."""
     rng = np.random.default_rng(2)
-    fields = rng.integers([100, 2000, 7], [100 + span, 2000 + span, 150], (4000, 3))
-    batch = np.sort(rng.integers(0, 3, 4000))
-    runs = batch << 51 | fields[:, 0] << 34 | fields[:, 1] << 17 | fields[:, 2]
-    runs = runs[np.lexsort([runs])]  # keys ascend by batch, as the voxelizer's do
-    runs = np.repeat(runs, rng.integers(1, 3, len(runs)))  # repeated keys
-    rng.shuffle(runs[: len(runs) // 2])
-    runs[len(runs) // 2 :].sort()
-    low, high = fields.min(0), fields.max(0)
-    blocks = voxel.block_keys(runs, low, high, shift)
+    grid = voxel.Grid((0, 0, 0), (100 + span, 2000 + span, 150), batches=3, shift=shift)
     # the large span: two int32 for batch 2 + x 14 + y 14 + z 5 bits in blocks of 8^3 (16^3:
     # 13 + 13 + 4 bits), one in blocks of 32^3 (12 + 12 + 3)
-    words = 1 if span < 2**10 or shift >= 5 else 2
-    assert blocks.words.dtype == np.int32 and blocks.words.shape[1] == words
-    # rows given out in order, at most one per run of equal consecutive blocks, and a block
-    # seen lately (the shuffled half's revisits) takes its earlier row: fewer rows than runs
-    # of blocks, exactly one per block where the runs are sorted
-    seen = np.maximum.accumulate(blocks.block_run)
-    assert blocks.block_run[0] == 0 and set(np.diff(seen)) <= {0, 1}
-    assert seen[-1] == len(blocks.words) - 1
-    assert (blocks.words[1:] != blocks.words[:-1]).any(axis=1).all()
-    words = blocks.words[blocks.block_run]  # each run's block key
-    mask = (1 << 17) - 1
-    blocks_of_runs = np.stack(
-        [runs >> 51] + [(runs >> (34 - 17 * a) & mask) >> shift for a in range(3)], axis=1
-    )
-    block_runs = 1 + (blocks_of_runs[1:] != blocks_of_runs[:-1]).any(axis=1).sum()
-    assert len(blocks.words) < block_runs
-    sorted_half = blocks.block_run[len(runs) // 2 :]
-    sorted_blocks = np.unique(blocks_of_runs[len(runs) // 2 :], axis=0)
-    assert len(np.unique(sorted_half)) == len(sorted_blocks)
-    # equal block keys exactly where the blocks are equal: as many distinct (key, block) pairs
-    # as distinct keys and as distinct blocks
-    same_words = np.unique(words, axis=0, return_inverse=True)[1].ravel()
-    same_blocks = np.unique(blocks_of_runs, axis=0, return_inverse=True)[1].ravel()
-    pairs = len(np.unique(np.stack([same_words, same_blocks], 1), axis=0))
-    assert pairs == same_words.max() + 1 == same_blocks.max() + 1
-    # a slot per block run, as a hash set gives them: its block's
-    slot_of_block_run = np.zeros(len(blocks.words), np.int32)
-    slot_of_block_run[blocks.block_run] = same_blocks
-    num_slots = int(same_blocks.max()) + 1
+    assert grid.words == (1 if span < 2**10 or shift >= 5 else 2)
+    frames, first_run, first_row = [], 0, 0
+    for b in range(3):
+        cells = rng.integers([100, 2000, 7], [100 + span, 2000 + span, 150], (1500, 3))
+        cells = np.repeat(cells, rng.integers(1, 3, len(cells)), axis=0)  # repeated cells
+        half = len(cells) // 2
+        rng.shuffle(cells[:half])  # a repeated cell's points apart: its block revisited
+        cells[half:] = cells[half:][np.lexsort(cells[half:].T[::-1])]
+        pts = (cells + 0.5).astype(np.float32)
+        got = voxel.voxel_keys(pts, 1.0, 2.0**17, (0.0, 2.0**17), grid, b, first_run, first_row)
+        check_block_rows(got, grid, first_row)
+        runs_of_half = np.unique(got.run_of_point[half:]) - first_run
+        fields = blocks_of(got.run_keys, shift)
+        # a block seen lately takes its earlier row: in the sorted half exactly one row a block,
+        # and fewer rows than runs of blocks in the frame
+        sorted_rows = got.blocks.block_run[runs_of_half]
+        assert len(np.unique(sorted_rows)) == len(np.unique(fields[runs_of_half], axis=0))
+        block_runs = 1 + (fields[1:] != fields[:-1]).any(axis=1).sum()
+        assert len(got.blocks.words) < block_runs
+        frames.append(got)
+        first_run += len(got.run_keys)
+        first_row += len(got.blocks.words)
+    runs = np.concatenate([f.run_keys for f in frames])
+    words = np.concatenate([f.blocks.words for f in frames])
+    blocks = voxel.BlockKeys(words, np.concatenate([f.blocks.block_run for f in frames]), shift)
+    # a slot per block row, as a hash set gives them: one per distinct key
+    slots = np.unique(words, axis=0, return_inverse=True)[1].ravel().astype(np.int32)
     voxel_of_run, coords = voxel.voxel_order(
-        runs, blocks, slot_of_block_run, num_slots, np.zeros(3, np.int32)
+        runs, blocks, slots, int(slots.max()) + 1, np.zeros(3, np.int32)
     )
     assert np.array_equal(voxel_of_run, np.searchsorted(np.unique(runs), runs))
     assert len(coords) == len(np.unique(runs))
-    with pytest.raises(KernelError, match="bad argument"):  # a field below the given lowest
-        voxel.block_keys(runs, low + 64, high, shift)
 
 
 def test_voxel_keys_do_not_depend_on_the_thread_count():
@@ -227,26 +258,31 @@ def test_voxel_keys_do_not_depend_on_the_thread_count():
     pts[60_000:60_010] = pts[59_999]  # a run across the middle (two parts on two threads)
     pts[60_003, 0] = np.nan  # an ignored point inside that run
     pts[61_000:61_005, 2] = 50.0  # out of range
-    origin = np.array([-400, -400, -300], np.int32)
+    grid = voxel.Grid((-400, -400, -300), (800, 800, 600), batches=2)
     old = torch.get_num_threads()
     try:
         outs = []
         for threads in (1, 2, 3):
             torch.set_num_threads(threads)
-            outs.append(voxel.voxel_keys(pts, 0.1, 40.0, (-20.0, 20.0), origin, 1, 7))
+            outs.append(voxel.voxel_keys(pts, 0.1, 40.0, (-20.0, 20.0), grid, 1, 7, 3))
             with pytest.raises(ValueError, match="point 70000 "):
                 bad = pts.copy()
                 bad[[70_000, 90_000], 0] = -39.0  # below the origin given
-                shifted = np.array([-300, -400, -300], np.int32)
+                shifted = voxel.Grid((-300, -400, -300), (800, 800, 600))
                 voxel.voxel_keys(bad, 0.1, 40.0, (-20.0, 20.0), shifted)
     finally:
         torch.set_num_threads(old)
+    check_block_rows(outs[0], grid, first_row=3)
     for out in outs[1:]:
         assert np.array_equal(out.run_keys, outs[0].run_keys)
         assert np.array_equal(out.run_of_point, outs[0].run_of_point)
         counts = (out.non_finite, out.out_of_range)
         assert counts == (outs[0].non_finite, outs[0].out_of_range) == (1, 5)
-        assert np.array_equal(out.low, outs[0].low) and np.array_equal(out.high, outs[0].high)
+        # block rows: the same block for every run (a part's first block may take a row of its
+        # own, a copy of a key the hash set already has)
+        check_block_rows(out, grid, first_row=3, one_part=False)
+        words, first = out.blocks.words, outs[0].blocks.words
+        assert np.array_equal(words[out.blocks.block_run - 3], first[outs[0].blocks.block_run - 3])
     assert outs[0].run_of_point[60_003] == -1
     assert len(set(outs[0].run_of_point[59_999:60_010].tolist()) - {-1}) == 1
 
