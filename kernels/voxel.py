@@ -35,6 +35,13 @@ BATCH_BITS = 12
 BLOCK_SHIFT = 5
 
 
+@functools.lru_cache(maxsize=256)
+def _constant(dtype: torch.dtype, *values: float) -> torch.Tensor:
+    """A small tensor of a kernel's parameters, made once per distinct values (the kernels only
+    read it): a frame's passes take the same few (the point rule, the feature columns)."""
+    return torch.tensor(values, dtype=dtype)
+
+
 def _read_only_points(points: np.ndarray) -> torch.Tensor:
     """float32 [N, C] points as a tensor sharing their memory; the kernels only read it, so a
     read-only array (a decoded request body) is fine, and torch's warning about it is not."""
@@ -54,7 +61,7 @@ def valid_points(
     pts = _read_only_points(points)
     keep = torch.empty(len(pts), dtype=torch.uint8)
     counts = torch.zeros(2, dtype=torch.int64)
-    params = torch.tensor([1.0, max_xy, z_range[0], z_range[1]], dtype=torch.float32)
+    params = _constant(torch.float32, 1.0, max_xy, *z_range)
     backend.call("valid_points", "cpu", pts, pts.shape[0], pts.shape[1], params, keep, counts)
     non_finite, out_of_range = counts.tolist()
     return keep.numpy().view(np.bool_), non_finite, out_of_range
@@ -83,7 +90,7 @@ class Grid:
         widths += [(max(s - 1, 0) >> self.shift).bit_length() for s in self.span]
         return torch.tensor([self.shift, *widths], dtype=torch.int32)
 
-    @property
+    @functools.cached_property
     def words(self) -> int:
         """int32 words of a block key: one where it fits 31 bits, else two."""
         return 1 if int(self.block_layout[1:].sum()) <= 31 else 2
@@ -122,7 +129,7 @@ def voxel_keys(
     rows for 791 blocks of 32^3 (2,452 rows for 2,244 blocks of 16^3; 6,503 for 5,925 of 8^3)."""
     pts = _read_only_points(points)
     n, cols = pts.shape
-    params = torch.tensor([voxel_size, max_xy, z_range[0], z_range[1]], dtype=torch.float32)
+    params = _constant(torch.float32, voxel_size, max_xy, *z_range)
     run_keys = torch.empty(n, dtype=torch.int64)
     run_of_point = torch.empty(n, dtype=torch.int64)
     block_run = torch.empty(n, dtype=torch.int32)
@@ -187,8 +194,8 @@ def voxel_sums(
         pts,
         n,
         cols,
-        torch.tensor(feature_cols, dtype=torch.int32),
-        torch.tensor(feature_scales, dtype=torch.float32),
+        _constant(torch.int32, *feature_cols),
+        _constant(torch.float32, *feature_scales),
         len(feature_cols),
         torch.from_numpy(np.ascontiguousarray(run_of_point, dtype=np.int64)),
         torch.from_numpy(np.ascontiguousarray(voxel_of_run, dtype=np.int64)),

@@ -62,6 +62,27 @@ struct BlockLayout {
 constexpr int kRecentBits = 12;  // 4,096 recent blocks (64 KB): a scan's revisits, in L2
 constexpr int64_t kRecentBlocks = int64_t(1) << kRecentBits;
 
+// A thread's table of recent blocks, kept from call to call (a frame's 64 KB neither allocated
+// nor cleared again): each pass numbers itself, and an entry another pass left is empty to it.
+struct RecentBlocks {
+  struct Entry {
+    uint64_t key;  // a packed block key
+    int32_t row;
+    uint32_t pass;  // the pass that wrote it
+  };
+  std::vector<Entry> entries = std::vector<Entry>(kRecentBlocks, Entry{0, -1, 0});
+  uint32_t pass = 0;
+
+  uint32_t next_pass() {
+    if (++pass == 0) {  // after 2^32 passes: every entry empty again
+      std::fill(entries.begin(), entries.end(), Entry{0, -1, 0});
+      pass = 1;
+    }
+    return pass;
+  }
+};
+thread_local RecentBlocks t_recent_blocks;
+
 // The rows of a part's block keys: a block seen again soon (the next scan line, the next sector
 // of rings) reuses its key's row, found by a hash of its key among the blocks given out lately,
 // instead of sending Open3D one more copy. A miss only costs a duplicate key, which the hash set
@@ -69,26 +90,26 @@ constexpr int64_t kRecentBlocks = int64_t(1) << kRecentBits;
 class BlockRows {
  public:
   BlockRows(const BlockLayout& layout, int32_t* words)
-      : layout_(layout), words_(words), recent_(kRecentBlocks, Recent{~0ull, -1}) {}
+      : layout_(layout),
+        words_(words),
+        recent_(t_recent_blocks.entries.data()),
+        pass_(t_recent_blocks.next_pass()) {}
   int32_t row_of(uint64_t key) {
-    Recent& seen = recent_[(key * 0x9E3779B97F4A7C15ull) >> (64 - kRecentBits)];
-    if (seen.key == key) return seen.row;
+    RecentBlocks::Entry& seen = recent_[(key * 0x9E3779B97F4A7C15ull) >> (64 - kRecentBits)];
+    if (seen.key == key && seen.pass == pass_) return seen.row;
     int32_t* out = words_ + rows_ * layout_.words;
     out[0] = (int32_t)(uint32_t)key;
     if (layout_.words == 2) out[1] = (int32_t)(uint32_t)(key >> 32);
-    seen = Recent{key, (int32_t)rows_};
+    seen = RecentBlocks::Entry{key, (int32_t)rows_, pass_};
     return (int32_t)rows_++;
   }
   int64_t rows() const { return rows_; }
 
  private:
-  struct Recent {
-    uint64_t key;  // a packed block key; ~0 (no block packs to it: 63 bits at most) when empty
-    int32_t row;
-  };
   const BlockLayout& layout_;
   int32_t* words_;
-  std::vector<Recent> recent_;
+  RecentBlocks::Entry* recent_;
+  uint32_t pass_;
   int64_t rows_ = 0;
 };
 
