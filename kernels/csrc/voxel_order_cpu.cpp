@@ -116,15 +116,35 @@ TightPacking tight_keys(const int64_t* keys, size_t n, uint64_t* packed) {
   return t;
 }
 
-// A block's cells in bitmaps of 8^3 cells (64 bytes), made as its runs first touch them: a
-// block of 16^3 or 32^3 cells takes only the 8^3 parts it has voxels in (at most 64 bytes a
-// run), plus an index of its parts (32 or 256 bytes a block).
+// A block's cells in bitmaps of 8^3 cells (64 bytes), one for each 8^3 part of the block that
+// has voxels: a block of 16^3 or 32^3 cells takes only those (at most 64 bytes a run), found by a
+// mask of its parts (8 bytes a block).
 constexpr int64_t kSubShift = 3, kMaxShift = 5, kSubCells = int64_t(1) << (3 * kSubShift);
 constexpr int64_t kSubWords = kSubCells / 64;
 
+// Where a key's cell lies in its block of 2^shift cells per axis: its 8^3 part (bits of the
+// part mask) and its cell in that part's bitmap.
+struct CellPlace {
+  int64_t sub_bits, cell_mask;
+  explicit CellPlace(int64_t shift)
+      : sub_bits(shift - kSubShift), cell_mask((int64_t(1) << shift) - 1) {}
+  int64_t part(int64_t key) const {
+    const int64_t x = (key_field(key, 1) & cell_mask) >> kSubShift;
+    const int64_t y = (key_field(key, 2) & cell_mask) >> kSubShift;
+    return ((x << sub_bits | y) << sub_bits) | (key_field(key, 3) & cell_mask) >> kSubShift;
+  }
+  static int64_t cell(int64_t key) {
+    constexpr int64_t low = (1 << kSubShift) - 1;
+    return ((key_field(key, 1) & low) << kSubShift | (key_field(key, 2) & low)) << kSubShift |
+           (key_field(key, 3) & low);
+  }
+};
+
 // Each run's cell among the bitmaps (its bitmap * 512 + its cell in it), made a first run's as
 // ~bit (negative), and the keys of the first runs in run order (*firsts of them); seen: the
-// bitmaps, side by side. false for a slot or block run out of range or a negative key.
+// bitmaps, side by side. Two passes over the runs: the first marks each slot's parts (and checks
+// the runs), a prefix of their counts places every part's bitmap, the second marks the cells.
+// false for a slot or block run out of range or a negative key.
 bool mark_cells(const int64_t* run_keys, int64_t runs, const int32_t* block_run,
                 const int32_t* slot, int64_t block_runs, int64_t num_slots, int64_t shift,
                 std::vector<uint64_t>& seen, int64_t* bit_of_run, int64_t* distinct,
@@ -134,27 +154,25 @@ bool mark_cells(const int64_t* run_keys, int64_t runs, const int32_t* block_run,
     if (slot[b] < 0 || slot[b] >= num_slots) return false;
     used = std::max(used, (int64_t)slot[b] + 1);
   }
-  const int64_t sub_bits = shift - kSubShift, subs = int64_t(1) << (3 * sub_bits);
-  const int64_t cell_mask = (int64_t(1) << shift) - 1, low_mask = (1 << kSubShift) - 1;
-  std::vector<int32_t> bitmap_of(used * subs, -1);  // (slot, part): its bitmap, -1: none yet
-  seen.clear();
-  seen.reserve(std::min(runs, used * subs) * kSubWords);
-  int64_t m = 0;
+  const CellPlace place(shift);
+  std::vector<uint64_t> parts(used, 0);  // per slot: which of its parts have voxels
   for (int64_t r = 0; r < runs; ++r) {
     if (block_run[r] < 0 || block_run[r] >= block_runs || run_keys[r] < 0) return false;
-    const int64_t x = key_field(run_keys[r], 1) & cell_mask;
-    const int64_t y = key_field(run_keys[r], 2) & cell_mask;
-    const int64_t z = key_field(run_keys[r], 3) & cell_mask;
-    const int64_t sub = ((x >> kSubShift) << sub_bits | y >> kSubShift) << sub_bits |
-                        z >> kSubShift;
-    int32_t& bitmap = bitmap_of[slot[block_run[r]] * subs + sub];
-    if (bitmap < 0) {
-      bitmap = (int32_t)(seen.size() / kSubWords);
-      seen.resize(seen.size() + kSubWords, 0);
-    }
-    const int64_t cell = ((x & low_mask) << kSubShift | (y & low_mask)) << kSubShift |
-                         (z & low_mask);
-    const int64_t bit = bitmap * kSubCells + cell;
+    parts[slot[block_run[r]]] |= uint64_t(1) << place.part(run_keys[r]);
+  }
+  std::vector<int64_t> first_bitmap(used);  // per slot: the bitmap of its first part
+  int64_t bitmaps = 0;
+  for (int64_t s = 0; s < used; ++s) {
+    first_bitmap[s] = bitmaps;
+    bitmaps += __builtin_popcountll(parts[s]);
+  }
+  seen.assign(bitmaps * kSubWords, 0);
+  int64_t m = 0;
+  for (int64_t r = 0; r < runs; ++r) {
+    const int64_t s = slot[block_run[r]], part = place.part(run_keys[r]);
+    const uint64_t below = parts[s] & ((uint64_t(1) << part) - 1);
+    const int64_t bitmap = first_bitmap[s] + __builtin_popcountll(below);
+    const int64_t bit = bitmap * kSubCells + CellPlace::cell(run_keys[r]);
     uint64_t& word = seen[bit >> 6];
     const uint64_t mask = uint64_t(1) << (bit & 63);
     const bool first = !(word & mask);
