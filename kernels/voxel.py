@@ -12,6 +12,7 @@ ascending (batch, x, y, z)."""
 from __future__ import annotations
 
 import functools
+import math
 import warnings
 from dataclasses import dataclass
 
@@ -23,16 +24,25 @@ from kernels.hashtable import ERROR_ROW_BITS, new_error_buffer
 
 AXIS_BITS = 17
 BATCH_BITS = 12
-# The voxelizer's hash set holds blocks of 2^BLOCK_SHIFT cells per axis, not cells, as Open3D's
-# VoxelBlockGrid does (its block_resolution): a KITTI frame at 0.1 m has 60,152 voxels in 791
-# blocks of 32^3 (2,244 of 16^3, 5,925 of 8^3). Open3D's CPU table costs about 130 ns a key, so
-# 32^3 beat 16^3 on every real frame (Intel Xeon, 2026-12-02: voxelize / numpy floor KITTI 0.1 m
-# x1.18 -> x1.05, nuScenes 0.05 m x3.1 -> x2.7, Ouster 0.05 m x2.54 -> x2.2). The ordering
-# kernel keeps a bitmap of 8^3 cells (64 bytes) for each 8^3 part of a block that has voxels:
-# at most 64 bytes a run, plus an index of 256 bytes a block (bounded by the grid: the default
-# range, +-120 m by +-20 m, has 73,125 blocks of 32^3 at 0.1 m, 18.7 MB of index if a hostile
-# frame touched them all; 562,500 at 0.05 m, 144 MB).
-BLOCK_SHIFT = 5
+# The voxelizer's hash set holds blocks of voxels, not voxels, as Open3D's VoxelBlockGrid does
+# (its block_resolution): blocks about BLOCK_METRES wide, 2^shift cells per axis
+# (block_shift: 32^3 at 0.1 m, 64^3 at 0.05 m). A KITTI frame at 0.1 m has 60,152 voxels in 791
+# blocks of 32^3 (2,244 of 16^3, 5,925 of 8^3). Open3D's CPU table costs about 130-150 ns a key,
+# so 32^3 beat 16^3 on every real frame at 0.1 m (Intel Xeon, 2026-12-02: voxelize / numpy
+# floor KITTI x1.18 -> x1.05), and at 0.05 m 64^3 gives the table about as many keys as 32^3 at
+# 0.1 m (nuScenes 1,051 instead of 2,413, Ouster 1,304 instead of 3,317). The ordering kernel
+# keeps a bitmap of 8^3 cells (64 bytes) for each 8^3 part of a block that has voxels: at most 64
+# bytes a run, plus a mask of its parts per block (8 bytes for 32^3, 64 for 64^3; bounded by the
+# grid: the default range, +-120 m by +-20 m, has 73,125 blocks of 32^3 at 0.1 m and 70,313 of
+# 64^3 at 0.05 m, at most 4.5 MB of masks if a hostile frame touched them all).
+BLOCK_METRES = 3.2
+MIN_BLOCK_SHIFT, MAX_BLOCK_SHIFT = 3, 6  # blocks of 8^3 .. 64^3 cells (the ordering kernel's)
+
+
+def block_shift(voxel_size: float) -> int:
+    """log2 of the cells per axis of a block about BLOCK_METRES wide, within the kernel's range."""
+    cells = BLOCK_METRES / voxel_size
+    return min(max(round(math.log2(cells)), MIN_BLOCK_SHIFT), MAX_BLOCK_SHIFT)
 
 
 @functools.lru_cache(maxsize=256)
@@ -75,7 +85,7 @@ class Grid:
     origin: tuple[int, int, int]
     span: tuple[int, int, int]
     batches: int = 1
-    shift: int = BLOCK_SHIFT
+    shift: int = 5  # blocks of 32^3 cells (block_shift at 0.1 m)
 
     @functools.cached_property
     def origin_tensor(self) -> torch.Tensor:

@@ -1,10 +1,10 @@
 """Points -> voxels with Open3D's tensor HashSet (its HashMap without values), and back.
 
 One kernel pass over the points (kernels/voxel.py) checks them, packs their cells into 64-bit
-keys and collapses runs of equal keys (consecutive LiDAR points often share a voxel); Open3D's
-hash set finds the occupied blocks of 32^3 voxels and bitmaps in each block the distinct keys
-among the runs; only those are sorted; a last kernel pass sums the voxels' features in point
-order and divides them.
+keys, collapses runs of equal keys (consecutive LiDAR points often share a voxel) and gives each
+run its block of voxels; Open3D's hash set finds the occupied blocks (about 3.2 m wide) and
+bitmaps in each block the distinct keys among the runs; only those are sorted; a last kernel
+pass sums the voxels' features in point order and divides them.
 
 Every input point is accounted for: a point is either in a voxel or ignored (non-finite, or
 outside the configured range) and counted as such. Voxels are in ascending (batch, x, y, z)
@@ -176,7 +176,8 @@ def voxel_grid(config: VoxelizeConfig, batches: int = 1) -> voxel_kernels.Grid |
         return None
     origin = tuple(int(v) for v in lo)
     span = tuple(int(v) + 1 for v in hi - lo)
-    return voxel_kernels.Grid(origin, span, batches)  # type: ignore[arg-type]
+    shift = voxel_kernels.block_shift(config.voxel_size)
+    return voxel_kernels.Grid(origin, span, batches, shift)  # type: ignore[arg-type]
 
 
 def _feature_columns(
@@ -224,18 +225,19 @@ def _distinct_in_order(
     runs' packed keys and the rows of their blocks.
 
     Two levels, as Open3D's VoxelBlockGrid hashes blocks of voxels: Open3D's tensor hash set
-    holds the occupied blocks of 32^3 cells (kernels/voxel.py BLOCK_SHIFT) and gives each a slot;
-    bitmaps of 8^3 cells, made for the 8^3 parts of a slot's block that have voxels, find each
-    voxel's first run; the kernel orders the distinct keys (only those M are sorted). Open3D's
-    CPU table costs about 110 ns to insert a new key and 80 to free it: a KITTI frame at 0.1 m
-    has 60,152 voxels but 791 blocks of 32^3 (2,244 of 16^3); it is given one key per run of
-    consecutive runs in one block, and none for a block given out lately (920 keys instead of
-    66,060), and only the copies that insert() did not place are looked up again.
+    holds the occupied blocks, about 3.2 m wide (kernels/voxel.py block_shift: 32^3 cells at
+    0.1 m, 64^3 at 0.05 m), and gives each a slot; bitmaps of 8^3 cells, made for the 8^3 parts
+    of a slot's block that have voxels, find each voxel's first run; the kernel orders the
+    distinct keys (only those M are sorted). Open3D's CPU table costs about 130-150 ns a key: a
+    KITTI frame at 0.1 m has 60,152 voxels but 791 blocks; the keys pass gives it one key per
+    run of points in one block, and none for a block given out lately (938 keys instead of
+    66,060 runs), and only the copies that insert() did not place are looked up again.
     Blocks of 8^3 (6,503 keys) took the table 1.2 ms on the Intel Xeon, 16^3 0.5 ms, 32^3 0.2 ms
     (the stage 5.7 -> 5.1 ms from 8^3 to 16^3, and for the sparser nuScenes frame 3.3 -> 2.9;
-    from 16^3 to 32^3 nuScenes at 0.05 m 2.37 -> 2.18 ms, Ouster at 0.05 m 6.0 -> 5.4 ms).
-    Blocks of 64^3 gained 0.1-0.4 ms more on KITTI and nuScenes (Ouster none) and leave
-    Open3D's hash set little to do."""
+    from 16^3 to 32^3 nuScenes at 0.05 m 2.37 -> 2.18 ms, Ouster at 0.05 m 6.0 -> 5.4 ms). At
+    0.1 m, blocks of 64^3 would leave the table 430-527 keys; at 0.05 m they leave it as many as
+    32^3 at 0.1 m (nuScenes 1,051, Ouster 1,304) and took nuScenes' stage from x2.36 to x2.03
+    of the numpy floor (Intel Xeon, bench.voxelize)."""
     assert o3c is not None  # voxelize() takes the sorting fallback without Open3D
     if len(run_keys) == 0:
         return np.zeros(0, np.int64), np.zeros((0, 4), np.int32)

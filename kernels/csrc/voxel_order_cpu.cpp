@@ -117,17 +117,19 @@ TightPacking tight_keys(const int64_t* keys, size_t n, uint64_t* packed) {
 }
 
 // A block's cells in bitmaps of 8^3 cells (64 bytes), one for each 8^3 part of the block that
-// has voxels: a block of 16^3 or 32^3 cells takes only those (at most 64 bytes a run), found by a
-// mask of its parts (8 bytes a block).
-constexpr int64_t kSubShift = 3, kMaxShift = 5, kSubCells = int64_t(1) << (3 * kSubShift);
+// has voxels: a block of 16^3, 32^3 or 64^3 cells takes only those (at most 64 bytes a run),
+// found by a mask of its parts (8 bytes a block; 64 for 64^3).
+constexpr int64_t kSubShift = 3, kMaxShift = 6, kSubCells = int64_t(1) << (3 * kSubShift);
 constexpr int64_t kSubWords = kSubCells / 64;
 
 // Where a key's cell lies in its block of 2^shift cells per axis: its 8^3 part (bits of the
-// part mask) and its cell in that part's bitmap.
+// part mask, mask_words words of it a block) and its cell in that part's bitmap.
 struct CellPlace {
-  int64_t sub_bits, cell_mask;
+  int64_t sub_bits, cell_mask, mask_words;
   explicit CellPlace(int64_t shift)
-      : sub_bits(shift - kSubShift), cell_mask((int64_t(1) << shift) - 1) {}
+      : sub_bits(shift - kSubShift),
+        cell_mask((int64_t(1) << shift) - 1),
+        mask_words(std::max<int64_t>((int64_t(1) << (3 * sub_bits)) / 64, 1)) {}
   int64_t part(int64_t key) const {
     const int64_t x = (key_field(key, 1) & cell_mask) >> kSubShift;
     const int64_t y = (key_field(key, 2) & cell_mask) >> kSubShift;
@@ -155,23 +157,26 @@ bool mark_cells(const int64_t* run_keys, int64_t runs, const int32_t* block_run,
     used = std::max(used, (int64_t)slot[b] + 1);
   }
   const CellPlace place(shift);
-  std::vector<uint64_t> parts(used, 0);  // per slot: which of its parts have voxels
+  // per slot, mask_words words: which of its parts have voxels
+  std::vector<uint64_t> parts(used * place.mask_words, 0);
   for (int64_t r = 0; r < runs; ++r) {
     if (block_run[r] < 0 || block_run[r] >= block_runs || run_keys[r] < 0) return false;
-    parts[slot[block_run[r]]] |= uint64_t(1) << place.part(run_keys[r]);
+    const int64_t part = place.part(run_keys[r]);
+    parts[slot[block_run[r]] * place.mask_words + (part >> 6)] |= uint64_t(1) << (part & 63);
   }
-  std::vector<int64_t> first_bitmap(used);  // per slot: the bitmap of its first part
+  std::vector<int64_t> first_bitmap(parts.size());  // per mask word: its first part's bitmap
   int64_t bitmaps = 0;
-  for (int64_t s = 0; s < used; ++s) {
-    first_bitmap[s] = bitmaps;
-    bitmaps += __builtin_popcountll(parts[s]);
+  for (size_t w = 0; w < parts.size(); ++w) {
+    first_bitmap[w] = bitmaps;
+    bitmaps += __builtin_popcountll(parts[w]);
   }
   seen.assign(bitmaps * kSubWords, 0);
   int64_t m = 0;
   for (int64_t r = 0; r < runs; ++r) {
-    const int64_t s = slot[block_run[r]], part = place.part(run_keys[r]);
-    const uint64_t below = parts[s] & ((uint64_t(1) << part) - 1);
-    const int64_t bitmap = first_bitmap[s] + __builtin_popcountll(below);
+    const int64_t part = place.part(run_keys[r]);
+    const int64_t w = slot[block_run[r]] * place.mask_words + (part >> 6);
+    const uint64_t below = parts[w] & ((uint64_t(1) << (part & 63)) - 1);
+    const int64_t bitmap = first_bitmap[w] + __builtin_popcountll(below);
     const int64_t bit = bitmap * kSubCells + CellPlace::cell(run_keys[r]);
     uint64_t& word = seen[bit >> 6];
     const uint64_t mask = uint64_t(1) << (bit & 63);
