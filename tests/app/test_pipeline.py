@@ -58,7 +58,9 @@ def oracle_voxelize(frames, config):
     return uniq, means.astype(np.float32), mappings, ignored
 
 
-@pytest.mark.parametrize("voxel_size", [0.05, 0.1, 0.0015])  # the last: beyond 17 bits an axis
+# blocks of 64^3, 32^3 and 16^3 cells (kernels.voxel.block_shift); the last: beyond 17 bits an
+# axis (the sorting fallback)
+@pytest.mark.parametrize("voxel_size", [0.05, 0.1, 0.2, 0.0015])
 @pytest.mark.parametrize("name", [name for name, _ in FRAMES], ids=frame_id)
 def test_voxelize_matches_numpy_oracle_bit_for_bit(name, voxel_size):
     points = read_frame(require_real_data() / name)[0]

@@ -93,6 +93,11 @@ def test_keys_runs_blocks_and_counts_match_numpy(seed, columns):
     assert np.array_equal(later.blocks.block_run, got.blocks.block_run + 50)
 
 
+def test_blocks_are_about_3_metres_wide_within_the_ordering_kernels_range():
+    sizes = [1.0, 0.4, 0.2, 0.1, 0.05, 0.02]
+    assert [voxel.block_shift(s) for s in sizes] == [3, 3, 4, 5, 6, 6]
+
+
 def test_no_kept_point_and_a_grid_that_does_not_cover_the_range():
     none = voxel.voxel_keys(np.full((4, 3), np.nan, np.float32), VOXEL, MAX_XY, Z_RANGE, GRID)
     assert len(none.run_keys) == 0 and none.non_finite == 4 and len(none.blocks.words) == 0
