@@ -52,6 +52,16 @@ def _constant(dtype: torch.dtype, *values: float) -> torch.Tensor:
     return torch.tensor(values, dtype=dtype)
 
 
+def _int32(values: np.ndarray) -> torch.Tensor:
+    """int32 rows or runs as a contiguous tensor; a wider array is checked, not wrapped."""
+    array = np.asarray(values)
+    if array.dtype != np.int32 and len(array):
+        lo, hi = int(array.min()), int(array.max())
+        if lo < -(2**31) or hi >= 2**31:
+            raise ValueError(f"indices {lo}..{hi} do not fit int32")
+    return torch.from_numpy(np.ascontiguousarray(array, dtype=np.int32))
+
+
 def _read_only_points(points: np.ndarray) -> torch.Tensor:
     """float32 [N, C] points as a tensor sharing their memory; the kernels only read it, so a
     read-only array (a decoded request body) is fine, and torch's warning about it is not."""
@@ -116,7 +126,7 @@ class BlockKeys:
 @dataclass
 class FrameKeys:
     run_keys: np.ndarray  # int64 [runs]: the key of each run of equal consecutive kept points
-    run_of_point: np.ndarray  # int64 [N]: first_run + the point's run, -1 for an ignored point
+    run_of_point: np.ndarray  # int32 [N]: first_run + the point's run, -1 for an ignored point
     non_finite: int
     out_of_range: int
     blocks: BlockKeys  # block_run numbered from first_row
@@ -141,7 +151,7 @@ def voxel_keys(
     n, cols = pts.shape
     params = _constant(torch.float32, voxel_size, max_xy, *z_range)
     run_keys = torch.empty(n, dtype=torch.int64)
-    run_of_point = torch.empty(n, dtype=torch.int64)
+    run_of_point = torch.empty(n, dtype=torch.int32)
     block_run = torch.empty(n, dtype=torch.int32)
     words = torch.empty((n, grid.words), dtype=torch.int32)
     counts = torch.zeros(4, dtype=torch.int64)
@@ -207,8 +217,8 @@ def voxel_sums(
         _constant(torch.int32, *feature_cols),
         _constant(torch.float32, *feature_scales),
         len(feature_cols),
-        torch.from_numpy(np.ascontiguousarray(run_of_point, dtype=np.int64)),
-        torch.from_numpy(np.ascontiguousarray(voxel_of_run, dtype=np.int64)),
+        _int32(run_of_point),
+        _int32(voxel_of_run),
         len(voxel_of_run),
         len(sums),
         int(clear),
@@ -227,14 +237,14 @@ def voxel_order(
     num_slots: int,
     origin: np.ndarray | torch.Tensor,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(voxel row of every run, int32 [M, 4] distinct (batch, x, y, z) ascending) once a hash set
-    has given each block run a slot (block_slot, one per blocks.words row, among num_slots):
-    ls_voxel_order_cpu finds each key's first run in bitmaps of 8^3 cells, made for the 8^3 parts
-    of a slot's block that have voxels (an index of them per slot up to the highest used:
-    Open3D's slots are a dense prefix, one per block), sorts only the M distinct keys, and a
-    repeat takes the row its first run left at its bit's place among the set bits."""
+    """(int32 voxel row of every run, int32 [M, 4] distinct (batch, x, y, z) ascending) once a
+    hash set has given each block row a slot (block_slot, one per blocks.words row, among
+    num_slots): ls_voxel_order_cpu finds each key's first run in bitmaps of 8^3 cells, made for
+    the 8^3 parts of a slot's block that have voxels (a mask of them per slot up to the highest
+    used: Open3D's slots are a dense prefix, one per block), sorts only the M distinct keys, and
+    a repeat takes the row its first run left at its bit's place among the set bits."""
     runs = len(run_keys)
-    voxel_of_run = torch.empty(runs, dtype=torch.int64)
+    voxel_of_run = torch.empty(runs, dtype=torch.int32)
     coords = torch.empty((runs, 4), dtype=torch.int32)
     num_voxels = torch.zeros(1, dtype=torch.int64)
     backend.call(

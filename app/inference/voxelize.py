@@ -240,7 +240,7 @@ def _distinct_in_order(
     of the numpy floor (Intel Xeon, bench.voxelize)."""
     assert o3c is not None  # voxelize() takes the sorting fallback without Open3D
     if len(run_keys) == 0:
-        return np.zeros(0, np.int64), np.zeros((0, 4), np.int32)
+        return np.zeros(0, np.int32), np.zeros((0, 4), np.int32)
     words = blocks.words
     keys = o3c.Tensor.from_numpy(words)  # shares the array: no copy
     table = o3c.HashSet(len(words), key_dtype=o3c.int32, key_element_shape=(words.shape[1],))

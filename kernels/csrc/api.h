@@ -247,7 +247,7 @@ LS_API int ls_valid_points_cpu(const float* points, int64_t n, int64_t cols, con
 LS_API int ls_voxel_keys_cpu(const float* points, int64_t n, int64_t cols, const float* params,
                              const int32_t* origin, const int32_t* block, int64_t batch,
                              int64_t first_run, int64_t first_row, int64_t* run_keys,
-                             int64_t* run_of_point, int32_t* block_run, int32_t* block_words,
+                             int32_t* run_of_point, int32_t* block_run, int32_t* block_words,
                              int64_t* counts, int64_t* err);
 // For every point i, v = voxel_of_run[run_of_point[i]] (-1 where run_of_point[i] is -1, an
 // ignored point) into voxel_of_point[i], and where v >= 0, in point order: sums[v, j] += feature j
@@ -259,8 +259,8 @@ LS_API int ls_voxel_keys_cpu(const float* points, int64_t n, int64_t cols, const
 // voxel outside [0, num_voxels) or more than 8 features.
 LS_API int ls_voxel_sums_cpu(const float* points, int64_t n, int64_t cols,
                              const int32_t* feature_cols, const float* feature_scales,
-                             int64_t num_features, const int64_t* run_of_point,
-                             const int64_t* voxel_of_run, int64_t runs, int64_t num_voxels,
+                             int64_t num_features, const int32_t* run_of_point,
+                             const int32_t* voxel_of_run, int64_t runs, int64_t num_voxels,
                              int64_t clear, int64_t* voxel_of_point, double* sums,
                              int64_t* counts, float* means);
 // The voxels of a batch from its runs (ls_voxel_keys_cpu) once a hash set has given each block
@@ -272,7 +272,7 @@ LS_API int ls_voxel_sums_cpu(const float* points, int64_t n, int64_t cols,
 // key, a slot or block run out of range, or two blocks given one slot.
 LS_API int ls_voxel_order_cpu(const int64_t* run_keys, int64_t runs, const int32_t* block_run,
                               const int32_t* slot, int64_t block_runs, int64_t num_slots,
-                              int64_t shift, const int32_t* origin, int64_t* voxel_of_run,
+                              int64_t shift, const int32_t* origin, int32_t* voxel_of_run,
                               int32_t* coords, int64_t* num_voxels);
 
 // ---- CUDA error reporting (cuda/status_cuda.cu). Every CUDA entry point records the text of a

@@ -103,7 +103,7 @@ struct Features {
 // [first_point, end_point); false at a bad run or voxel.
 template <int kF>
 bool sum_part(const float* points, int64_t n, int64_t cols, const Features<kF>& features,
-              const int64_t* run_of_point, const int64_t* voxel_of_run, int64_t runs,
+              const int32_t* run_of_point, const int32_t* voxel_of_run, int64_t runs,
               int64_t num_voxels, bool clear, int64_t lo, int64_t hi, int64_t first_point,
               int64_t end_point, int64_t* voxel_of_point, double* sums, int64_t* counts,
               float* means) {
@@ -134,8 +134,8 @@ bool sum_part(const float* points, int64_t n, int64_t cols, const Features<kF>& 
 
 LS_API int ls_voxel_sums_cpu(const float* points, int64_t n, int64_t cols,
                              const int32_t* feature_cols, const float* feature_scales,
-                             int64_t num_features, const int64_t* run_of_point,
-                             const int64_t* voxel_of_run, int64_t runs, int64_t num_voxels,
+                             int64_t num_features, const int32_t* run_of_point,
+                             const int32_t* voxel_of_run, int64_t runs, int64_t num_voxels,
                              int64_t clear, int64_t* voxel_of_point, double* sums,
                              int64_t* counts, float* means) {
   if (n < 0 || runs < 0 || num_features < 1 || num_features > Features<0>::kMax ||

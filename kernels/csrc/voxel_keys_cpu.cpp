@@ -177,7 +177,7 @@ void chunk_keys(const float* points, int64_t cols, const float* params, const in
 // The pass's outputs, each part writing from its own begin on.
 struct KeysOut {
   int64_t* run_keys;
-  int64_t* run_of_point;
+  int32_t* run_of_point;
   int32_t* block_run;
   int32_t* block_words;
 };
@@ -218,7 +218,7 @@ void keys_of_part(const float* points, int64_t cols, const float* params, const 
       keys[runs - 1] = k;
       block_run[runs - 1] = row;
       last = k;
-      out.run_of_point[i] = runs - 1;
+      out.run_of_point[i] = (int32_t)(runs - 1);
     }
   }
   part.first_key = runs > 0 ? keys[0] : -1;
@@ -264,12 +264,12 @@ std::pair<int64_t, int64_t> merge_parts(const std::vector<KeysPart>& parts,
 LS_API int ls_voxel_keys_cpu(const float* points, int64_t n, int64_t cols, const float* params,
                              const int32_t* origin, const int32_t* block, int64_t batch,
                              int64_t first_run, int64_t first_row, int64_t* run_keys,
-                             int64_t* run_of_point, int32_t* block_run, int32_t* block_words,
+                             int32_t* run_of_point, int32_t* block_run, int32_t* block_words,
                              int64_t* counts, int64_t* err) {
   BlockLayout layout;
   if (n < 0 || n > INT32_MAX || cols < 3 || batch < 0 ||
       batch >= (int64_t(1) << (63 - kBatchShift)) || first_run < 0 || first_row < 0 ||
-      first_row + n > INT32_MAX || !layout.set(block, batch)) {
+      first_run + n > INT32_MAX || first_row + n > INT32_MAX || !layout.set(block, batch)) {
     return kStatusBadArgument;
   }
   // Parts in parallel, then one numbering: runs, keys and block rows are those of one pass in
@@ -297,7 +297,7 @@ LS_API int ls_voxel_keys_cpu(const float* points, int64_t n, int64_t cols, const
 #pragma omp parallel for schedule(static) if (num_parts > 1)
   for (int c = 0; c < num_parts; ++c) {
     const PartPlace& place = places[c];
-    const int64_t add = first_run + place.run_zero;
+    const int32_t add = (int32_t)(first_run + place.run_zero);
     if (add != 0) {  // else a batch's first part: numbered from 0 already
       for (int64_t i = parts[c].begin; i < parts[c].end; ++i) {
         run_of_point[i] += run_of_point[i] >= 0 ? add : 0;  // branch-free: vectorized

@@ -194,7 +194,7 @@ bool mark_cells(const int64_t* run_keys, int64_t runs, const int32_t* block_run,
 
 LS_API int ls_voxel_order_cpu(const int64_t* run_keys, int64_t runs, const int32_t* block_run,
                               const int32_t* slot, int64_t block_runs, int64_t num_slots,
-                              int64_t shift, const int32_t* origin, int64_t* voxel_of_run,
+                              int64_t shift, const int32_t* origin, int32_t* voxel_of_run,
                               int32_t* coords, int64_t* num_voxels) {
   if (runs < 0 || runs > INT32_MAX || block_runs < 0 || num_slots < 0 ||
       shift < kSubShift || shift > kMaxShift) {
@@ -241,7 +241,7 @@ LS_API int ls_voxel_order_cpu(const int64_t* run_keys, int64_t runs, const int32
     const int64_t row = row_of_place[place];
     // two blocks given one slot would merge their cells: a repeat of another key
     if (sorted[row] != run_keys[r]) return kStatusBadArgument;
-    voxel_of_run[r] = row;
+    voxel_of_run[r] = (int32_t)row;
   }
   *num_voxels = m;
   return kStatusOk;
