@@ -11,12 +11,14 @@ from __future__ import annotations
 import contextlib
 import time
 from collections import defaultdict
+from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 from torch import nn
 
+from kernels import openmp
 from kernels import precision as precision_mod
 from kernels.deferred import AssumptionFailed, calls_deferred
 from kernels.rows import argmax_rows_u8, head_columns, linear_argmax_u8
@@ -149,6 +151,7 @@ class SegmentationPipeline:
         self.engine = engine or EngineConfig(
             precision=precision_mod.resolve(precision, self.device)
         )
+        self._maps_helper: Executor | None = None  # made at the first CPU frame on 2+ threads
 
     @property
     def precision(self) -> str:
@@ -183,7 +186,7 @@ class SegmentationPipeline:
         x = SparseTensor(batch.feats.to(dtype), batch.coords, engine=self.engine)
         with clock.stage("maps"):
             if len(batch.coords):
-                x.manager.prepare(self.map_requests())
+                x.manager.prepare(self.map_requests(), self._second_chain())
         layer_ms, logits, voxel_labels = None, None, None
         with clock.stage("network"):
             if not len(batch.coords):
@@ -219,6 +222,18 @@ class SegmentationPipeline:
         for result in results:  # stage times are shared by the frames of one batch
             result.timing_ms = dict(clock.ms)
         return results
+
+    def _second_chain(self) -> Executor | None:
+        """The thread that builds the maps stage's second chain of maps on the CPU (one OpenMP
+        thread: models/sparse_tensor.py prepare) when the network has two threads or more to
+        give it; None elsewhere (one chain, every map on every thread in turn)."""
+        if self.device.type != "cpu" or torch.get_num_threads() < 2:
+            return None
+        if self._maps_helper is None:
+            self._maps_helper = ThreadPoolExecutor(
+                1, "lidarseg-maps", initializer=openmp.set_threads_here, initargs=(1,)
+            )
+        return self._maps_helper
 
     def network_stage(self, x: SparseTensor) -> tuple[torch.Tensor | None, torch.Tensor | None]:
         """The network stage of a frame whose maps are built: (logits, None), or (None, every

@@ -5,6 +5,7 @@ network stage builds no kernel map, no transposed map and no hash table (CPU; CU
 from __future__ import annotations
 
 import collections
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import torch
@@ -13,6 +14,7 @@ import kernels.kmap
 import models.sparse_tensor
 from app.inference.builder import build_pipeline
 from app.inference.voxelize import voxelize
+from kernels import openmp
 from kernels.hashtable import CoordHashTable
 from models import SparseTensor
 from tests.conftest import load_frame
@@ -71,3 +73,47 @@ def test_network_builds_no_map_after_the_maps_stage(device, builds):
     if device == "cpu":  # sorted rows: no level needs a hash table, 1x1 maps included
         assert prepared["tables"] == []
     torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
+def same_map(a: kernels.kmap.KernelMap, b: kernels.kmap.KernelMap) -> bool:
+    return (
+        torch.equal(a.in_idx, b.in_idx)
+        and torch.equal(a.out_idx, b.out_idx)
+        and (a.bounds, a.num_in, a.num_out, a.identity)
+        == (b.bounds, b.num_in, b.num_out, b.identity)
+    )
+
+
+def test_two_chains_build_the_maps_one_chain_builds():
+    """The maps stage with a helper thread (two chains, each on one OpenMP thread): every level's
+    coordinates and every map as one chain makes them; this thread's OpenMP count restored."""
+    pipeline = build_pipeline("random", "cpu", 0.25)
+    batch = voxelize([load_frame("semantickitti/seq00_000000.bin")], pipeline.voxel_config)
+    one = SparseTensor(batch.feats, batch.coords, engine=pipeline.engine).manager
+    one.prepare(pipeline.map_requests())
+    two = SparseTensor(batch.feats, batch.coords, engine=pipeline.engine).manager
+    before = openmp.max_threads()
+    with ThreadPoolExecutor(1, initializer=openmp.set_threads_here, initargs=(1,)) as helper:
+        assert helper.submit(openmp.max_threads).result() == 1
+        two.prepare(pipeline.map_requests(), helper)
+    assert openmp.max_threads() == before
+    assert two.built() == one.built()
+    assert all(torch.equal(two.coords(s), one.coords(s)) for s in one._coords)
+    assert all(same_map(two._submanifold[k], m) for k, m in one._submanifold.items())
+    for key, made in one._downsampling.items():
+        assert same_map(two._downsampling[key].kmap, made.kmap)
+        assert same_map(two._downsampling[key].kmap.transposed, made.kmap.transposed)
+
+
+def test_a_failing_chain_raises_its_error_and_does_not_hang(monkeypatch):
+    pipeline = build_pipeline("random", "cpu", 0.25)
+    batch = voxelize([load_frame("semantickitti/seq00_000000.bin")], pipeline.voxel_config)
+    manager = SparseTensor(batch.feats, batch.coords, engine=pipeline.engine).manager
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("no downsampling today")
+
+    monkeypatch.setattr(models.sparse_tensor, "downsample", broken)
+    with ThreadPoolExecutor(1) as helper:
+        with pytest.raises(RuntimeError, match="no downsampling today"):
+            manager.prepare(pipeline.map_requests(), helper)
