@@ -27,9 +27,10 @@ from kernels.engine import EngineConfig
 
 
 # prepare() with a helper: the submanifold maps of this many finest levels stay on the calling
-# thread (a KITTI frame on one thread: levels 1 and 2 take 2.1 and 1.1 ms, the helper's chain of
-# four downsamplings, three coarser levels and the upsamplings about 3.7)
-FINE_LEVELS = 2
+# thread, the rest go to the helper after its downsamplings (a KITTI frame's maps stage in the
+# pipeline, two interleaved runs: 1 level 6.7-7.1 ms, 2 levels 5.4-5.6, 3 levels 4.9-5.5, 4 levels
+# 5.3-5.5, all 5 levels 5.3-5.7; Intel Xeon)
+FINE_LEVELS = 3
 
 
 @dataclass(frozen=True)
@@ -116,7 +117,7 @@ class CoordinateManager:
         then the submanifold maps of the coarser levels and the upsamplings; this thread the
         submanifold maps of the FINE_LEVELS finest levels, each once its level exists. Most
         maps scale poorly over two threads (a KITTI frame's downsamplings not at all), so the
-        stage took 3.9-4.2 ms this way against 5.1-5.3 (Intel Xeon, in process)."""
+        stage took 3.9-4.2 ms this way against 5.1-5.3 (Intel Xeon, in process, 2 fine levels)."""
         if helper is None:
             self._build(requests)
             return
