@@ -125,7 +125,8 @@ class CoordinateManager:
         fine = set(levels[:FINE_LEVELS])
         mine = [r for r in requests if r.kind == "submanifold" and r.stride in fine]
         theirs = [r for r in requests if r not in mine]
-        theirs.sort(key=lambda r: ("downsample", "submanifold", "upsample").index(r.kind))
+        first = {"downsample": 0, "submanifold": 1}  # then the upsamplings (and _build's errors)
+        theirs.sort(key=lambda r: first.get(r.kind, 2))
         made = {stride: threading.Event() for stride in fine}
 
         def chain() -> None:

@@ -117,3 +117,13 @@ def test_a_failing_chain_raises_its_error_and_does_not_hang(monkeypatch):
     with ThreadPoolExecutor(1) as helper:
         with pytest.raises(RuntimeError, match="no downsampling today"):
             manager.prepare(pipeline.map_requests(), helper)
+
+
+def test_an_unknown_request_kind_is_named_with_a_helper_too():
+    pipeline = build_pipeline("random", "cpu", 0.25)
+    batch = voxelize([load_frame("semantickitti/seq00_000000.bin")], pipeline.voxel_config)
+    manager = SparseTensor(batch.feats, batch.coords, engine=pipeline.engine).manager
+    odd = models.sparse_tensor.MapRequest("sideways", 1, 3)
+    with ThreadPoolExecutor(1) as helper:
+        with pytest.raises(ValueError, match="unknown map request kind 'sideways'"):
+            manager.prepare((*pipeline.map_requests(), odd), helper)
