@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import math
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -98,10 +99,6 @@ class Grid:
     shift: int = 5  # blocks of 32^3 cells (block_shift at 0.1 m)
 
     @functools.cached_property
-    def origin_tensor(self) -> torch.Tensor:
-        return torch.tensor(self.origin, dtype=torch.int32)
-
-    @functools.cached_property
     def block_layout(self) -> torch.Tensor:
         """int32 [5]: the shift, then the bits of a block key's batch, x, y, z: as few as the
         batches and the span need (the default range, +-120 m by +-20 m, at 0.1 m: 0 + 7 + 7 +
@@ -164,7 +161,7 @@ def voxel_keys(
             n,
             cols,
             params,
-            grid.origin_tensor,
+            _constant(torch.int32, *grid.origin),
             grid.block_layout,
             batch,
             first_run,
@@ -235,7 +232,7 @@ def voxel_order(
     blocks: BlockKeys,
     block_slot: np.ndarray,
     num_slots: int,
-    origin: np.ndarray | torch.Tensor,
+    origin: Sequence[int],
 ) -> tuple[np.ndarray, np.ndarray]:
     """(int32 voxel row of every run, int32 [M, 4] distinct (batch, x, y, z) ascending) once a
     hash set has given each block row a slot (block_slot, one per blocks.words row, among
@@ -257,9 +254,7 @@ def voxel_order(
         len(blocks.words),
         num_slots,
         blocks.shift,
-        origin
-        if isinstance(origin, torch.Tensor)
-        else torch.from_numpy(np.ascontiguousarray(origin, dtype=np.int32)),
+        _constant(torch.int32, *(int(v) for v in origin)),
         voxel_of_run,
         coords,
         num_voxels,

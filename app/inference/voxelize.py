@@ -256,7 +256,7 @@ def _distinct_in_order(
     num_slots = table.capacity()
     # Open3D's table goes before the ordering pass (its memory crowds the caches the pass needs)
     del table, inserted
-    return voxel_kernels.voxel_order(run_keys, blocks, slots, num_slots, grid.origin_tensor)
+    return voxel_kernels.voxel_order(run_keys, blocks, slots, num_slots, grid.origin)
 
 
 def _voxelize_by_sorting(

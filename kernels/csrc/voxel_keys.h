@@ -17,25 +17,6 @@ inline int64_t key_field(int64_t key, int f) {
   return f == 0 ? key >> kBatchShift : (key >> ((3 - f) * kAxisBits)) & (kAxisCells - 1);
 }
 
-// Field f of a key with each axis divided by 2^shift (the batch is never divided).
-inline int64_t shifted_field(int64_t key, int f, int64_t shift) {
-  return f == 0 ? key_field(key, 0) : key_field(key, f) >> shift;
-}
-
-// *packed = the key's shifted fields minus low[f] in width[f] bits each, batch first; false
-// where a field falls outside [low[f], low[f] + 2^width[f]).
-inline bool pack_fields(int64_t key, int64_t shift, const int64_t* low, const int32_t* width,
-                        uint64_t* packed) {
-  uint64_t p = 0;
-  for (int f = 0; f < 4; ++f) {
-    const int64_t offset = shifted_field(key, f, shift) - low[f];
-    if (offset < 0 || offset >= (int64_t(1) << width[f])) return false;
-    p = p << width[f] | uint64_t(offset);
-  }
-  *packed = p;
-  return true;
-}
-
 inline int bit_length(uint64_t v) {
   int bits = 0;
   for (; v; v >>= 1) ++bits;
