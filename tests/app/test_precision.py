@@ -16,7 +16,7 @@ import pytest
 
 from app.inference.builder import load_model, pipeline_for
 from app.inference.scoring import iou_metrics, read_labels
-from kernels.precision import fused_int8_lanes
+from kernels.precision import fused_int8_lanes, native_bf16
 from tests.conftest import REAL_DATA, frame_id, require_real_data
 
 VALIDATION = ("seq00_000000", "spvnas_000000")
@@ -58,6 +58,10 @@ def test_reduced_precision_labels_match_fp32(pipelines, rel, precision):
     pipes, names = pipelines
     if precision not in pipes:
         pytest.skip("this CPU has no AVX512_VNNI")
+    if precision == "bf16" and not native_bf16() and Path(rel).stem not in VALIDATION:
+        # torch emulates bf16 on a CPU without AVX512_BF16 or AMX (about 20 s a frame on a
+        # 2-core Zen 1): the validation frames still check labels and mIoU there
+        pytest.skip("no native bf16 on this CPU: bf16 checked on the validation frames only")
     pair = {"fp32": pipes["fp32"], precision: pipes[precision]}
     assert all(pipe.precision == p for p, pipe in pair.items())
     points, sensor = read(rel)
