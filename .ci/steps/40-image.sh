@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# ci-lane: background
 # Builds the top-level Dockerfile's CPU image for real (buildah, on a debootstrapped bookworm
 # base: no registry is reachable here) and smoke-tests it: /readyz, a real frame's labels equal
 # the in-process pipeline's, non-root, clean exit on SIGTERM. The base rootfs tarball is cached

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# ci-lane: background
 # The Orin image's CPU half: armv8.2-a cross-compile with -Werror, and the kernels on a real frame
 # under qemu-user in an arm64 Debian root, compared with x86-64 (deploy/aarch64_check.sh).
 # With the arm64 root cached (/var/cache/lidarseg-image): 17 s here at a load average of 5, 4.5 min

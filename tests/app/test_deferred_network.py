@@ -94,6 +94,9 @@ TABLES = {  # fused kernels for some kernel sizes, torch's matmuls for the other
 
 @pytest.mark.parametrize("precision", TABLES)
 def test_torch_reads_rows_only_once_their_kernels_ran(default_model, precision):
+    if precision == "bf16" and not native_bf16():
+        # torch's emulated bf16 matmuls read deferred rows as its fp32 ones do (tested here)
+        pytest.skip("no native bf16 on this CPU")
     model, meta = default_model
     pipes = [
         pipeline_for(
