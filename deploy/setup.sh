@@ -13,5 +13,11 @@ bash deploy/setup-observability.sh  # apt: prometheus + chromium for the observa
 if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv
 fi
-.venv/bin/pip install -q --disable-pip-version-check -r requirements.txt
+# A download cut or corrupted on the way fails pip's hash check (seen once in CI: open3d's
+# 400 MB wheel); pip checks every hash again, so another attempt is safe.
+for attempt in 1 2 3; do
+  .venv/bin/pip install -q --disable-pip-version-check -r requirements.txt && break
+  [ "$attempt" = 3 ] && { echo "pip install failed 3 times" >&2; exit 1; }
+  echo "pip install failed (attempt $attempt of 3): trying again" >&2
+done
 .venv/bin/python -m kernels.build >/dev/null
