@@ -181,6 +181,6 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return args.func(args)
-    except PrecisionError as e:  # int8 without AVX512_VNNI, or a name from the environment
+    except PrecisionError as e:  # bf16 or int8 this CPU cannot run, or a name from the environment
         print(f"lidarseg: {e}", file=sys.stderr)
         return 2

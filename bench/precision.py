@@ -105,10 +105,14 @@ def main(argv=None) -> int:
         common.set_threads(args.threads)
     model, meta = load_model(args.weights, args.cr)
     names = meta["class_names"]
-    pipes = {
-        name: pipeline_for(model, meta, "cpu", precision=name.removesuffix(NO_TILES))
-        for name in args.precisions
-    }
+    pipes = {}
+    for name in args.precisions:
+        try:
+            pipes[name] = pipeline_for(model, meta, "cpu", precision=name.removesuffix(NO_TILES))
+        except precision_mod.PrecisionError as e:  # bf16 or int8 that this CPU cannot run
+            print(f"# {name} left out: {e}")
+    if not pipes:
+        raise SystemExit("none of --precisions runs on this CPU")
     info = precision_mod.describe("auto", precision_mod.resolve("auto"))
     print(
         f"# bench.precision weights={args.weights} threads={torch.get_num_threads()} "
@@ -117,7 +121,7 @@ def main(argv=None) -> int:
         f"int8 kernel: {info['int8_kernel']}"
     )
     report = {"cpu": info, "frames": {}}
-    base = args.precisions[0]
+    base = next(iter(pipes))
     for frame_name in args.frames:
         frame = common.load_frame(frame_name, args.data)
         sensor = common.sensor_of(frame_name)
@@ -128,7 +132,7 @@ def main(argv=None) -> int:
                 labels[name] = pipe.segment(frame.points, sensor).labels
         row = {"points": len(frame.points)}
         line = f"{frame_name}: {len(frame.points)} points"
-        for name in args.precisions:
+        for name in pipes:
             ratios = [b / t for b, t in zip(times[base], times[name])]
             cpu_ratios = [b / t for b, t in zip(cpu[base], cpu[name])]
             agree = float((labels[name] == labels[base]).mean())
@@ -151,9 +155,9 @@ def main(argv=None) -> int:
                 if args.data is None
                 else f"{args.data}/{LABELLED[frame_name]}"
             )
-            for name in args.precisions:
+            for name in pipes:
                 row[name]["miou"] = iou_metrics(gt, labels[name], names)["miou"]
-            line += "\n  mIoU " + ", ".join(f"{n} {row[n]['miou']:.4f}" for n in args.precisions)
+            line += "\n  mIoU " + ", ".join(f"{n} {row[n]['miou']:.4f}" for n in pipes)
         print(line, flush=True)
         report["frames"][frame_name] = row
     if args.json:

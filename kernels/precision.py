@@ -9,8 +9,9 @@
     bf16  inputs and weights of every sparse conv rounded to bf16, products summed in fp32
           (the fused kernel, csrc/fused_bf16_cpu.cpp, on AMX tiles where the CPU has them, or
           torch's bf16 matmul on the grouped path); outputs, biases, residuals and the head
-          stay fp32. Pinned on a CPU without native bf16 it still runs (torch's bf16 matmul,
-          slower than fp32).
+          stay fp32. Refused on a CPU without AVX512_BF16 or AMX_BF16: torch's emulated bf16
+          matmul ran the default model's network 27x slower than fp32 there, on one core
+          (AMD EPYC Zen 1, AVX2 only: 14 s against 0.51 s a KITTI frame).
     int8  input rows of every sparse conv as uint8 with one scale per row (measured as the row is
           quantized: nothing to calibrate), weights as int8 with one scale per offset and output
           channel, products summed exactly in int32 by AVX512_VNNI dot products or AMX tiles
@@ -166,14 +167,18 @@ def validate(name: str | None) -> str:
 
 
 INT8_FEATURES = ("AVX512F", "AVX512_VNNI")  # what the int8 kernel needs (FEATURE_FLAGS names)
+BF16_FEATURES = ("AVX512_BF16", "AMX_BF16")  # either multiplies bf16 natively
 
 
 def offered(name: str | None) -> str:
-    """validate(name), and for int8 whether this CPU has what the int8 kernel needs, by its
+    """validate(name), and for int8 and bf16 whether this CPU has what they need, by its
     /proc/cpuinfo flags (no kernel library loaded: the settings check at start-up)."""
     value = validate(name)
-    if value == "int8" and not set(INT8_FEATURES) <= set(cpu_features()):
+    features = set(cpu_features())
+    if value == "int8" and not set(INT8_FEATURES) <= features:
         raise PrecisionError(_no_int8())
+    if value == "bf16" and not set(BF16_FEATURES) & features:
+        raise PrecisionError(_no_bf16())
     return value
 
 
@@ -184,9 +189,17 @@ def _no_int8() -> str:
     )
 
 
+def _no_bf16() -> str:
+    return (
+        "bf16 needs AVX512_BF16 or AMX_BF16, which this CPU lacks (it has: "
+        f"{', '.join(cpu_features()) or 'none of them'}; emulated, bf16 runs many times slower "
+        "than fp32); use auto or fp32"
+    )
+
+
 def resolve(name: str | None, device: str | torch.device = "cpu") -> str:
     """What runs for a requested precision on a device: fp32, bf16 or int8 (PrecisionError for
-    int8 on a CPU without AVX512_VNNI)."""
+    int8 on a CPU without AVX512_VNNI, bf16 on one without native bf16)."""
     value = validate(name)
     if torch.device(device).type != "cpu":
         return "fp32"
@@ -194,6 +207,8 @@ def resolve(name: str | None, device: str | torch.device = "cpu") -> str:
         return "int8" if fused_int8_lanes() else "bf16" if native_bf16() else "fp32"
     if value == "int8" and not fused_int8_lanes():
         raise PrecisionError(_no_int8())
+    if value == "bf16" and not native_bf16():
+        raise PrecisionError(_no_bf16())
     return value
 
 
@@ -218,7 +233,7 @@ def describe(requested: str | None, running: str) -> dict:
             if fused_bf16_lanes() > 0
             else "torch bf16 matmul (AMX)"
             if "AMX_BF16" in cpu_features()
-            else "torch bf16 matmul (no native bf16: slower than fp32)"
+            else "none (no AVX512_BF16 or AMX_BF16)"
         ),
         "int8_kernel": (
             "fused AMX_INT8 tiles (AVX512_VNNI for narrow inputs)"

@@ -24,6 +24,9 @@ KITTI = "semantickitti/seq00_000000.bin"
 NUSCENES = "nuscenes/n015-2018-07-24-11-22-45+0800__LIDAR_TOP__1532402927647951.pcd.bin"
 OUSTER = "ouster/os1-128_lb_n3_scan0_xyzr.bin"
 NEEDS_INT8 = pytest.mark.skipif(not fused_int8_lanes(), reason="this CPU has no AVX512_VNNI")
+NEEDS_BF16 = pytest.mark.skipif(
+    not native_bf16(), reason="no AVX512_BF16 or AMX_BF16: bf16 refused"
+)
 
 
 def points_of(rel: str) -> tuple[np.ndarray, str]:
@@ -56,15 +59,15 @@ def assert_same(got, expected):
             assert torch.equal(a.nan_to_num(), b.nan_to_num())
 
 
-@pytest.mark.parametrize("precision", ["fp32", "bf16", pytest.param("int8", marks=NEEDS_INT8)])
+@pytest.mark.parametrize(
+    "precision",
+    ["fp32", pytest.param("bf16", marks=NEEDS_BF16), pytest.param("int8", marks=NEEDS_INT8)],
+)
 @pytest.mark.parametrize("first, frame", [(KITTI, NUSCENES), (NUSCENES, OUSTER), (OUSTER, KITTI)])
 def test_deferred_calls_give_the_same_bits(default_model, precision, first, frame):
     """The reference runs in a pipeline of its own first; then the pipeline under test runs
     another frame call by call, so its buffers and the memory torch hands out hold that frame's
     rows: a deferred conv whose rows torch read before the kernel ran would read those."""
-    if precision == "bf16" and not native_bf16() and first != KITTI:
-        # torch emulates bf16 matmuls without AVX512_BF16 or AMX (a minute a case on Zen 1)
-        pytest.skip("no native bf16 on this CPU: bf16 checked on one pair of frames")
     model, meta = default_model
     reference = network_stage(pipeline_for(model, meta, "cpu", precision=precision), frame, False)
     pipe = pipeline_for(model, meta, "cpu", precision=precision)
@@ -95,8 +98,7 @@ TABLES = {  # fused kernels for some kernel sizes, torch's matmuls for the other
 @pytest.mark.parametrize("precision", TABLES)
 def test_torch_reads_rows_only_once_their_kernels_ran(default_model, precision):
     if precision == "bf16" and not native_bf16():
-        # torch's emulated bf16 matmuls read deferred rows as its fp32 ones do (tested here)
-        pytest.skip("no native bf16 on this CPU")
+        pytest.skip("no AVX512_BF16 or AMX_BF16: bf16 refused")
     model, meta = default_model
     pipes = [
         pipeline_for(

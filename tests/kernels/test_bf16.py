@@ -177,12 +177,28 @@ def test_weight_conversion_is_cached_until_the_weight_changes():
 
 def test_precision_names():
     assert precision.resolve("fp32") == "fp32"
-    assert precision.resolve("bf16") == "bf16"
     assert precision.resolve("auto") in precision.RUNNABLE
     assert precision.resolve(None) == precision.resolve("auto")
     assert precision.resolve("bf16", "cuda") == "fp32"  # CPU-only setting
     with pytest.raises(precision.PrecisionError, match="unknown precision"):
         precision.resolve("fp8")
+
+
+def test_bf16_is_offered_where_the_cpu_multiplies_it_natively():
+    """bf16 needs AVX512_BF16 or AMX_BF16; elsewhere torch emulates it, about 27x slower than
+    fp32 on one core of a Zen 1 (kernels/precision.py), and it is refused like int8 without VNNI."""
+    features = set(precision.cpu_features())
+    native = bool({"AVX512_BF16", "AMX_BF16"} & features)
+    assert precision.native_bf16() == native
+    if native:
+        assert precision.offered("bf16") == precision.resolve("bf16") == "bf16"
+    else:
+        for check in (precision.offered, precision.resolve):
+            with pytest.raises(
+                precision.PrecisionError, match="bf16 needs AVX512_BF16 or AMX_BF16"
+            ):
+                check("bf16")
+    assert precision.resolve("bf16", "cuda") == "fp32"  # CPU-only setting
 
 
 def test_auto_follows_the_cpu_features():
