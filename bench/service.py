@@ -17,7 +17,9 @@ the same request, and JSON round trip - binary round trip (issue 16's two ratios
 over the runs plus --json-pairs more (binary, JSON) pairs. The client is httpx (what app/client.py
 uses); each run also posts the binary frame through Python's http.client on a keep-alive
 connection of its own, a leaner client, and prints that round trip and its ratio too: the gap
-between the two is the client's, not the service's.
+between the two is the client's, not the service's. Beside each run, the same bytes (the frame
+out, one byte a point back) go through a bare asyncio responder with that client
+(bench/transport.py): the transport floor under the service layer.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ from app.client import server_timing  # noqa: E402
 from app.inference.builder import build_pipeline  # noqa: E402
 from app.inference.pipeline import PIPELINE_STAGES, STAGES  # noqa: E402
 from bench import common  # noqa: E402
+from bench.transport import floor_round_trips, floor_server  # noqa: E402
 
 # what the server's codec reports for the raw format: a raw kitti-layout body is sensor "kitti"
 # (the wire carries no intensity convention), so the Ouster frame runs as "kitti" on both sides
@@ -117,9 +120,9 @@ def main(argv=None) -> int:
     )
     pipeline = build_pipeline(args.weights, args.device, args.cr, precision=args.precision)
     rows = []
+    floor_proc, floor_port = floor_server()
     try:
         parts = urllib.parse.urlsplit(url)
-        lean = HTTPConnection(parts.hostname, parts.port, timeout=300)
         with httpx.Client(base_url=url, timeout=300) as http:
             print(
                 f"device {args.device}, weights {args.weights}, precision {pipeline.precision}, "
@@ -153,20 +156,25 @@ def main(argv=None) -> int:
                     r.raise_for_status()
                     return r
 
-                def remote_stdlib() -> tuple[float, float]:
-                    """(round trip ms, the server's network stage ms) of the binary request
-                    through Python's http.client on its own keep-alive connection: the same
-                    request with a leaner client than httpx."""
+                def remote_stdlib() -> tuple[float, dict[str, float]]:
+                    """(round trip ms, the server's stages) of the binary request through
+                    Python's http.client on its own keep-alive connection: the same request
+                    with a leaner client than httpx."""
                     t = time.perf_counter()
                     lean.request("POST", f"/v1/segment?format={fmt}", body=body, headers=BINARY)
                     r = lean.getresponse()
                     r.read()
                     ms = (time.perf_counter() - t) * 1e3
-                    return ms, server_timing(r.getheader("server-timing", ""))["network"]
+                    return ms, server_timing(r.getheader("server-timing", ""))
 
                 local_ms, remote_ms, stages, json_ms, json_stages = [], [], [], [], []
-                stdlib = []
+                stdlib, floor = [], []
                 labels = local()  # warm-up
+                # new keep-alive connections per frame: the server closes idle ones after
+                # LIDARSEG_IDLE_TIMEOUT_S (5 s), shorter than a slow CPU's warm-up
+                lean = HTTPConnection(parts.hostname, parts.port, timeout=300)
+                bare = HTTPConnection("127.0.0.1", floor_port, timeout=60)
+                floor_round_trips(bare, body, len(points), 3)  # warm-up
                 gc.collect()
                 gc.freeze()  # as the server does after its warm-up (app/service/main.py)
                 r = remote()
@@ -186,6 +194,7 @@ def main(argv=None) -> int:
                     json_ms.append((time.perf_counter() - t) * 1e3)
                     json_stages.append(server_timing(rj.headers["server-timing"]))
                     stdlib.append(remote_stdlib())
+                    floor += floor_round_trips(bare, body, len(points), 1)
                 lm, rm = statistics.median(local_ms), statistics.median(remote_ms)
                 srv = {k: statistics.median(s[k] for s in stages) for k in (*STAGES, "total")}
                 loc = {
@@ -226,13 +235,16 @@ def main(argv=None) -> int:
                 row.update(
                     http_over_network=per_net, json_minus_binary_ms=json_extra, json_encode_ms=enc
                 )
-                lean_ratio = [ms / net for ms, net in stdlib]
+                lean_ratio = [ms / st["network"] for ms, st in stdlib]
+                lean_layer = [ms - sum(st[k] for k in loc) for ms, st in stdlib]
                 row["stdlib_http_ms"] = [ms for ms, _ in stdlib]
                 row["stdlib_http_over_network"] = lean_ratio
+                row.update(stdlib_service_layer_ms=lean_layer, transport_floor_ms=floor)
                 print(
                     f"{'':<11}the same with Python's http.client as the client: HTTP "
                     f"{statistics.median(ms for ms, _ in stdlib):.1f} ms, / network stage "
-                    f"x{_spread(lean_ratio)}"
+                    f"x{_spread(lean_ratio)}; service layer {_spread(lean_layer)} ms against "
+                    f"the transport floor {_spread(floor)} ms"
                 )
                 print(
                     f"{'':<11}HTTP total (binary) / network stage: x{_spread(per_net)}; "
@@ -240,6 +252,7 @@ def main(argv=None) -> int:
                     f"(server JSON encode {_spread(enc)} ms)"
                 )
     finally:
+        floor_proc.terminate()
         if proc is not None:
             proc.send_signal(signal.SIGTERM)
             proc.wait(60)
