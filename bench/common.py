@@ -204,6 +204,13 @@ def env_summary(device: str) -> dict:
     return info
 
 
+def free_port() -> int:
+    """A loopback port free at the time of asking."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def start_server(
     weights: str, cr: float, device: str, env: dict | None = None, stderr=None, stdout=None
 ) -> tuple[subprocess.Popen, str]:
@@ -211,9 +218,7 @@ def start_server(
     once /readyz answers 200."""
     import httpx
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     env = {
         **os.environ,
         "LIDARSEG_WEIGHTS": weights,

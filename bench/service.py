@@ -120,8 +120,9 @@ def main(argv=None) -> int:
     )
     pipeline = build_pipeline(args.weights, args.device, args.cr, precision=args.precision)
     rows = []
-    floor_proc, floor_port = floor_server()
+    floor_proc = None
     try:
+        floor_proc, floor_port = floor_server()
         parts = urllib.parse.urlsplit(url)
         with httpx.Client(base_url=url, timeout=300) as http:
             print(
@@ -252,7 +253,9 @@ def main(argv=None) -> int:
                     f"(server JSON encode {_spread(enc)} ms)"
                 )
     finally:
-        floor_proc.terminate()
+        if floor_proc is not None:
+            floor_proc.terminate()
+            floor_proc.wait(10)
         if proc is not None:
             proc.send_signal(signal.SIGTERM)
             proc.wait(60)

@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 from http.client import HTTPConnection
-import os
 import socket
 import statistics
 import subprocess
@@ -63,13 +62,11 @@ async def _serve(port: int) -> None:
 
 def floor_server() -> tuple[subprocess.Popen, int]:
     """The responder in a process of its own on a free loopback port: (process, port)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "bench.transport", "--serve", str(port)], cwd=root
-    )
+    from bench import common  # here, not above: the responder's own process needs no torch
+
+    port = common.free_port()
+    cmd = [sys.executable, "-m", "bench.transport", "--serve", str(port)]
+    proc = subprocess.Popen(cmd, cwd=common.REPO_ROOT)
     end = time.monotonic() + 30
     while time.monotonic() < end:
         try:
