@@ -80,7 +80,7 @@ def run_python(code: str, env: dict[str, str]) -> subprocess.CompletedProcess:
 
 
 # Run in a process of its own: other tests' threads (servers, executors) start and end while
-# this counts, and a thread that is ending still shows in /proc/self/task for a moment.
+# this looks.
 TEAM_CHECK = """
 import json, os, threading
 from types import SimpleNamespace
@@ -95,20 +95,22 @@ from app.inference.voxelize import VoxelizeConfig, voxel_kernels  # noqa: E402
 from app.service.routes.decoding import decode_frame  # noqa: E402
 
 
-def outside_python():
-    # threads Python did not start: OpenMP team members, torch's pools
-    return len(os.listdir("/proc/self/task")) - threading.active_count()
+def threads_outside_python():
+    # ids of threads Python did not start (OpenMP team members, torch's pools); by id, not by
+    # count: a Python thread that was just joined can still show in /proc/self/task for a moment
+    python = {t.native_id for t in threading.enumerate()}
+    return {int(tid) for tid in os.listdir("/proc/self/task")} - python
 
 
 def new_threads_while(work):
-    # threads that work() leaves behind in a fresh Python thread, counted before it exits (an
-    # OpenMP team belongs to the thread that started it and lives as long as that thread)
+    # threads that work() starts and leaves behind in a fresh Python thread, seen before it exits
+    # (an OpenMP team belongs to the thread that started it and lives as long as that thread)
     seen = {}
 
     def run():
-        before = outside_python()
+        before = threads_outside_python()
         work()
-        seen["new"] = outside_python() - before
+        seen["new"] = len(threads_outside_python() - before)
 
     t = threading.Thread(target=run)
     t.start()
