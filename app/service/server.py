@@ -31,7 +31,7 @@ import logging
 import sys
 import threading
 import time
-from typing import TypedDict
+from typing import Any, TypedDict
 
 import h11
 import uvicorn
@@ -167,12 +167,13 @@ class GuardedH11(H11Protocol):
         """While a body is read ahead, socket reads take up to its declared length at once
         (asyncio's selector transport reads max_size bytes a call, 256 KiB); else asyncio's
         own size. recv() allocates what it is asked for and shrinks it to what came."""
-        if not hasattr(type(self.transport), "max_size"):
+        transport: Any = self.transport  # max_size: asyncio's selector transports only
+        if not hasattr(type(transport), "max_size"):
             return  # not asyncio's socket transport (TLS, uvloop): its own reads
         if self.reading_ahead():
-            self.transport.max_size = max(declared_length(self.headers) or 0, READ_SIZE)
-        elif "max_size" in vars(self.transport):
-            del self.transport.max_size  # the class's value again
+            transport.max_size = max(declared_length(self.headers) or 0, READ_SIZE)
+        elif "max_size" in vars(transport):
+            del transport.max_size  # the class's value again
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
