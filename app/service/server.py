@@ -47,7 +47,6 @@ GRACEFUL_S = 3  # uvicorn's own graceful close, inside the reserve (whole second
 # most this much more is held per connection than under uvicorn's 64 KiB pause, and only until
 # the route reads the body, which it does for every request it admits.
 READ_AHEAD_BYTES = 8 * 1024 * 1024
-READ_SIZE = 256 * 1024  # asyncio's socket read size (its transports' max_size)
 
 
 # How long a thread may keep the GIL while another waits for it (Python's default: 5 ms). The
@@ -80,14 +79,14 @@ class GuardedConfig(uvicorn.Config):
 
 class ReadAhead(FlowControl):
     """uvicorn's flow control, except that it does not pause while the protocol reads a body
-    ahead (GuardedH11.reading_ahead)."""
+    ahead (GuardedH11.read_ahead_length)."""
 
     def __init__(self, transport: asyncio.Transport, protocol: GuardedH11) -> None:
         super().__init__(transport)
         self._protocol = protocol
 
     def pause_reading(self) -> None:
-        if not self._protocol.reading_ahead():
+        if self._protocol.read_ahead_length() is None:
             super().pause_reading()
 
 
@@ -107,12 +106,15 @@ class GuardedH11(H11Protocol):
     config: GuardedConfig  # uvicorn_config's: the protocol gets the server's config
     _header_timer: asyncio.TimerHandle | None
 
-    def reading_ahead(self) -> bool:
-        """Whether the request under way sends a body small enough to read whole at once."""
+    def read_ahead_length(self) -> int | None:
+        """The declared length of the body under way when it is small enough to read whole at
+        once, else None."""
         if self.cycle is None or self.conn.their_state is not h11.SEND_BODY:
-            return False  # no body under way (h11.PAUSED: a pipelined request waits)
+            return None  # no body under way (h11.PAUSED: a pipelined request waits)
         length = declared_length(self.headers)
-        return length is not None and length <= self.config.lidarseg_guard["read_ahead_bytes"]
+        if length is None or length > self.config.lidarseg_guard["read_ahead_bytes"]:
+            return None
+        return length
 
     def connection_made(self, transport) -> None:
         super().connection_made(transport)
@@ -168,10 +170,12 @@ class GuardedH11(H11Protocol):
         (asyncio's selector transport reads max_size bytes a call, 256 KiB); else asyncio's
         own size. recv() allocates what it is asked for and shrinks it to what came."""
         transport: Any = self.transport  # max_size: asyncio's selector transports only
-        if not hasattr(type(transport), "max_size"):
+        default = getattr(type(transport), "max_size", None)
+        if default is None:
             return  # not asyncio's socket transport (TLS, uvloop): its own reads
-        if self.reading_ahead():
-            transport.max_size = max(declared_length(self.headers) or 0, READ_SIZE)
+        length = self.read_ahead_length()
+        if length is not None:
+            transport.max_size = max(length, default)
         elif "max_size" in vars(transport):
             del transport.max_size  # the class's value again
 
