@@ -7,12 +7,8 @@ GuardedH11 is uvicorn's h11 protocol plus
     is LIDARSEG_IDLE_TIMEOUT_S here);
   - a connection cap: beyond LIDARSEG_MAX_CONNECTIONS open connections a new one gets a JSON 503
     with Retry-After and is closed;
-  - read-ahead: a body that declares a Content-Length up to READ_AHEAD_BYTES (and within
-    LIDARSEG_MAX_BODY_BYTES) streams in while the route starts, in socket reads as large as
-    the body. uvicorn stops reading once 64 KiB wait for the app and reads on only when the
-    route asks, 256 KiB a round: a 2 MB frame took nine event-loop rounds after the route
-    began, four to five now (README, Benchmarks). Chunked bodies, larger ones and pipelined
-    requests keep uvicorn's flow control and asyncio's read size.
+  - read-ahead (app/service/read_ahead.py): a small declared body streams in while the route
+    starts, past h11's buffers.
 The body deadline (408) and the rest live in the routes (routes/body.py).
 
 Shutdown (SIGTERM / SIGINT): one budget, LIDARSEG_SHUTDOWN_BUDGET_S (25 s, under Kubernetes'
@@ -31,22 +27,16 @@ import logging
 import sys
 import threading
 import time
-from typing import Any, TypedDict
+from typing import TypedDict
 
-import h11
 import uvicorn
 from pydantic import ValidationError
-from uvicorn.protocols.http.flow_control import FlowControl
-from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from app.service.config import Settings
+from app.service.read_ahead import READ_AHEAD_BYTES, ReadAheadH11
 
 CLOSE_RESERVE_S = 5.0  # of the shutdown budget, kept for closing connections and the lifespan
 GRACEFUL_S = 3  # uvicorn's own graceful close, inside the reserve (whole seconds: uvicorn's int)
-# A declared body up to this size is read without pausing (a 128-beam frame is about 2 MB): at
-# most this much more is held per connection than under uvicorn's 64 KiB pause, and only until
-# the route reads the body, which it does for every request it admits.
-READ_AHEAD_BYTES = 8 * 1024 * 1024
 
 
 # How long a thread may keep the GIL while another waits for it (Python's default: 5 ms). The
@@ -77,49 +67,17 @@ class GuardedConfig(uvicorn.Config):
     lidarseg_guard: Guard
 
 
-class ReadAhead(FlowControl):
-    """uvicorn's flow control, except that it does not pause while the protocol reads a body
-    ahead (GuardedH11.read_ahead_length)."""
-
-    def __init__(self, transport: asyncio.Transport, protocol: GuardedH11) -> None:
-        super().__init__(transport)
-        self._protocol = protocol
-
-    def pause_reading(self) -> None:
-        if self._protocol.read_ahead_length() is None:
-            super().pause_reading()
-
-
-def declared_length(headers: list[tuple[bytes, bytes]] | None) -> int | None:
-    """A request's Content-Length (headers as uvicorn keeps them: lower-case names), None when
-    it has none or a bad one (h11 refuses those)."""
-    for name, value in headers or ():
-        if name == b"content-length":
-            return int(value) if value.isdigit() else None
-    return None
-
-
-class GuardedH11(H11Protocol):
+class GuardedH11(ReadAheadH11):
     """uvicorn's h11 protocol with a header timeout, a connection cap and read-ahead (see the
     module doc)."""
 
     config: GuardedConfig  # uvicorn_config's: the protocol gets the server's config
     _header_timer: asyncio.TimerHandle | None
 
-    def read_ahead_length(self) -> int | None:
-        """The declared length of the body under way when it is small enough to read whole at
-        once, else None."""
-        if self.cycle is None or self.conn.their_state is not h11.SEND_BODY:
-            return None  # no body under way (h11.PAUSED: a pipelined request waits)
-        length = declared_length(self.headers)
-        if length is None or length > self.config.lidarseg_guard["read_ahead_bytes"]:
-            return None
-        return length
-
     def connection_made(self, transport) -> None:
-        super().connection_made(transport)
-        self.flow = ReadAhead(transport, self)
         guard = self.config.lidarseg_guard
+        self.read_ahead_bytes = guard["read_ahead_bytes"]
+        super().connection_made(transport)
         if len(self.connections) > guard["max_connections"]:
             transport.write(
                 _raw_response(
@@ -163,21 +121,6 @@ class GuardedH11(H11Protocol):
         super().handle_events()
         if self.cycle is not getattr(self, "_waiting_cycle", self.cycle):
             self._disarm_header_timer()  # a request's headers arrived
-        self._size_reads()
-
-    def _size_reads(self) -> None:
-        """While a body is read ahead, socket reads take up to its declared length at once
-        (asyncio's selector transport reads max_size bytes a call, 256 KiB); else asyncio's
-        own size. recv() allocates what it is asked for and shrinks it to what came."""
-        transport: Any = self.transport  # max_size: asyncio's selector transports only
-        default = getattr(type(transport), "max_size", None)
-        if default is None:
-            return  # not asyncio's socket transport (TLS, uvloop): its own reads
-        length = self.read_ahead_length()
-        if length is not None:
-            transport.max_size = max(length, default)
-        elif "max_size" in vars(transport):
-            del transport.max_size  # the class's value again
 
     def on_response_complete(self) -> None:
         super().on_response_complete()

@@ -1,7 +1,8 @@
-"""GuardedH11's read-ahead (app/service/server.py): a body that declares a Content-Length up to
-the bound streams in without uvicorn pausing the socket; a larger one, a chunked one and a
-pipelined request behind a finished one still pause. The protocol is driven with bytes over a
-recording transport, an ASGI app that never reads the body standing for a route not yet started.
+"""GuardedH11's read-ahead (app/service/read_ahead.py): a body that declares a Content-Length up
+to the bound streams in without uvicorn pausing the socket and reaches the route whole, past h11;
+a larger one, a chunked one and a pipelined request behind a finished one still pause. The
+protocol is driven with bytes over a recording transport, an ASGI app that never reads the body
+standing for a route not yet started, and one that echoes what it got for the route that reads.
 """
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ import pytest
 from uvicorn.server import ServerState
 
 from app.service.config import Settings
-from app.service.server import READ_AHEAD_BYTES, GuardedH11, declared_length, uvicorn_config
+from app.service.read_ahead import READ_AHEAD_BYTES, declared_length
+from app.service.server import GuardedH11, uvicorn_config
 
 
 class RecordingTransport(asyncio.Transport):
@@ -24,6 +26,7 @@ class RecordingTransport(asyncio.Transport):
     def __init__(self) -> None:
         super().__init__()
         self.pauses = 0
+        self.written = b""
 
     def get_extra_info(self, name, default=None):
         return {"sockname": ("127.0.0.1", 8000), "peername": ("127.0.0.1", 50000)}.get(
@@ -40,7 +43,7 @@ class RecordingTransport(asyncio.Transport):
         return False
 
     def write(self, data) -> None:
-        pass
+        self.written += data
 
     def close(self) -> None:
         pass
@@ -124,3 +127,103 @@ def test_a_pipelined_request_still_pauses_reading():
 )
 def test_declared_length(headers, length):
     assert declared_length(headers) == length
+
+
+async def _echo_app(scope, receive, send) -> None:
+    """Reads the whole body, keeps every message it got (scope["state"]["messages"]), answers
+    with the body's length and the byte sum; /early answers without reading."""
+    if scope["type"] != "http":
+        return
+    got = []
+    if scope["path"] != "/early":
+        while True:
+            message = await receive()
+            got.append(message)
+            if message["type"] != "http.request" or not message["more_body"]:
+                break
+    scope["state"]["messages"].append(got)
+    body = b"".join(m.get("body", b"") for m in got)
+    answer = b"%d %d" % (len(body), sum(body))
+    length = [(b"content-length", b"%d" % len(answer))]
+    await send({"type": "http.response.start", "status": 200, "headers": length})
+    await send({"type": "http.response.body", "body": answer})
+
+
+def _exchange(reads: list[bytes], close: bool = False) -> tuple[list[list[dict]], bytes]:
+    """The messages each request's app got and what the protocol wrote, the reads arriving one
+    event-loop round apart; `close`: the client goes after the last read."""
+
+    async def drive():
+        config = uvicorn_config(_echo_app, Settings())
+        config.load()
+        messages: list[list[dict]] = []
+        protocol = GuardedH11(config, ServerState(), app_state={"messages": messages})
+        transport = RecordingTransport()
+        protocol.connection_made(transport)
+        for data in reads:
+            protocol.data_received(data)
+            for _ in range(5):
+                await asyncio.sleep(0)
+        if close:
+            protocol.connection_lost(None)
+        for _ in range(5):
+            await asyncio.sleep(0)
+        return messages, transport.written
+
+    return asyncio.run(drive())
+
+
+def _answers(written: bytes) -> list[bytes]:
+    return [part.split(b"\r\n\r\n", 1)[1] for part in written.split(b"HTTP/1.1 ")[1:]]
+
+
+def _summary(body: bytes) -> bytes:
+    return b"%d %d" % (len(body), sum(body))
+
+
+BODY = bytes(range(256)) * 4000  # 1,024,000 bytes, no two neighbours alike
+
+
+def test_the_body_reaches_the_route_whole_past_h11():
+    request = _post(BODY)
+    head = len(request) - len(BODY)
+    reads = [request[: head + 1000]] + [
+        request[i : i + 300_001] for i in range(head + 1000, len(request), 300_001)
+    ]
+    (got,), written = _exchange(reads)
+    assert b"".join(m["body"] for m in got) == BODY
+    assert len(got) == 1 and not got[0]["more_body"]  # the route woke once, for the whole body
+    assert _answers(written) == [_summary(BODY)]
+
+
+def test_a_body_in_one_read_is_not_copied():
+    request = _post(BODY)
+    head = len(request) - len(BODY)
+    rest = request[head:]
+    (got,), _ = _exchange([request[:head], rest])
+    assert got[-1]["body"] is rest  # the socket's read itself, not a copy
+
+
+def test_a_pipelined_request_behind_the_body_is_h11s_as_ever():
+    first, second = _post(BODY), _post(b"second body")
+    (got1, got2), written = _exchange([first[:5000], first[5000:] + second])
+    assert b"".join(m["body"] for m in got1) == BODY
+    assert b"".join(m["body"] for m in got2) == b"second body"
+    assert _answers(written) == [_summary(BODY), _summary(b"second body")]
+
+
+def test_a_body_answered_before_it_arrived_is_dropped_and_the_next_request_served():
+    early = b"POST /early HTTP/1.1\r\nHost: t\r\nContent-Length: %d\r\n\r\n" % len(BODY)
+    nxt = _post(b"after")
+    (got_early, got_next), written = _exchange(
+        [early + BODY[:10], BODY[10:500_000], BODY[500_000:] + nxt]
+    )
+    assert got_early == []
+    assert b"".join(m["body"] for m in got_next) == b"after"
+    assert _answers(written) == [_summary(b""), _summary(b"after")]
+
+
+def test_a_client_gone_mid_body_is_a_disconnect():
+    request = _post(BODY)
+    (got,), _ = _exchange([request[:5000], request[5000:600_000]], close=True)
+    assert got[-1]["type"] == "http.disconnect"
