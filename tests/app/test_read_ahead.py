@@ -227,3 +227,24 @@ def test_a_client_gone_mid_body_is_a_disconnect():
     request = _post(BODY)
     (got,), _ = _exchange([request[:5000], request[5000:600_000]], close=True)
     assert got[-1]["type"] == "http.disconnect"
+
+
+def test_the_route_keeps_a_body_in_one_message_uncopied():
+    from starlette.requests import Request
+
+    from app.service.routes.body import read_body
+    from app.service.routes.deps import ServiceState
+
+    async def read() -> tuple[bytes, bytes]:
+        body = bytes(BODY)
+        messages = [{"type": "http.request", "body": body, "more_body": False}]
+
+        async def receive():
+            return messages.pop(0)
+
+        scope = {"type": "http", "method": "POST", "path": "/", "headers": []}
+        got = await read_body(Request(scope, receive), ServiceState(Settings()))
+        return got, body
+
+    got, body = asyncio.run(read())
+    assert got is body

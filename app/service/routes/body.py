@@ -67,7 +67,8 @@ async def read_body(request: Request, service: ServiceState) -> bytes:
                     f"body passed the limit of {limit} bytes while streaming",
                     CLOSE,
                 )
-            chunks.append(chunk)
+            if chunk:  # Starlette's stream ends with b"": a body in one piece is then not copied
+                chunks.append(chunk)
     except asyncio.CancelledError:
         if not reason:
             raise
