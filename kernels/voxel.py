@@ -75,17 +75,22 @@ def _read_only_points(points: np.ndarray) -> torch.Tensor:
 
 
 def valid_points(
-    points: np.ndarray, max_xy: float, z_range: tuple[float, float]
-) -> tuple[np.ndarray, int, int]:
-    """(keep mask, non-finite count, out-of-range count) of float32 points [N, >=3] by the rule
-    voxel_keys applies (ls_valid_points_cpu)."""
+    points: np.ndarray,
+    max_xy: float,
+    z_range: tuple[float, float],
+    extras_top: float = float("inf"),
+) -> tuple[np.ndarray, int, int, int]:
+    """(keep mask, non-finite count, out-of-range count, unclean extras count) of float32
+    points [N, >=3] by the rule voxel_keys applies (ls_valid_points_cpu); the last counts rows
+    whose intensity (column 3) is outside 0 .. extras_top or NaN or whose later columns are not
+    all finite."""
     pts = _read_only_points(points)
     keep = torch.empty(len(pts), dtype=torch.uint8)
-    counts = torch.zeros(2, dtype=torch.int64)
-    params = _constant(torch.float32, 1.0, max_xy, *z_range)
+    counts = torch.zeros(3, dtype=torch.int64)
+    params = _constant(torch.float32, 1.0, max_xy, *z_range, extras_top)
     backend.call("valid_points", "cpu", pts, pts.shape[0], pts.shape[1], params, keep, counts)
-    non_finite, out_of_range = counts.tolist()
-    return keep.numpy().view(np.bool_), non_finite, out_of_range
+    non_finite, out_of_range, unclean = counts.tolist()
+    return keep.numpy().view(np.bool_), non_finite, out_of_range, unclean
 
 
 @dataclass(frozen=True)

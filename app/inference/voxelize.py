@@ -90,15 +90,23 @@ def point_features(points: np.ndarray, config: VoxelizeConfig, sensor: str) -> n
     return out
 
 
-def valid_mask(points: np.ndarray, config: VoxelizeConfig) -> tuple[np.ndarray, dict[str, int]]:
+def valid_mask(points: np.ndarray, config: VoxelizeConfig) -> Valid:
     """(keep mask, ignored counts): kept are points with finite x, y, z inside the configured
     range, by the rule the voxelizer's kernel pass applies (float32 comparisons)."""
+    return checked_points(points, config)[0]
+
+
+def checked_points(
+    points: np.ndarray, config: VoxelizeConfig, extras_top: float = float("inf")
+) -> tuple[Valid, int]:
+    """valid_mask's result and, from the same pass, how many rows have columns after x, y, z
+    to clean: an intensity (column 3) outside 0 .. extras_top or NaN, a later column not finite."""
     if points.ndim != 2 or points.shape[1] < 3:
         raise ValueError(f"points must be [N, >=3], got {points.shape}")
-    keep, non_finite, out_of_range = voxel_kernels.valid_points(
-        points, config.max_xy, config.z_range
+    keep, non_finite, out_of_range, unclean = voxel_kernels.valid_points(
+        points, config.max_xy, config.z_range, extras_top
     )
-    return keep, {"non_finite": non_finite, "out_of_range": out_of_range}
+    return (keep, {"non_finite": non_finite, "out_of_range": out_of_range}), unclean
 
 
 Valid = tuple[np.ndarray, dict[str, int]]  # valid_mask's (keep mask, ignored counts)

@@ -230,7 +230,9 @@ LS_API int ls_sorted_downsample_cpu(const int32_t* coords, int64_t n, int32_t st
 // voxel_cpu.cpp; host only: the voxelizer runs on the host). One frame's points [n, cols] (x, y,
 // z first); params = {voxel_size, max_xy, z_lo, z_hi}. A point is kept when x, y, z are finite,
 // |x| and |y| <= max_xy and z_lo <= z <= z_hi (float32 comparisons).
-// keep[i] = whether point i is kept by that rule; counts [2] {non-finite, out of range}.
+// keep[i] = whether point i is kept by that rule; counts [3] {non-finite, out of range, rows
+// whose columns after x, y, z need cleaning: column 3 outside 0 .. params[4] or NaN, or a later
+// column not finite}; valid_points' params carry that bound as a fifth value.
 LS_API int ls_valid_points_cpu(const float* points, int64_t n, int64_t cols, const float* params,
                                uint8_t* keep, int64_t* counts);
 // A kept point's cell is floor(coord / voxel_size) (float32 division), packed as batch << 51 |

@@ -21,15 +21,24 @@ using namespace lidarseg::voxel;
 
 namespace {
 
-// counts[] of the validity pass: two tallies
-enum Count { kNonFinite = 0, kOutOfRange = 1 };
+// counts[] of the validity pass: three tallies
+enum Count { kNonFinite = 0, kOutOfRange = 1, kUncleanExtras = 2 };
+
+// Whether a row's columns after x, y, z need cleaning: the intensity (column 3) outside
+// 0 .. top or NaN, or a later column not finite (the route's clean_extra_columns then copies).
+inline bool unclean_extras(const float* p, int64_t cols, float top) {
+  bool bad = !((p[3] >= 0.0f) & (p[3] <= top));
+  for (int64_t c = 4; c < cols; ++c) bad |= !std::isfinite(p[c]);
+  return bad;
+}
 
 // valid_points' pass over points of kCols columns (0: `cols`), vectorized as the keys pass's
 // chunk_keys (voxel_keys_cpu.cpp): rows of 3 or 4 columns in place, others through an XyzChunk.
 template <int kCols>
 void classify_points(const float* points, int64_t n, int64_t cols, const float* params,
                      uint8_t* keep, int64_t* counts) {
-  int64_t not_finite = 0, outside = 0;
+  int64_t not_finite = 0, outside = 0, unclean = 0;
+  const float top = params[4];
   const auto classify = [&](float x, float y, float z, uint8_t* kept) {
     const PointRule rule(x, y, z, params);
     *kept = rule.kept();
@@ -40,6 +49,7 @@ void classify_points(const float* points, int64_t n, int64_t cols, const float* 
     for (int64_t i = 0; i < n; ++i) {
       const float* p = points + i * kCols;
       classify(p[0], p[1], p[2], keep + i);
+      if (kCols == 4) unclean += !((p[3] >= 0.0f) & (p[3] <= top));
     }
   } else {
     XyzChunk xyz;
@@ -47,10 +57,15 @@ void classify_points(const float* points, int64_t n, int64_t cols, const float* 
       const int64_t rows = std::min(kChunkRows, n - begin);
       xyz.copy(points + begin * cols, cols, rows);
       for (int64_t i = 0; i < rows; ++i) classify(xyz.x[i], xyz.y[i], xyz.z[i], keep + begin + i);
+      if (cols > 3) {
+        for (int64_t i = 0; i < rows; ++i)
+          unclean += unclean_extras(points + (begin + i) * cols, cols, top);
+      }
     }
   }
   counts[kNonFinite] = not_finite;
   counts[kOutOfRange] = outside;
+  counts[kUncleanExtras] = unclean;
 }
 
 }  // namespace

@@ -176,18 +176,16 @@ def test_xyz_out_of_range_ignored_by_default(http):
 
 
 def test_validity_mask_computed_once_per_request(http, monkeypatch):
-    import app.inference.voxelize as voxelize_module
-    import app.service.routes.decoding as decoding_route
+    import kernels.voxel
 
     calls = []
-    original = voxelize_module.valid_mask
+    original = kernels.voxel.valid_points
 
     def counting(*args, **kwargs):
         calls.append(1)
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(voxelize_module, "valid_mask", counting)
-    monkeypatch.setattr(decoding_route, "valid_mask", counting)
+    monkeypatch.setattr(kernels.voxel, "valid_points", counting)
     small = np.array(load_frame(NUSCENES))[:1000].tobytes()
     assert (
         http.post("/v1/segment?format=nuscenes", content=small, headers=WANT_BIN).status_code == 200

@@ -9,6 +9,7 @@ import asyncio
 import concurrent.futures
 import io
 import logging
+from types import SimpleNamespace
 
 import httpx
 import numpy as np
@@ -115,6 +116,27 @@ def test_model_description_has_no_server_path():
     assert r.status_code == 200
     assert str(REPO_ROOT) not in r.text and "/" not in str(r.json()["engine"]["grouping_plan_file"])
     app.state.service.worker.stop(30)
+
+
+@pytest.mark.parametrize("sensor,top", [("kitti", 1.0), ("nuscenes", 255.0)])
+@pytest.mark.parametrize("columns", [4, 5])
+def test_the_route_cleans_exactly_the_frames_that_need_it(sensor, top, columns):
+    """The validity pass counts the rows to clean; a clean frame is passed on as it came."""
+    service = SimpleNamespace(
+        settings=Settings(), pipeline=SimpleNamespace(voxel_config=VoxelizeConfig())
+    )
+    pts = np.random.default_rng(0).uniform(0, top, (1000, columns)).astype(np.float32)
+    pts[:, 3] = np.linspace(0, top, len(pts), dtype=np.float32)  # both ends included
+    assert decoding.check_points(service, pts, sensor)[0] is pts
+    bads = [(3, -1e-30), (3, np.nextafter(np.float32(top), np.float32(np.inf))), (3, np.nan)]
+    bads += [(4, np.inf), (4, np.nan)] if columns == 5 else []
+    for column, bad in bads:
+        dirty = pts.copy()
+        dirty[17, column] = bad
+        out = decoding.check_points(service, dirty, sensor)[0]
+        assert out is not dirty
+        np.testing.assert_array_equal(out, decoding.clean_extra_columns(dirty, np.float32(top)))
+        assert np.isfinite(out).all() and out[:, 3].min() >= 0 and out[:, 3].max() <= top
 
 
 @pytest.mark.parametrize("sensor,top", [("kitti", 1.0), ("nuscenes", 255.0), ("ouster", 255.0)])

@@ -86,8 +86,12 @@ def test_keys_runs_blocks_and_counts_match_numpy(seed, columns):
     assert np.array_equal(got.run_of_point, run_of_point)
     assert (got.non_finite, got.out_of_range) == (non_finite, out_of_range) and non_finite > 0
     check_block_rows(got, GRID)
-    keep, *tallies = voxel.valid_points(pts, MAX_XY, Z_RANGE)
+    keep, *tallies, unclean = voxel.valid_points(pts, MAX_XY, Z_RANGE, 0.5)
     assert np.array_equal(keep, run_of_point >= 0) and tallies == [non_finite, out_of_range]
+    extras = pts[:, 3:]  # intensity within 0 .. 0.5 (NaN is not), the columns after it finite
+    in_range = (extras[:, 0] >= 0) & (extras[:, 0] <= 0.5) if columns > 3 else True
+    clean = in_range & np.isfinite(extras[:, 1:]).all(axis=1)
+    assert unclean == len(pts) - np.count_nonzero(clean) and (columns == 3 or 0 < unclean)
     later = voxel.voxel_keys(pts, VOXEL, MAX_XY, Z_RANGE, GRID, 3, 100, 50)
     assert np.array_equal(later.run_of_point, np.where(run_of_point < 0, -1, run_of_point + 100))
     assert np.array_equal(later.blocks.block_run, got.blocks.block_run + 50)

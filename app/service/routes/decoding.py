@@ -14,7 +14,7 @@ import numpy as np
 
 from app.codecs import DecodeError, binary, decode
 from app.codecs.sniff import content_type_format
-from app.inference.voxelize import valid_mask
+from app.inference.voxelize import checked_points
 from app.service.routes.deps import ServiceError, ServiceState
 
 log = logging.getLogger("lidarseg")
@@ -43,7 +43,8 @@ async def decode_body(
 
 def check_points(service: ServiceState, points: np.ndarray, sensor: str):
     """(points, valid_mask's result): the frame checked against the limits and the range
-    policy, its extra columns cleaned; the mask goes with it to the pipeline (computed once)."""
+    policy, its extra columns cleaned (copied only where the validity pass found a row to clean);
+    the mask goes with it to the pipeline (computed once)."""
     settings = service.settings
     if not isinstance(points, np.ndarray) or points.ndim != 2 or points.shape[1] < 3:
         shape = getattr(points, "shape", None)
@@ -55,22 +56,22 @@ def check_points(service: ServiceState, points: np.ndarray, sensor: str):
             f"{len(points)} points; the limit is {settings.max_points} (LIDARSEG_MAX_POINTS)",
         )
     points = np.ascontiguousarray(points, dtype=np.float32)
-    valid = valid_mask(points, service.pipeline.voxel_config)
+    cfg = service.pipeline.voxel_config
+    top = np.float32(1.0 / dict(cfg.intensity_scale).get(sensor, 1.0))
+    valid, unclean = checked_points(points, cfg, float(top))
     ignored = valid[1]
     if ignored["non_finite"] == len(points):
         raise ServiceError(
             422, "no_finite_points", f"none of the {len(points)} points has finite x, y, z"
         )
     if settings.range_policy == "reject" and ignored["out_of_range"]:
-        cfg = service.pipeline.voxel_config
         raise ServiceError(
             422,
             "out_of_range",
             f"{ignored['out_of_range']} points lie outside |x|, |y| <= "
             f"{cfg.max_xy} m, z in {list(cfg.z_range)} m (range policy 'reject')",
         )
-    scale = dict(service.pipeline.voxel_config.intensity_scale).get(sensor, 1.0)
-    return clean_extra_columns(points, np.float32(1.0 / scale)), valid
+    return (clean_extra_columns(points, top) if unclean else points), valid
 
 
 def clean_extra_columns(points: np.ndarray, top: np.float32) -> np.ndarray:
