@@ -227,7 +227,12 @@ def test_errors_are_json_and_the_app_keeps_serving(http):
     assert_error(
         http.post("/v1/segment?format=kitti", content=chunks(), headers=BIN), 413, "body_too_large"
     )
-    assert_error(http.post("/v1/segment?detail=nope", content=b"\0" * 16, headers=BIN), 400)
+    bad_detail = http.post("/v1/segment?detail=nope", content=b"\0" * 16, headers=BIN)
+    assert_error(bad_detail, 400, "invalid_request")
+    assert "detail" in bad_detail.json()["detail"]
+    long_format = http.post("/v1/segment?format=" + "k" * 33, content=b"\0" * 16, headers=BIN)
+    assert_error(long_format, 400, "invalid_request")
+    assert "format" in long_format.json()["detail"]
     assert_error(http.get("/v1/nothing"), 404, "not_found")
     assert_error(http.get("/v1/segment"), 405, "method_not_allowed")
     assert_good(http)

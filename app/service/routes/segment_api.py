@@ -1,0 +1,97 @@
+"""POST /v1/segment as OpenAPI describes it: the request body's media types, the query
+parameters (read and checked by segment.query_options, not by FastAPI) and the responses."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel
+
+from app.service.routes.deps import ERROR_RESPONSES
+
+FORMAT_MAX_LENGTH = 32
+DETAILS = ("layers",)  # `detail` values
+
+PARAMETERS = [
+    {
+        "name": "format",
+        "in": "query",
+        "required": False,
+        "description": "Wire format (kitti, nuscenes, xyz, pcd, ply, npy, las, pointcloud2, "
+        "json); else inferred",
+        "schema": {
+            "anyOf": [{"type": "string", "maxLength": FORMAT_MAX_LENGTH}, {"type": "null"}],
+            "title": "Format",
+        },
+    },
+    {
+        "name": "detail",
+        "in": "query",
+        "required": False,
+        "description": "`layers` adds the per-layer network time",
+        "schema": {
+            "anyOf": [{"type": "string", "enum": list(DETAILS)}, {"type": "null"}],
+            "title": "Detail",
+        },
+    },
+]
+
+_BINARY_SCHEMA = {"type": "string", "format": "binary"}
+REQUEST_BODY = {
+    "required": True,
+    "description": "One frame. Raw binary (format from the `format` parameter, else inferred "
+    "from Content-Type and magic bytes), a multipart form with one file part, or "
+    "JSON (decoded as format `json`).",
+    "content": {
+        "application/octet-stream": {"schema": _BINARY_SCHEMA},
+        "application/x-kitti": {"schema": _BINARY_SCHEMA},
+        "multipart/form-data": {
+            "schema": {
+                "type": "object",
+                "properties": {"file": _BINARY_SCHEMA},
+                "required": ["file"],
+            }
+        },
+        "application/json": {
+            "schema": {
+                "description": "points as [[x, y, z, (intensity)], ...] or an object with a "
+                "`points` array (see the codec documentation)",
+                "oneOf": [
+                    {"type": "array", "items": {"type": "array", "items": {"type": "number"}}},
+                    {"type": "object", "properties": {"points": {"type": "array"}}},
+                ],
+            }
+        },
+    },
+}
+
+
+class ModelRef(BaseModel):
+    name: str
+    version: str
+    device: str
+
+
+class SegmentResponse(BaseModel):
+    labels: list[int]
+    num_points: int
+    num_voxels: int
+    ignored_points: int
+    classes: list[str]
+    class_counts: dict[str, int]
+    timing_ms: dict[str, float]
+    model: ModelRef
+    request_id: str
+    batch_size: int
+    layer_ms: dict[str, float] | None = None
+
+
+RESPONSES = {
+    200: {
+        "description": "Labels: JSON (default), or N uint8 bytes with Accept: "
+        "application/octet-stream (headers X-Num-Points, X-Request-Id, X-Model)",
+        "content": {
+            "application/json": {"schema": SegmentResponse.model_json_schema()},
+            "application/octet-stream": {"schema": _BINARY_SCHEMA},
+        },
+    },
+    **ERROR_RESPONSES,
+}
