@@ -31,6 +31,11 @@ from app.inference.pipeline import FrameResult, SegmentationPipeline
 
 log = logging.getLogger("lidarseg.worker")
 
+# After handing a batch's results to the event loop, the worker waits this long (for the
+# responses to go out) before freeing the frame's maps (pipeline.release), unless the next
+# job is already there: freeing holds the GIL that the event loop needs to answer.
+RELEASE_DELAY_S = 0.005
+
 
 class QueueFull(Exception):
     pass
@@ -253,6 +258,19 @@ class InferenceWorker:
         self._cond.wait(remaining)
         return True
 
+    def _release_after_hand_over(self) -> None:
+        """pipeline.release() once the responses have had RELEASE_DELAY_S to go out, unless a
+        job is waiting by then (its run frees the last frame first)."""
+        release = getattr(self.pipeline, "release", None)  # test stand-ins may not have one
+        if release is None:
+            return
+        with self._cond:
+            if not self._jobs and not self._stopping:
+                self._cond.wait(RELEASE_DELAY_S)
+            if self._jobs:
+                return
+        release()
+
     def _loop(self):
         while True:
             try:
@@ -327,5 +345,6 @@ class InferenceWorker:
         self.cost.observe(points, (time.perf_counter() - t0) * 1e3)
         for job, result in zip(live, results):
             job.future.set_result(result)
+        self._release_after_hand_over()
         if self.after_batch is not None:
             self.after_batch(points)

@@ -144,3 +144,36 @@ def test_heap_trim_waits_for_a_pause_and_counts_points_over_batches(monkeypatch)
     assert len(calls) == 2  # 110k counted over two batches
     w.stop(30)
     assert heap.heap_trim(0, 0.5) == {}  # LIDARSEG_TRIM_AFTER_POINTS=0: off
+
+
+class ReleasingPipeline(FakePipeline):
+    """Records, at each release(), whether the batch's results were already handed over."""
+
+    def __init__(self):
+        super().__init__(ms_per_point=0.0)
+        self.jobs: list = []
+        self.releases: list[bool] = []
+
+    def release(self):
+        self.releases.append(all(j.future.done() for j in self.jobs))
+
+
+def test_the_frame_is_freed_after_the_hand_over_unless_the_next_job_waits():
+    pipe = ReleasingPipeline()
+    w = InferenceWorker(pipe, queue_size=16, max_batch=1)
+    job = w.submit(frame(0), "kitti", time.monotonic() + 30)
+    pipe.jobs.append(job)
+    job.future.result(30)
+    deadline = time.monotonic() + 10
+    while not pipe.releases and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert pipe.releases == [True]  # once, after the result was handed over
+    # a job that arrives while the worker waits to free: its run frees the last frame first
+    pipe.gate.clear()
+    jobs = [w.submit(frame(t), "kitti", time.monotonic() + 30) for t in (1, 2)]
+    pipe.gate.set()
+    for j in jobs:
+        j.future.result(30)
+    time.sleep(0.05)
+    assert len(pipe.releases) == 2  # after the second job only: the first found one waiting
+    w.stop(30)
