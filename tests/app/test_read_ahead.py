@@ -248,3 +248,12 @@ def test_the_route_keeps_a_body_in_one_message_uncopied():
 
     got, body = asyncio.run(read())
     assert got is body
+
+
+def test_a_body_that_waits_for_100_continue_is_read_past_h11_too():
+    head = b"POST /v1/segment HTTP/1.1\r\nHost: t\r\nExpect: 100-continue\r\n"
+    head += b"Content-Length: %d\r\n\r\n" % len(BODY)
+    (got,), written = _exchange([head, BODY[:300_000], BODY[300_000:]])
+    assert written.startswith(b"HTTP/1.1 100 ")  # the route asked, uvicorn said continue
+    assert len(got) == 1 and got[0]["body"] == BODY
+    assert _answers(written)[-1] == _summary(BODY)
