@@ -84,14 +84,14 @@ class ReadAheadH11(H11Protocol):
 
     def handle_events(self) -> None:
         super().handle_events()
-        self._size_reads()
-        self._take_over_body()
+        length = self.read_ahead_length()
+        self._size_reads(length)
+        if length is not None and self._body_parts is None:
+            self._take_over_body()
 
     def _take_over_body(self) -> None:
         """After h11 has parsed a read-ahead body's headers and the bytes that came with them,
         the rest goes past h11 (_take_body)."""
-        if self._body_parts is not None or self.read_ahead_length() is None:
-            return
         reader = self.conn._reader
         if isinstance(reader, ContentLengthReader) and reader._remaining > 0:
             self._body_parts, self._body_left = [], reader._remaining
@@ -120,15 +120,15 @@ class ReadAheadH11(H11Protocol):
             self.conn.receive_data(rest)  # a pipelined request: h11's as ever
         self.handle_events()  # the end of the body wakes the route, as uvicorn's reading does
 
-    def _size_reads(self) -> None:
-        """While a body is read ahead, socket reads take up to its declared length at once
-        (asyncio's selector transport reads max_size bytes a call, 256 KiB); else asyncio's
-        own size. recv() allocates what it is asked for and shrinks it to what came."""
+    def _size_reads(self, length: int | None) -> None:
+        """While a body is read ahead (`length`: read_ahead_length's), socket reads take up to
+        its declared length at once (asyncio's selector transport reads max_size bytes a call,
+        256 KiB); else asyncio's own size. recv() allocates what it is asked for and shrinks it
+        to what came."""
         transport: Any = self.transport  # max_size: asyncio's selector transports only
         default = getattr(type(transport), "max_size", None)
         if default is None:
             return  # not asyncio's socket transport (TLS, uvloop): its own reads
-        length = self.read_ahead_length()
         if length is not None:
             transport.max_size = max(length, default)
         elif "max_size" in vars(transport):
