@@ -10,7 +10,8 @@ Each --config runs its own server (one after the other) with those environment v
 Clients post real frames (and slices of them, 1 k to 125 k points) as kitti, nuscenes, pcd
 (binary, binary_compressed, ascii), ply, npy, las, pointcloud2 and json, picked at random with a
 fixed seed. The server's VmRSS is sampled every second. At the end of the warm-up (--warmup, a
-fraction of the run) the clients pause between requests and, after 2 s of idle server, RSS is
+fraction of the run) the clients pause between requests and, once the server has been idle for
+its heap trim's pause (LIDARSEG_TRIM_IDLE_S's default) and 1.5 s more, RSS is
 read "at rest"; the same at the end. Printed: RSS at start (ready), at rest after the warm-up
 and at the end, the growth between those two (target < 10 %: the same idle state compared, so
 in-flight frames do not count), the samples under load and the peak, and requests by status.
@@ -28,9 +29,12 @@ import httpx
 import numpy as np
 
 from app.codecs.encode import encode
+from app.service.config import Settings
 from bench import common
 from bench.common import start_server
 
+# how long the server is left idle before RSS is read "at rest": past its heap trim's pause
+REST_S = Settings.model_fields["trim_idle_s"].default + 1.5
 VARIANTS = [
     "kitti",
     "nuscenes",
@@ -99,11 +103,11 @@ def soak(name: str, env: dict, args, payloads) -> dict:
                     statuses[r.status_code] += 1
 
     def at_rest() -> float:
-        """RSS once every client is between requests and the server has been idle for 2 s."""
+        """RSS once every client is between requests and the server has been idle REST_S."""
         running.clear()
         for _ in range(args.clients):
             busy.acquire()
-        time.sleep(2.0)
+        time.sleep(REST_S)
         rss = rss_mb(proc.pid)
         for _ in range(args.clients):
             busy.release()
@@ -123,7 +127,7 @@ def soak(name: str, env: dict, args, payloads) -> dict:
     for t in threads:
         t.join()
     final = samples[-1][1]  # the last sample under load
-    time.sleep(2.0)
+    time.sleep(REST_S)
     rest_end = rss_mb(proc.pid)
     proc.terminate()
     proc.wait(60)

@@ -45,7 +45,9 @@ class Settings(BaseSettings):
     max_connections: int = Field(256, ge=1)  # connections + requests at once, beyond: 503
     shutdown_budget_s: float = Field(25.0, ge=1, le=300)  # SIGTERM to exit: drain + close
     trim_after_points: int = Field(100_000, ge=0)  # malloc_trim after this many points; 0: off
-    trim_idle_s: float = Field(0.5, gt=0)  # ... once the worker has had no job for this long
+    # ... once the worker has had no job for this long: a pause, not the gap between two frames
+    # of a slow stream (the frame after a trim maps its buffers again: README, "Memory flat")
+    trim_idle_s: float = Field(5.0, gt=0)
     log_level: Literal["critical", "error", "warning", "info", "debug"] = "info"
     # observability (app/service/observe.py); traces are switched on by the OTEL_* variables
     access_log: Literal["auto", "json", "text", "off"] = "auto"  # auto: text on a terminal

@@ -111,7 +111,7 @@ class InferenceWorker:
         stats: WorkerStats | None = None,
         after_batch=None,
         on_idle=None,
-        idle_s: float = 0.5,
+        idle_s: float = 5.0,
     ):
         self.pipeline, self.queue_size = pipeline, queue_size
         self.max_batch, self.max_wait_s = max_batch, max_wait_s
