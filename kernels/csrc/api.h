@@ -277,6 +277,13 @@ LS_API int ls_voxel_order_cpu(const int64_t* run_keys, int64_t runs, const int32
                               int64_t shift, const int32_t* origin, int32_t* voxel_of_run,
                               int32_t* coords, int64_t* num_voxels);
 
+// ---- A response's labels as JSON text (labels_cpu.cpp; host only: the response is built on
+// the host, on the service's event loop, so no OpenMP). out receives "[l0,l1,...]", the compact
+// text json.dumps gives for the uint8 labels' values, and *written its length; capacity must be
+// at least 4 * n + 2 (kStatusBadArgument otherwise).
+LS_API int ls_labels_json_cpu(const uint8_t* labels, int64_t n, uint8_t* out, int64_t capacity,
+                              int64_t* written);
+
 // ---- CUDA error reporting (cuda/status_cuda.cu). Every CUDA entry point records the text of a
 // CUDA error it meets; ls_last_error_cuda copies the last one this host thread saw (the failing
 // CUDA call and cudaGetErrorString) into buf (NUL-terminated, size bytes at most) and returns its

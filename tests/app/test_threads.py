@@ -93,6 +93,7 @@ import numpy as np  # noqa: E402
 from app.codecs.encode import encode  # noqa: E402
 from app.inference.voxelize import VoxelizeConfig, voxel_kernels  # noqa: E402
 from app.service.routes.decoding import decode_frame  # noqa: E402
+from kernels.labels import labels_json  # noqa: E402
 
 
 def threads_outside_python():
@@ -133,6 +134,8 @@ for fmt in ("kitti", "json", "ply", "pcd"):
         lambda: decoded.append(decode_frame(service, body, fmt, content_type, "t")[0])
     )
     assert len(decoded[0]) == len(points), fmt
+labels = rng.integers(0, 20, len(points)).astype(np.uint8)
+found["labels_json"] = new_threads_while(lambda: labels_json(labels))  # the JSON response
 grid = voxel_kernels.Grid((-500, -500, -30), (1000, 1000, 60))
 found["voxel_keys"] = new_threads_while(
     lambda: voxel_kernels.voxel_keys(points, 0.1, config.max_xy, config.z_range, grid)
@@ -143,15 +146,16 @@ print(json.dumps(found))
 
 def test_decoding_starts_no_openmp_team():
     """Only the worker thread may run OpenMP regions. Decoding runs on the event loop (raw
-    float32) or on the decode pool; a parallel region there gives the process a second team,
-    more threads under libgomp than CPUs, and libgomp then stops spinning altogether (its
-    throttled spin count is 0 under OMP_WAIT_POLICY=passive): every parallel region of a frame
-    pays a wake-up again (server network stage 74 -> 80-84 ms, measured). Counted in a process
-    of its own with two OpenMP threads; the voxelizer's keys pass, which runs in parts on every
-    thread, shows that the count sees a team."""
+    float32) or on the decode pool, and a JSON response's labels are written on the event loop;
+    a parallel region there gives the process a second team, more threads under libgomp than
+    CPUs, and libgomp then stops spinning altogether (its throttled spin count is 0 under
+    OMP_WAIT_POLICY=passive): every parallel region of a frame pays a wake-up again (server
+    network stage 74 -> 80-84 ms, measured). Counted in a process of its own with two OpenMP
+    threads; the voxelizer's keys pass, which runs in parts on every thread, shows that the
+    count sees a team."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OMP_", "GOMP_"))}
     env["LIDARSEG_THREADS"] = "2"
     out = run_python(TEAM_CHECK, env)
     assert out.returncode == 0, out.stderr
     found = json.loads(out.stdout.splitlines()[-1])
-    assert found == {"kitti": 0, "json": 0, "ply": 0, "pcd": 0, "voxel_keys": 1}
+    assert found == {"kitti": 0, "json": 0, "ply": 0, "pcd": 0, "labels_json": 0, "voxel_keys": 1}

@@ -20,7 +20,6 @@ import numpy as np
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from app.codecs.labels import labels_json
 from app.inference.pipeline import PIPELINE_STAGES
 from app.service import observe
 from app.service.routes.body import file_part, read_body
@@ -34,6 +33,7 @@ from app.service.routes.segment_api import (
     RESPONSES,
 )
 from app.service.worker import DeadlineExceeded, QueueFull, WorkerStopped
+from kernels.labels import labels_json
 from models.labels import class_counts as count_classes
 
 log = logging.getLogger("lidarseg")
