@@ -62,35 +62,53 @@ bool sorted_keys(const int32_t* coords, int64_t n, std::unique_ptr<uint64_t[]>& 
   return true;
 }
 
-// The merge joins of rows [q0, q1): emit(k, q, row, hit) for each half offset k of each row q,
-// row being q's neighbour through k (hit 1) or kMiss (hit 0).
+// The merge join of rows [q0, q1) through column col (kernel indices 3 * col + dz): emit(dz, q,
+// row, hit) for dz = 0, 1, 2 of each row q, row being q's neighbour (hit 1) or kMiss (hit 0).
+// One column at a time, so a caller keeps one pointer and three output streams in registers
+// (all four columns in one loop kept thirteen streams and their counts in memory).
+template <typename Emit>
+inline void join_column(const uint64_t* K, int64_t n, int64_t q0, int64_t q1, int col,
+                        Emit&& emit) {
+  if (q0 >= q1) return;
+  const uint64_t delta = (uint64_t)kColumnDelta[col];
+  int64_t p = lower_bound(K, 0, n, K[q0] + delta - 1);
+  for (int64_t q = q0; q < q1; ++q) {
+    // Targets key + delta + dz for dz = -1, 0, 1 are three consecutive keys.
+    const uint64_t below = K[q] + delta - 1;
+    p = advance(K, p, below);
+    // K[p] >= below, and the keys are unique and ascending: target below + dz, if present,
+    // is one of K[p .. p + dz]. Compares and arithmetic only: no chain of dependent loads
+    // and no branch on a hit, which mispredict on a scan's irregular neighbours.
+    const uint64_t k0 = K[p], k1 = K[p + 1], k2 = K[p + 2];
+    for (int dz = 0; dz < 3; ++dz) {
+      const uint64_t target = below + dz;
+      const int64_t e1 = k1 == target, e2 = k2 == target;
+      const int64_t hit = (int64_t)(k0 == target) + e1 + e2;  // 0 or 1
+      emit(dz, q, (int32_t)((p + e1 + 2 * e2 + 1) * hit - 1), hit);  // row, kMiss
+    }
+  }
+}
+
+// The last half offset, (0, 0, -1), of rows [q0, q1): the row just before, if it is key - 1.
+template <typename Emit>
+inline void join_previous(const uint64_t* K, int64_t q0, int64_t q1, Emit&& emit) {
+  for (int64_t q = q0; q < q1; ++q) {
+    const int64_t hit = q > 0 && K[q - 1] == K[q] - 1;
+    emit(q, hit ? (int32_t)(q - 1) : kMiss, hit);
+  }
+}
+
+// Every half offset k of rows [q0, q1): emit(k, q, row, hit), column by column.
 template <typename Emit>
 inline void merge_join(const uint64_t* K, int64_t n, int64_t q0, int64_t q1, Emit&& emit) {
-  int64_t cursor[kColumns];
   for (int col = 0; col < kColumns; ++col) {
-    cursor[col] = q0 < q1 ? lower_bound(K, 0, n, K[q0] + kColumnDelta[col] - 1) : 0;
+    join_column(K, n, q0, q1, col, [&](int dz, int64_t q, int32_t row, int64_t hit) {
+      emit(3 * col + dz, q, row, hit);
+    });
   }
-  for (int64_t q = q0; q < q1; ++q) {
-    const uint64_t key = K[q];
-    for (int col = 0; col < kColumns; ++col) {
-      // Targets key + delta + dz for dz = -1, 0, 1 are three consecutive keys.
-      const uint64_t below = key + kColumnDelta[col] - 1;
-      const int64_t p = advance(K, cursor[col], below);
-      cursor[col] = p;
-      // K[p] >= below, and the keys are unique and ascending: target below + dz, if present,
-      // is one of K[p .. p + dz]. Compares and arithmetic only: no chain of dependent loads
-      // and no branch on a hit, which mispredict on a scan's irregular neighbours.
-      const uint64_t k0 = K[p], k1 = K[p + 1], k2 = K[p + 2];
-      for (int dz = 0; dz < 3; ++dz) {
-        const uint64_t target = below + dz;
-        const int64_t e1 = k1 == target, e2 = k2 == target;
-        const int64_t hit = (int64_t)(k0 == target) + e1 + e2;  // 0 or 1
-        emit(3 * col + dz, q, (int32_t)((p + e1 + 2 * e2 + 1) * hit - 1), hit);  // row, kMiss
-      }
-    }
-    const int64_t hit = q > 0 && K[q - 1] == key - 1;  // (0, 0, -1): the row just before
-    emit(kHalfOffsets - 1, q, hit ? (int32_t)(q - 1) : kMiss, hit);
-  }
+  join_previous(K, q0, q1, [&](int64_t q, int32_t row, int64_t hit) {
+    emit(kHalfOffsets - 1, q, row, hit);
+  });
 }
 
 }  // namespace
@@ -140,11 +158,24 @@ LS_API int ls_sorted_submanifold_map_cpu(const int32_t* coords, int64_t n, int32
     // written and the count advances only past hits, so no branch on them
     std::unique_ptr<int32_t[]> pairs(new int32_t[2 * kHalfOffsets * (rows > 0 ? rows : 1)]);
     int64_t found[kHalfOffsets] = {0};
-    merge_join(keys.get(), n, q0, q1, [&](int k, int64_t q, int32_t row, int64_t hit) {
-      int32_t* w = pairs.get() + 2 * (k * rows + found[k]);
+    for (int col = 0; col < kColumns; ++col) {
+      int32_t* stream[3];
+      int64_t hits[3] = {0, 0, 0};
+      for (int dz = 0; dz < 3; ++dz) stream[dz] = pairs.get() + 2 * (3 * col + dz) * rows;
+      join_column(keys.get(), n, q0, q1, col, [&](int dz, int64_t q, int32_t row, int64_t hit) {
+        int32_t* w = stream[dz] + 2 * hits[dz];
+        w[0] = row;
+        w[1] = (int32_t)q;
+        hits[dz] += hit;
+      });
+      for (int dz = 0; dz < 3; ++dz) found[3 * col + dz] = hits[dz];
+    }
+    int32_t* last = pairs.get() + 2 * (kHalfOffsets - 1) * rows;
+    join_previous(keys.get(), q0, q1, [&](int64_t q, int32_t row, int64_t hit) {
+      int32_t* w = last + 2 * found[kHalfOffsets - 1];
       w[0] = row;
       w[1] = (int32_t)q;
-      found[k] += hit;
+      found[kHalfOffsets - 1] += hit;
     });
     for (int k = 0; k < kHalfOffsets; ++k) where[(int64_t)t * kHalfOffsets + k] = found[k];
 #pragma omp barrier
