@@ -8,13 +8,14 @@ sums are scatter-added into the output.
   range of output rows, walked in L2-sized blocks with every offset per block; the identity
   offset is computed there too, as each row's first contribution (csrc/fused_cpu.cpp).
 - CPU, "grouped" dataflow (f64, odd channel counts, or when tuned so): launch by launch with
-  cache-sized buffers; within one offset the output rows are distinct, so each offset's scatter
-  runs in parallel without atomics.
+  cache-sized buffers (kernels/grouped.py); within one offset the output rows are distinct, so
+  each offset's scatter runs in parallel without atomics.
   Either way every output row adds its offsets in plan order: bitwise reproducible, for any
   thread count.
-- CUDA: per chunk of launches, one gather, the matmuls, one scatter. The default scatter uses
-  float atomics; EngineConfig(deterministic=True) switches to a scatter ordered by output row
-  (CSR) with no float atomics. fp16 accumulates scatters in an fp32 copy of the output.
+- CUDA: the grouped dataflow, per chunk of launches one gather, the matmuls, one scatter. The
+  default scatter uses float atomics; EngineConfig(deterministic=True) switches to a scatter
+  ordered by output row (CSR) with no float atomics. fp16 accumulates scatters in an fp32 copy
+  of the output.
 Scratch buffers stay under EngineConfig.memory_cap (kernels/chunking.py): chunks keep the plan's
 row order, so chunking changes no result except where a launch too big for the cap is split.
 """
@@ -29,14 +30,15 @@ import torch
 
 from . import backend, deferred
 from .concat import MadeOnUse, RowConcat, concat_rows
-from .chunking import Chunk, Piece, Workspace, chunks, default_cap, rows_under_cap
+from .chunking import Workspace, default_cap, rows_under_cap
 from .fused import fused_output, walk_args
 from .bf16 import conv_bf16
+from .grouped import Run, grouped_conv, weight_grads
 from .grouping import ExecutionPlan, build_plan
 from .int8 import NO_USE, OutputUse, conv_int8, int8_fits, memoized
 from .kmap import KernelMap
 from .precision import fallback
-from .rows import HeadColumns, gather_rows, scatter_add_rows, scatter_add_unique
+from .rows import HeadColumns
 from .tuning import GroupingTable
 
 
@@ -71,117 +73,6 @@ class EngineConfig:
         return rows_under_cap(self.scratch_cap(device), cin, cout, dtype)
 
 
-def _matmul(gathered: torch.Tensor, weight: torch.Tensor, piece: Piece, out: torch.Tensor):
-    """One piece: its [n*h, Cin] rows times the weights of its n offsets -> out [n*h, Cout]."""
-    n, h = len(piece.kernel_indices), piece.height
-    if n == 1:
-        torch.mm(gathered, weight[piece.kernel_indices[0]], out=out)
-    else:
-        w = weight[list(piece.kernel_indices)]  # [n, Cin, Cout]
-        torch.bmm(gathered.view(n, h, -1), w, out=out.view(n, h, -1))
-
-
-def _scratch(workspace, chunk_list, max_rows, cin, cout, src):
-    """The gather and partial buffers for the largest chunk (reused across calls when a
-    workspace is given)."""
-    rows = max(c.rows for c in chunk_list)
-    ws = workspace or Workspace()
-    return (
-        ws.get(0, rows, cin, src.dtype, src.device, max_rows),
-        ws.get(1, rows, cout, src.dtype, src.device, max_rows),
-    )
-
-
-def _run_chunks(
-    src,
-    weight,
-    plan: ExecutionPlan,
-    dst,
-    src_idx,
-    dst_idx,
-    scatter,
-    max_rows: int,
-    per_launch: bool,
-    workspace,
-) -> None:
-    """Gather -> mm/bmm -> scatter, chunk by chunk, in the plan's row order. scatter(partial,
-    chunk) adds a chunk's partial sums into dst."""
-    chunk_list = chunks(plan, max_rows, per_launch)
-    gathered_all, partial_all = _scratch(
-        workspace, chunk_list, max_rows, weight.shape[1], weight.shape[2], src
-    )
-    for chunk in chunk_list:
-        lo, hi = chunk.start, chunk.start + chunk.rows
-        gathered = gather_rows(src, src_idx[lo:hi], gathered_all[: chunk.rows])
-        partial = partial_all[: chunk.rows]
-        for piece in chunk.pieces:
-            rows = slice(piece.start - lo, piece.start - lo + piece.rows)
-            _matmul(gathered[rows], weight, piece, partial[rows])
-        scatter(partial, chunk)
-
-
-def _scatter_mode(device: torch.device, deterministic: bool) -> str:
-    """CPU: per offset without atomics ("unique"); CUDA: ordered ("csr") or float atomics."""
-    if device.type == "cpu":
-        return "unique"
-    return "csr" if deterministic else "atomic"
-
-
-def _launches(
-    src,
-    weight,
-    plan: ExecutionPlan,
-    dst,
-    transposed: bool,
-    deterministic: bool,
-    max_rows: int,
-    workspace,
-) -> None:
-    """The plan's launches added into dst, in chunks under the memory cap."""
-    src_idx, dst_idx = (
-        (plan.scatter_idx, plan.gather_idx) if transposed else (plan.gather_idx, plan.scatter_idx)
-    )
-    mode = _scatter_mode(src.device, deterministic)
-    if mode == "unique":  # one offset's output rows are distinct: no atomics, any thread count
-
-        def scatter(partial, chunk: Chunk):
-            for piece in chunk.pieces:
-                for _, first, rows in piece.segments():
-                    part = partial[first - chunk.start : first - chunk.start + rows]
-                    scatter_add_unique(part, dst, dst_idx[first : first + rows])
-
-        _run_chunks(src, weight, plan, dst, src_idx, dst_idx, scatter, max_rows, True, workspace)
-        return
-    acc = dst.float() if dst.dtype == torch.float16 else dst
-    csr = (plan.gather_csr if transposed else plan.scatter_csr) if mode == "csr" else None
-
-    def scatter(partial, chunk: Chunk):  # type: ignore[no-redef]
-        idx = dst_idx[chunk.start : chunk.start + chunk.rows]
-        scatter_add_rows(partial, acc, idx, csr, chunk.start)
-
-    _run_chunks(src, weight, plan, dst, src_idx, dst_idx, scatter, max_rows, False, workspace)
-    if acc is not dst:
-        dst.copy_(acc)
-
-
-def _weight_grads(feats, grad_out, weight, plan: ExecutionPlan, max_rows: int) -> torch.Tensor:
-    """dW[k] = (gathered inputs of k)^T @ (gathered output grads of k), chunk by chunk under the
-    memory cap; padding rows are zero."""
-    grad_w = torch.zeros_like(weight)
-    for chunk in chunks(plan, max_rows):
-        lo, hi = chunk.start, chunk.start + chunk.rows
-        a_all = gather_rows(feats, plan.gather_idx[lo:hi])  # [rows, Cin]
-        g_all = gather_rows(grad_out, plan.scatter_idx[lo:hi])  # [rows, Cout]
-        for piece in chunk.pieces:
-            n, h = len(piece.kernel_indices), piece.height
-            rows = slice(piece.start - lo, piece.start - lo + piece.rows)
-            a, g = a_all[rows].view(n, h, -1), g_all[rows].view(n, h, -1)
-            grad_w[list(piece.kernel_indices)] += torch.bmm(a.transpose(1, 2), g)
-    if plan.identity is not None:
-        grad_w[plan.identity] += feats.t() @ grad_out
-    return grad_w
-
-
 def _fused_conv(
     src, weight, plan: ExecutionPlan, transposed: bool, bias=None, relu=False, residual=None
 ) -> torch.Tensor | None:
@@ -205,16 +96,7 @@ def _fused_conv(
     return dst
 
 
-@dataclass(frozen=True)
-class _Run:
-    """How one sparse_conv call executes (from its EngineConfig)."""
-
-    deterministic: bool
-    max_rows: int  # buffer rows per chunk under the memory cap
-    workspace: Workspace | None  # reused scratch in inference, None under autograd
-
-
-def _conv(src, weight, plan, transposed: bool, run: _Run, epilogue=None) -> torch.Tensor:
+def _conv(src, weight, plan, transposed: bool, run: Run, epilogue=None) -> torch.Tensor:
     """The whole conv (transposed: grads flow out -> in): the identity offset, if any (inside
     the fused CPU kernel, else one mm), plus the other offsets by the plan's dataflow; then the
     epilogue (bias or None, relu, residual or None): + bias + residual, then ReLU, inside the
@@ -225,29 +107,12 @@ def _conv(src, weight, plan, transposed: bool, run: _Run, epilogue=None) -> torc
         if dst is not None:
             return dst
     with deferred.eager():  # torch reads the rows: kernels that made them have run
-        return _grouped_conv(src, weight, plan, transposed, run, bias, relu, residual)
-
-
-def _grouped_conv(src, weight, plan, transposed: bool, run: _Run, bias, relu, residual):
-    """_conv's grouped dataflow: one mm for the identity offset, the launches, the epilogue."""
-    if plan.identity is not None:
-        dst = torch.mm(src, weight[plan.identity])  # [N, Cout]
-    else:
-        dst = src.new_zeros(plan.num_in if transposed else plan.num_out, weight.shape[2])
-    if plan.rows:
-        _launches(
-            src, weight, plan, dst, transposed, run.deterministic, run.max_rows, run.workspace
-        )
-    if bias is not None:
-        dst += bias
-    if residual is not None:
-        dst += residual
-    return dst.relu_() if relu else dst
+        return grouped_conv(src, weight, plan, transposed, run, bias, relu, residual)
 
 
 class _SparseConvFunction(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, feats, weight, plan: ExecutionPlan, run: _Run, epilogue):
+    def forward(ctx, feats, weight, plan: ExecutionPlan, run: Run, epilogue):
         feats, weight = feats.contiguous(), weight.contiguous()
         out = _conv(feats, weight, plan, False, run, epilogue)  # [N, Cout]
         ctx.save_for_backward(feats, weight)
@@ -266,7 +131,7 @@ class _SparseConvFunction(torch.autograd.Function):
             w_t = weight.transpose(1, 2).contiguous()  # [K, Cout, Cin]
             grad_feats = _conv(grad_out, w_t, plan, True, ctx.run)
         if ctx.needs_input_grad[1]:
-            grad_weight = _weight_grads(feats, grad_out, weight, plan, ctx.run.max_rows)
+            grad_weight = weight_grads(feats, grad_out, weight, plan, ctx.run.max_rows)
         return grad_feats, grad_weight, None, None, None
 
 
@@ -457,10 +322,10 @@ def _forward(feats, weight, kmap: KernelMap, config: EngineConfig, epilogue, use
             return out
     max_rows = config.max_rows(cin, cout, feats.dtype, feats.device)
     if not grads:
-        run = _Run(config.deterministic, max_rows, config.workspace)
+        run = Run(config.deterministic, max_rows, config.workspace)
         return _SparseConvFunction.apply(feats, weight, plan, run, (bias, relu, residual))
     out = _SparseConvFunction.apply(
-        feats, weight, plan, _Run(config.deterministic, max_rows, None), None
+        feats, weight, plan, Run(config.deterministic, max_rows, None), None
     )
     for t in extras:
         out = out + t

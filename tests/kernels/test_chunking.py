@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from kernels import engine
+from kernels import grouped
 from kernels.chunking import chunks, default_cap, rows_under_cap
 from kernels.engine import EngineConfig, sparse_conv
 from kernels.grouping import build_plan
@@ -57,7 +57,7 @@ def run_conv(kmap, feats, weight, grouping, cap, deterministic=True):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_tiny_chunks_match_unchunked(monkeypatch, scatter, kind, dtype):
     # "csr" runs the CUDA dataflow's ordered scatter on the CPU twin, chunk by chunk.
-    monkeypatch.setattr(engine, "_scatter_mode", lambda device, deterministic: scatter)
+    monkeypatch.setattr(grouped, "_scatter_mode", lambda device, deterministic: scatter)
     kmap = maps_for(random_cloud(3000, 10, seed=22))[kind]
     gen = torch.Generator().manual_seed(23)
     feats = torch.randn(kmap.num_in, 6, generator=gen, dtype=dtype)

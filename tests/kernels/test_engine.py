@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from kernels import CoordHashTable, downsample, submanifold_map
-from kernels.engine import EngineConfig, gather_rows, scatter_add_rows, sparse_conv
+from kernels.engine import EngineConfig, sparse_conv
+from kernels.rows import gather_rows, scatter_add_rows
 from kernels.grouping import build_plan, csr_by_key
 from kernels.reference import conv_from_entries, map_entries
 from kernels import reference
