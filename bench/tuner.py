@@ -59,7 +59,7 @@ from kernels import backend
 from kernels.engine import EngineConfig, Workspace, sparse_conv
 from kernels.grouping import plan_launches
 from kernels.hashtable import CoordHashTable
-from kernels.kmap import KernelMap, downsample, submanifold_map
+from kernels import KernelMap, downsample, submanifold_map
 from kernels.tuning import BUILTIN_DEFAULTS, DEFAULT_PATH, GroupingTable, device_key, shape_key
 
 EPSILONS = (0.0, 0.1, 0.2, 0.3, 0.5, 1.0)

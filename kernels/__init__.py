@@ -7,7 +7,8 @@ from .hashtable import (
     DuplicateCoordinateError,
     HashProbeError,
 )
-from .kmap import KernelMap, downsample, kernel_offsets, submanifold_map
+from .downsampling import downsample
+from .kmap import KernelMap, kernel_offsets, submanifold_map
 
 __all__ = [
     "CoordHashTable",

@@ -22,7 +22,8 @@ from dataclasses import dataclass
 import torch
 
 from kernels import CoordHashTable, KernelMap, downsample, openmp, submanifold_map
-from kernels.kmap import downsample_needs_table, submanifold_needs_table
+from kernels.downsampling import downsample_needs_table
+from kernels.kmap import submanifold_needs_table
 from kernels.engine import EngineConfig
 
 

@@ -8,7 +8,8 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 from kernels import CoordinateRangeError, DuplicateCoordinateError, downsample, submanifold_map
-from kernels.kmap import _sorted_downsample_cpu, _sorted_submanifold_map_cpu
+from kernels.downsampling import _sorted_downsample_cpu
+from kernels.kmap import _sorted_submanifold_map_cpu
 from kernels.reference import brute_force_map, map_entries, unique_floor
 from tests.conftest import FRAMES, frame_id, ours_threads, voxelized_frame
 from tests.kernels.test_kmap import clouds, coords_tensor
