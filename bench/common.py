@@ -211,6 +211,13 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def parse_config(text: str) -> tuple[str, dict[str, str]]:
+    """A benchmark's server configuration, 'NAME=VAR=VALUE,VAR2=VALUE2' -> (name, environment);
+    'NAME=' is the server as shipped."""
+    name, _, rest = text.partition("=")
+    return name, dict(kv.split("=", 1) for kv in rest.split(",") if kv)
+
+
 def start_server(
     weights: str, cr: float, device: str, env: dict | None = None, stderr=None, stdout=None
 ) -> tuple[subprocess.Popen, str]:

@@ -40,12 +40,6 @@ DEFAULT_CONFIGS = (
 STAGES = ("voxelize", "maps", "network")
 
 
-def parse_config(text: str) -> tuple[str, dict[str, str]]:
-    """'name=VAR=VALUE,VAR2=VALUE2' -> (name, environment)."""
-    name, _, rest = text.partition("=")
-    return name, dict(kv.split("=", 1) for kv in rest.split(",") if kv)
-
-
 def minor_faults(pid: int) -> int:
     """The process's minor page faults so far (all its threads): field 10 of /proc/PID/stat."""
     with open(f"/proc/{pid}/stat") as f:
@@ -115,7 +109,7 @@ def main(argv=None) -> int:
     targets = []
     try:
         for text in args.config or DEFAULT_CONFIGS:
-            targets.append(Target(*parse_config(text), args.weights))
+            targets.append(Target(*common.parse_config(text), args.weights))
         for t in targets:
             for _ in range(3):  # warm-up
                 t.post(body, path)

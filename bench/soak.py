@@ -150,12 +150,6 @@ def soak(name: str, env: dict, args, payloads) -> dict:
     }
 
 
-def parse_config(text: str) -> tuple[str, dict]:
-    name, _, rest = text.partition("=")
-    env = dict(kv.split("=", 1) for kv in rest.split(",") if kv)
-    return name, env
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -167,7 +161,7 @@ def main(argv=None) -> int:
     ap.add_argument("--cr", type=float, default=0.25)
     ap.add_argument("--config", action="append", default=[])
     args = ap.parse_args(argv)
-    configs = [parse_config(c) for c in args.config] or [("shipped", {})]
+    configs = [common.parse_config(c) for c in args.config] or [("shipped", {})]
     payloads = bodies()
     for name, env in configs:
         r = soak(name, env, args, payloads)

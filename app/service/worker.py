@@ -111,8 +111,10 @@ class InferenceWorker:
         stats: WorkerStats | None = None,
         after_batch=None,
         on_idle=None,
-        idle_s: float = 5.0,
+        idle_s: float | None = None,  # with on_idle: the settings' trim_idle_s (app/heap.py)
     ):
+        if on_idle is not None and idle_s is None:
+            raise ValueError("on_idle needs idle_s: how long the queue stays empty first")
         self.pipeline, self.queue_size = pipeline, queue_size
         self.max_batch, self.max_wait_s = max_batch, max_wait_s
         self.stats = stats or WorkerStats()

@@ -111,6 +111,15 @@ inline void merge_join(const uint64_t* K, int64_t n, int64_t q0, int64_t q1, Emi
   });
 }
 
+// Writes the pair (row, q) at position `count` of a stream of pairs and counts it only when it
+// is a hit: every pair is written, so there is no branch on a hit.
+inline void append_pair(int32_t* pairs, int64_t& count, int32_t row, int64_t q, int64_t hit) {
+  int32_t* w = pairs + 2 * count;
+  w[0] = row;
+  w[1] = (int32_t)q;
+  count += hit;
+}
+
 }  // namespace
 
 LS_API int ls_sorted_submanifold_nbr_cpu(const int32_t* coords, int64_t n, int32_t* nbr,
@@ -158,24 +167,16 @@ LS_API int ls_sorted_submanifold_map_cpu(const int32_t* coords, int64_t n, int32
     // written and the count advances only past hits, so no branch on them
     std::unique_ptr<int32_t[]> pairs(new int32_t[2 * kHalfOffsets * (rows > 0 ? rows : 1)]);
     int64_t found[kHalfOffsets] = {0};
+    int32_t* const stream = pairs.get();  // offset k's pairs from 2 * k * rows
     for (int col = 0; col < kColumns; ++col) {
-      int32_t* stream[3];
-      int64_t hits[3] = {0, 0, 0};
-      for (int dz = 0; dz < 3; ++dz) stream[dz] = pairs.get() + 2 * (3 * col + dz) * rows;
+      int64_t hits[3] = {0, 0, 0};  // locals, so they stay in registers
       join_column(keys.get(), n, q0, q1, col, [&](int dz, int64_t q, int32_t row, int64_t hit) {
-        int32_t* w = stream[dz] + 2 * hits[dz];
-        w[0] = row;
-        w[1] = (int32_t)q;
-        hits[dz] += hit;
+        append_pair(stream + 2 * (3 * col + dz) * rows, hits[dz], row, q, hit);
       });
       for (int dz = 0; dz < 3; ++dz) found[3 * col + dz] = hits[dz];
     }
-    int32_t* last = pairs.get() + 2 * (kHalfOffsets - 1) * rows;
     join_previous(keys.get(), q0, q1, [&](int64_t q, int32_t row, int64_t hit) {
-      int32_t* w = last + 2 * found[kHalfOffsets - 1];
-      w[0] = row;
-      w[1] = (int32_t)q;
-      found[kHalfOffsets - 1] += hit;
+      append_pair(stream + 2 * (kHalfOffsets - 1) * rows, found[kHalfOffsets - 1], row, q, hit);
     });
     for (int k = 0; k < kHalfOffsets; ++k) where[(int64_t)t * kHalfOffsets + k] = found[k];
 #pragma omp barrier

@@ -1,5 +1,6 @@
 """bench.pause's readings: the page faults and CPU time it reads around a request are the
-process's own (known values: fresh pages touched, a busy loop run), and its --config syntax."""
+process's own (known values: fresh pages touched, a busy loop run), and the --config syntax it
+shares with bench.soak (bench.common.parse_config)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ import os
 import threading
 import time
 
-from bench.pause import cpu_ns, minor_faults, parse_config
+from bench.common import parse_config
+from bench.pause import cpu_ns, minor_faults
 
 PAGE = mmap.PAGESIZE
 
