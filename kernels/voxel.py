@@ -1,9 +1,9 @@
 """The voxelizer's per-point passes on the host (csrc/voxel_keys_cpu.cpp, voxel_order_cpu.cpp,
 voxel_cpu.cpp): in one pass packed cell keys with their runs and the runs' block keys; the
-ordered voxels once Open3D's hash set has given every block a slot (each key's first run, the
-distinct keys sorted, every run's voxel); every point's voxel with the voxels' feature sums and
-means (app/inference/voxelize.py). These passes replace a dozen numpy passes over the points and
-a hash set entry per voxel.
+ordered voxels once Open3D's hash set has given every block a slot (every run's cell marked in
+bitmaps, the distinct keys read off them in order, every run's voxel); every point's voxel with
+the voxels' feature sums and means (app/inference/voxelize.py). These passes replace a dozen
+numpy passes over the points and a hash set entry per voxel.
 
 Keys pack (batch, x, y, z) as batch << 51 | x << 34 | y << 17 | z, each axis taken from the
 grid's origin (AXIS_BITS bits per axis, BATCH_BITS for the batch), so ascending keys are
@@ -241,10 +241,12 @@ def voxel_order(
 ) -> tuple[np.ndarray, np.ndarray]:
     """(int32 voxel row of every run, int32 [M, 4] distinct (batch, x, y, z) ascending) once a
     hash set has given each block row a slot (block_slot, one per blocks.words row, among
-    num_slots): ls_voxel_order_cpu finds each key's first run in bitmaps of 8^3 cells, made for
-    the 8^3 parts of a slot's block that have voxels (a mask of them per slot up to the highest
-    used: Open3D's slots are a dense prefix, one per block), sorts only the M distinct keys, and
-    a repeat takes the row its first run left at its bit's place among the set bits."""
+    num_slots): ls_voxel_order_cpu marks every run's cell in bitmaps of 8^3 cells, made for the
+    8^3 parts of a slot's block that have voxels (a mask of them per slot up to the highest
+    used: Open3D's slots are a dense prefix, one per block), sorts only the bitmaps' 64-bit
+    rows of 8 x 8 cells that hold voxels (a KITTI frame's 60,152 voxels lie in 20,479) and
+    reads the voxels off them in order; each run takes the row left at its bit's place among
+    the set bits."""
     runs = len(run_keys)
     voxel_of_run = torch.empty(runs, dtype=torch.int32)
     coords = torch.empty((runs, 4), dtype=torch.int32)

@@ -3,7 +3,7 @@
 One kernel pass over the points (kernels/voxel.py) checks them, packs their cells into 64-bit
 keys, collapses runs of equal keys (consecutive LiDAR points often share a voxel) and gives each
 run its block of voxels; Open3D's hash set finds the occupied blocks (about 3.2 m wide) and
-bitmaps in each block the distinct keys among the runs; only those are sorted; a last kernel
+bitmaps in each block the distinct keys among the runs, read off in order; a last kernel
 pass sums the voxels' features in point order and divides them.
 
 Every input point is accounted for: a point is either in a voxel or ignored (non-finite, or
@@ -235,11 +235,12 @@ def _distinct_in_order(
     Two levels, as Open3D's VoxelBlockGrid hashes blocks of voxels: Open3D's tensor hash set
     holds the occupied blocks, about 3.2 m wide (kernels/voxel.py block_shift: 32^3 cells at
     0.1 m, 64^3 at 0.05 m), and gives each a slot; bitmaps of 8^3 cells, made for the 8^3 parts
-    of a slot's block that have voxels, find each voxel's first run; the kernel orders the
-    distinct keys (only those M are sorted). Open3D's CPU table costs about 130-150 ns a key: a
-    KITTI frame at 0.1 m has 60,152 voxels but 791 blocks; the keys pass gives it one key per
-    run of points in one block, and none for a block given out lately (938 keys instead of
-    66,060 runs), and only the copies that insert() did not place are looked up again.
+    of a slot's block that have voxels, mark each run's cell; the kernel reads the distinct keys
+    off them in order (only the bitmaps' rows that hold voxels are sorted). Open3D's CPU table
+    costs about 130-150 ns a key: a KITTI frame at 0.1 m has 60,152 voxels but 791 blocks; the
+    keys pass gives it one key per run of points in one block, and none for a block given out
+    lately (938 keys instead of 66,060 runs), and only the copies that insert() did not place
+    are looked up again.
     Blocks of 8^3 (6,503 keys) took the table 1.2 ms on the Intel Xeon, 16^3 0.5 ms, 32^3 0.2 ms
     (the stage 5.7 -> 5.1 ms from 8^3 to 16^3, and for the sparser nuScenes frame 3.3 -> 2.9;
     from 16^3 to 32^3 nuScenes at 0.05 m 2.37 -> 2.18 ms, Ouster at 0.05 m 6.0 -> 5.4 ms). At
