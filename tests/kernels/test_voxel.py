@@ -296,6 +296,28 @@ def test_voxel_keys_do_not_depend_on_the_thread_count():
     assert len(set(outs[0].run_of_point[59_999:60_010].tolist()) - {-1}) == 1
 
 
+def test_order_does_not_depend_on_the_thread_count():
+    """Enough 8 x 8 rows of cells (over 8,192) that the threads split them, each (x, py) with
+    rows of cells in up to eight z parts (read row by row across them), so a split that cut one
+    would misplace its cells: the voxels and every run's row those of numpy, on 1, 2 and 3
+    threads."""
+    rng = np.random.default_rng(11)
+    cells = rng.integers([0, 0, 0], [700, 16, 64], (40_000, 3))
+    cells = np.repeat(cells, rng.integers(1, 3, len(cells)), axis=0)  # repeated cells
+    runs = cells[:, 0] << 34 | cells[:, 1] << 17 | cells[:, 2]
+    uniq = np.unique(runs)
+    old = torch.get_num_threads()
+    try:
+        for threads in (1, 2, 3):
+            torch.set_num_threads(threads)
+            voxel_of_run, coords = order(runs)
+            assert np.array_equal(voxel_of_run, np.searchsorted(uniq, runs))
+            fields = np.stack([uniq >> 34, uniq >> 17 & MASK, uniq & MASK], 1)
+            assert np.array_equal(coords[:, 1:], fields)
+    finally:
+        torch.set_num_threads(old)
+
+
 def test_voxel_sums_and_means_do_not_depend_on_the_thread_count():
     """The sums pass splits the voxels among the threads, each voxel's points still added in
     point order: the sums numpy's bincount makes, bit for bit, on 1, 2 and 3 threads, across the
