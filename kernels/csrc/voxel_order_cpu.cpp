@@ -1,8 +1,8 @@
 // The voxels of the runs' keys in order (app/inference/voxelize.py, after the keys pass of
 // voxel_keys_cpu.cpp and Open3D's hash set): each run's cell marked in bitmaps of the 8^3 parts
 // of the blocks the hash set gives slots (whose set bits also number the distinct keys), the
-// parts radix-sorted and the distinct keys read off their bitmaps in order, every run given its
-// voxel. Host only, as the keys pass.
+// bitmaps' rows of 8 x 8 cells that hold voxels radix-sorted and the distinct keys read off them
+// in order, every run given its voxel. Host only, as the keys pass.
 #include <omp.h>
 
 #include <algorithm>
@@ -29,8 +29,8 @@ std::unique_ptr<T[]> uninitialized(size_t n) {
 
 // LSD radix sort of items by digit(item, shift) over `bits` bits, in as few passes of at most
 // 12-bit digits as they need (a KITTI frame's 24-bit word keys in two passes: 0.2 ms less than
-// three of 8 bits on a Zen 1 core); stable. All the passes' histograms
-// come from one read of the items.
+// three of 8 bits on a Zen 1 core); stable. All the passes' histograms come from one read of the
+// items.
 template <typename Item, typename Digit>
 void radix_sort(std::unique_ptr<Item[]>& items, int64_t n, int bits, Digit digit) {
   constexpr int kMaxDigitBits = 12;
