@@ -8,7 +8,6 @@
 #include <algorithm>
 #include <cstdint>
 #include <memory>
-#include <type_traits>
 #include <vector>
 
 #include "api.h"
@@ -172,39 +171,44 @@ struct WordKeys {
 // gives its cells in bit order, and a run of words of one (batch, x, py) gives them row by row
 // (ly), word by word (pz).
 
+// The indices in seen of the words with cells, sorted by their keys: each an Item made by
+// make(key, index), sorted on digit(item, shift), its index back by index_of(item).
+template <typename Item, typename Make, typename Digit, typename IndexOf>
+std::vector<int64_t> sort_words(const std::vector<uint64_t>& seen,
+                                const std::vector<int64_t>& part_of_bitmap, const WordKeys& keys,
+                                Make make, Digit digit, IndexOf index_of) {
+  std::unique_ptr<Item[]> items = uninitialized<Item>(seen.size());
+  int64_t n = 0;
+  for (size_t w = 0; w < seen.size(); ++w) {
+    if (seen[w]) items[n++] = make(keys(part_of_bitmap[w / kSubWords], w % kSubWords), w);
+  }
+  radix_sort(items, n, keys.bits, digit);
+  std::vector<int64_t> order(n);
+  for (int64_t i = 0; i < n; ++i) order[i] = index_of(items[i]);
+  return order;
+}
+
 // The indices in seen of the words with cells, in that order: each word's key and index travel
 // as one 64-bit item where they fit together (always, but for batches of thousands of frames).
 std::vector<int64_t> words_in_order(const std::vector<uint64_t>& seen,
                                     const std::vector<int64_t>& part_of_bitmap) {
   const WordKeys keys(part_of_bitmap);
   const int index_bits = std::max(bit_length(seen.size()), 1);
-  std::vector<int64_t> order;
-  const auto sort = [&](auto item_of, auto digit, auto index_of, auto* tag) {
-    using Item = std::remove_pointer_t<decltype(tag)>;
-    std::unique_ptr<Item[]> items = uninitialized<Item>(seen.size());
-    int64_t n = 0;
-    for (size_t w = 0; w < seen.size(); ++w) {
-      if (seen[w]) items[n++] = item_of(keys(part_of_bitmap[w / kSubWords], w % kSubWords), w);
-    }
-    radix_sort(items, n, keys.bits, digit);
-    order.resize(n);
-    for (int64_t i = 0; i < n; ++i) order[i] = index_of(items[i]);
-  };
   if (keys.bits + index_bits <= 64) {
     const uint64_t index_mask = (uint64_t(1) << index_bits) - 1;
-    sort([=](uint64_t key, uint64_t w) { return key << index_bits | w; },
-         [=](uint64_t item, int shift) { return item >> (index_bits + shift); },
-         [=](uint64_t item) { return (int64_t)(item & index_mask); }, (uint64_t*)nullptr);
-  } else {
-    struct Keyed {
-      uint64_t key;
-      int64_t index;
-    };
-    sort([](uint64_t key, uint64_t w) { return Keyed{key, (int64_t)w}; },
-         [](const Keyed& item, int shift) { return item.key >> shift; },
-         [](const Keyed& item) { return item.index; }, (Keyed*)nullptr);
+    return sort_words<uint64_t>(
+        seen, part_of_bitmap, keys, [=](uint64_t key, uint64_t w) { return key << index_bits | w; },
+        [=](uint64_t item, int shift) { return item >> (index_bits + shift); },
+        [=](uint64_t item) { return (int64_t)(item & index_mask); });
   }
-  return order;
+  struct Keyed {
+    uint64_t key;
+    int64_t index;
+  };
+  return sort_words<Keyed>(
+      seen, part_of_bitmap, keys, [](uint64_t key, uint64_t w) { return Keyed{key, (int64_t)w}; },
+      [](const Keyed& item, int shift) { return item.key >> shift; },
+      [](const Keyed& item) { return item.index; });
 }
 
 // The end of the words of one (batch, x, py) that starts at words[e] (its part's batch, px, py
