@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# ci-lane: background
 # The requirement sets resolve where the images run: Python 3.10 (JetPack 6), 3.11, 3.12 on
 # x86-64 (glibc 2.36, Debian bookworm) and aarch64 (glibc 2.35, JetPack 6 / Ubuntu 22.04): pip's
 # resolver against the package indexes, wheels only, nothing installed.
