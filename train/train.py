@@ -28,7 +28,7 @@ import argparse
 import json
 import random
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -37,11 +37,10 @@ from torch import nn
 
 from app.inference.voxelize import VoxelizeConfig
 from models import SparseTensor
-from models.checkpoints import load_checkpoint, make_meta, save_checkpoint
+from models.checkpoints import load_checkpoint, save_checkpoint
 from models.minkunet import MinkUNet
 
 from .data import (
-    HELDOUT_SEED_START,
     IGNORE,
     NUM_CLASSES,
     MixedBatches,
@@ -49,13 +48,10 @@ from .data import (
     synthetic_frame,
     train_seeds,
 )
-from .real import TRAINING_POOL, VALIDATION_FRAMES as VAL_NAMES, check_training_frames, load_real
+from .real import TRAINING_POOL, check_training_frames, load_real
+from .state import load_state, meta_for, save_state
 from .validate import Progress, validate
 
-TRAINING_VERSION = "synth-v2"
-REAL_VERSION = "real-v1"
-SYNTHETIC_LICENCE = "ours; no third-party data (synthetic scans only)"
-REAL_LICENCE = "CC BY-NC-SA 4.0, non-commercial: trained on SemanticKITTI"
 CLASS_FREQ_FRAMES = 32
 
 
@@ -111,20 +107,6 @@ def class_weights(cfg: TrainConfig) -> torch.Tensor | None:
     return torch.tensor(w / w.mean(), dtype=torch.float32)
 
 
-def rng_states() -> dict:
-    return {
-        "torch": torch.get_rng_state(),
-        "numpy": np.random.get_state(),
-        "python": random.getstate(),
-    }
-
-
-def set_rng_states(states: dict) -> None:
-    torch.set_rng_state(states["torch"])
-    np.random.set_state(states["numpy"])
-    random.setstate(states["python"])
-
-
 def build(cfg: TrainConfig):
     torch.manual_seed(cfg.seed)
     np.random.seed(cfg.seed)
@@ -137,67 +119,6 @@ def build(cfg: TrainConfig):
         optimizer, max_lr=cfg.lr, total_steps=cfg.steps + 1, pct_start=0.1
     )
     return model, optimizer, scheduler
-
-
-def save_state(
-    path: Path,
-    cfg: TrainConfig,
-    step: int,
-    model,
-    optimizer,
-    scheduler,
-    losses: list[float],
-    best: dict | None = None,
-) -> None:
-    tmp = path.with_suffix(".tmp")
-    torch.save(
-        {
-            "config": asdict(cfg),
-            "step": step,
-            "model": model.state_dict(),
-            "optimizer": optimizer.state_dict(),
-            "scheduler": scheduler.state_dict(),
-            "rng": rng_states(),
-            "losses": list(losses),
-            "best": best,
-        },
-        tmp,
-    )
-    tmp.replace(path)
-
-
-def meta_for(cfg: TrainConfig) -> dict:
-    n = cfg.train_seeds
-    synth = (
-        f"synthetic seeds 0..{n - 1} (synth.generate, profile {cfg.profile}); held-out "
-        f"seeds from {HELDOUT_SEED_START}"
-    )
-    recipe = (
-        f"{cfg.steps} steps x batch {cfg.batch}, seed {cfg.seed}, voxel "
-        f"{cfg.voxel_size:g} m, class weights {cfg.class_weights}"
-    )
-    if cfg.real_share <= 0:
-        meta = make_meta(
-            voxel_size=cfg.voxel_size,
-            training_data=f"{synth}; {recipe}",
-            version=f"{TRAINING_VERSION}-cr{cfg.cr:g}-steps{cfg.steps}-seed{cfg.seed}",
-        )
-        meta["licence"] = SYNTHETIC_LICENCE
-        return meta
-    init = f"fine-tuned from {Path(cfg.init).name}; " if cfg.init else ""
-    meta = make_meta(
-        voxel_size=cfg.voxel_size,
-        training_data=(
-            f"{init}SemanticKITTI scans {', '.join(cfg.real_frames)} (CC BY-NC-SA 4.0; "
-            f"{cfg.real_share:.0%} of batch slots, {cfg.paste} pasted instances a "
-            f"frame, {cfg.crop_degrees:g} degree wedges) mixed with {synth}; "
-            f"model selection on {', '.join(VAL_NAMES)} "
-            f"(never trained on); {recipe}"
-        ),
-        version=f"{REAL_VERSION}-cr{cfg.cr:g}-steps{cfg.steps}-seed{cfg.seed}",
-    )
-    meta["licence"] = REAL_LICENCE
-    return meta
 
 
 def run_validation(cfg: TrainConfig, out: Path, step: int, model, best: dict | None, log):
@@ -227,14 +148,7 @@ def train(cfg: TrainConfig, log=print) -> list[float]:
     model, optimizer, scheduler = build(cfg)
     start, losses, best = 0, [], None
     if cfg.resume:
-        if not last.is_file():
-            raise FileNotFoundError(f"--resume: no {last}")
-        state = torch.load(last, map_location="cpu", weights_only=False)
-        model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        scheduler.load_state_dict(state["scheduler"])
-        set_rng_states(state["rng"])
-        start, losses, best = int(state["step"]), list(state["losses"]), state.get("best")
+        start, losses, best = load_state(last, model, optimizer, scheduler)
         log(f"resumed from {last} at step {start}")
     data = make_data(cfg)
     criterion = nn.CrossEntropyLoss(weight=class_weights(cfg), ignore_index=IGNORE)
@@ -305,7 +219,7 @@ def export_last(out: str, path: str, best: bool = False) -> None:
     save_checkpoint(path, model, meta, half=True)
 
 
-def main(argv: list[str] | None = None) -> int:
+def cli_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m train.train",
         description=__doc__,
@@ -342,7 +256,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--threads", type=int, default=None, help="torch.set_num_threads")
     p.add_argument("--best", action="store_true", help="--export: DIR/best.pt, not last.pt")
-    a = p.parse_args(argv)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = cli_parser().parse_args(argv)
     if a.threads:
         torch.set_num_threads(a.threads)
     if a.export:

@@ -9,14 +9,16 @@ import time
 import numpy as np
 from fastapi.testclient import TestClient
 
+from app.inference.pipeline import STAGES
 from app.service.config import Settings
 from app.service.main import create_app
-from tests.conftest import load_frame
+from tests.conftest import load_frame, require_real_data
 
 KITTI = "semantickitti/seq00_000000.bin"
 NUSCENES = "nuscenes/n015-2018-07-24-11-22-45+0800__LIDAR_TOP__1532402927647951.pcd.bin"
 BIN = {"Content-Type": "application/octet-stream"}
 WANT_BIN = {**BIN, "Accept": "application/octet-stream"}
+TIMED = {*STAGES, "total"}  # the stages every response times
 
 
 @contextlib.contextmanager
@@ -55,3 +57,17 @@ def assert_error(r, status: int, code: str | None = None) -> dict:
     if code:
         assert body["error"] == code, body
     return body
+
+
+@contextlib.contextmanager
+def limited_serving():
+    """A ready app (serving) with a 4 MiB body limit and 150 000 points at most."""
+    require_real_data()
+    with serving(max_body_bytes=4 * 1024 * 1024, max_points=150_000) as client:
+        yield client
+
+
+def assert_good(http) -> None:
+    """A good request right after an error still succeeds."""
+    r = http.post("/v1/segment?format=nuscenes", content=frame_bytes(NUSCENES), headers=WANT_BIN)
+    assert r.status_code == 200 and len(r.content) == 34688

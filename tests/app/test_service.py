@@ -2,7 +2,7 @@
 (LIDARSEG_CR=0.25 for speed), for what only a real process shows: batching and queueing under
 concurrent connections, deadlines, the SIGTERM drain, the `client` and `serve` commands. The HTTP
 contract itself (routes, status codes, error bodies, headers, formats) is tested in process in
-test_contract.py."""
+the test_contract_*.py files."""
 
 from __future__ import annotations
 

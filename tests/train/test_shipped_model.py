@@ -19,7 +19,7 @@ from app.service.config import Settings
 from models.weights import DEFAULT_WEIGHTS, MODEL_CARD, WEIGHTS, resolve_weights
 from tests.conftest import REPO_ROOT, require_real_data
 from train.evaluate import FIXED_FRAME_SEED, fixed_frame_miou
-from train.train import REAL_LICENCE, SYNTHETIC_LICENCE
+from train.state import REAL_LICENCE, SYNTHETIC_LICENCE
 
 
 def recorded(name: str) -> dict:

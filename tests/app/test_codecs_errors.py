@@ -1,0 +1,148 @@
+"""Wire codec errors beyond PCD, PLY and PointCloud2: raw binary sizes, unknown formats, npy, JSON
+and LAS bodies, the point limit, and damaged bodies of every format never crashing a decoder."""
+
+from __future__ import annotations
+
+import io
+import struct
+
+import numpy as np
+import pytest
+
+from app.codecs import DecodeError, decode
+from app.codecs.encode import VARIANTS, encode
+from tests.app.codec_cases import SMALL, decode_error, real_frame
+
+
+@pytest.mark.parametrize("fmt,size", [("kitti", 16), ("nuscenes", 20), ("xyz", 12)])
+def test_not_a_multiple_of_the_point_size(fmt, size):
+    for n in (1, size - 1, 3 * size + 2):
+        err = decode_error(b"\0" * n, fmt)
+        assert err.status == 400 and err.code == "malformed_body" and str(size) in err.detail
+
+
+def test_unknown_format():
+    err = decode_error(b"\0" * 16, "laz")
+    assert (err.status, err.code) == (415, "unsupported_format") and "pcd" in err.detail
+
+
+def test_npy_errors():
+    def npy(arr):
+        buf = io.BytesIO()
+        np.save(buf, arr, allow_pickle=True)
+        return buf.getvalue()
+
+    for arr in (
+        np.ones((5, 4), np.int32),
+        np.ones((5, 4), np.float16),
+        np.ones((5, 4), np.complex64),
+        np.zeros(5, dtype=[("x", "f4"), ("y", "f4")]),
+        np.array([[1.0, 2.0, {"a": 1}]], dtype=object),
+    ):
+        err = decode_error(npy(arr), "npy")
+        assert err.status == 422 and "dtype" in err.detail
+    for arr in (np.ones(12, np.float32), np.ones((5, 2), np.float32), np.ones((2, 3, 4))):
+        err = decode_error(npy(arr))
+        assert err.status == 422 and "shape" in err.detail
+    good = npy(np.ones((5, 4), np.float32))
+    assert decode_error(good[:-1]).status == 400 and decode_error(good + b"\0").status == 400
+    assert decode_error(good[:30]).status == 400  # header cut
+    assert decode_error(good.replace(b"'descr'", b"'dscr' "), "npy").status == 400
+    assert decode_error(b"PK\x03\x04", "npy").status == 400  # an .npz is not an .npy
+
+
+def test_json_errors():
+    for body in (
+        b'{"points": [[1, 2, "3"]]}',
+        b"[[1, 2, null]]",
+        b"[[1, 2, [3]]]",
+        b"[[1, 2, true]]",
+        b'{"points": [[1, 2, {}]]}',
+        b"[[1, 2",
+        b"\xff\xfe[",
+        b"[[1, 2, 3]] trailing",
+    ):
+        assert decode_error(body, "json").status == 400, body
+    for body in (
+        b"[[1, 2], [3, 4]]",
+        b"[[1, 2, 3], [1, 2]]",
+        b"[1, 2, 3]",
+        b'{"pts": []}',
+        b'"points"',
+        b'{"points": {"x": 1}}',
+        b"[[1, 2, 3], 4]",
+    ):
+        assert decode_error(body, "json").status == 422, body
+    assert decode(b'{"points": []}').points.shape == (0, 3)
+    frame = decode(b'{"points": [[1, 2, 3, 200, 7]]}')
+    assert frame.points.shape == (1, 5) and frame.sensor == "ouster"
+
+
+def test_las_errors():
+    pytest.importorskip("laspy")
+    body, _ = encode(real_frame(SMALL), "las")
+    assert decode_error(body[:-40], "las").status == 400
+    assert decode_error(body[:200], "las").status == 400
+    assert decode_error(b"LASF" + b"\0" * 50).status == 400
+    for offset, value in ((100, 0xFFFFFFFF), (107, 0xFFFFFFF), (96, 1 << 30)):
+        bad = bytearray(body)  # corrupt VLR count, point count, point data offset
+        struct.pack_into("<I", bad, offset, value)
+        assert decode_error(bytes(bad), "las").status == 400
+    laz = bytearray(body)
+    laz[104] |= 0x80  # point format id bit 7: LAZ-compressed
+    err = decode_error(bytes(laz), "las")
+    assert err.status in (400, 415), err.detail
+
+
+def test_max_points():
+    points = real_frame(SMALL)
+    for case in (
+        "kitti",
+        "pcd_binary",
+        "pcd_binary_compressed",
+        "ply",
+        "npy",
+        "las",
+        "pointcloud2",
+        "json",
+    ):
+        body, content_type = encode(points, case)
+        assert len(decode(body, None, content_type, max_points=50).points) == 50
+        err = decode_error(body, None, content_type, max_points=49)
+        assert (err.status, err.code) == (413, "too_many_points"), case
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        "kitti",
+        "pcd_ascii",
+        "pcd_binary",
+        "pcd_binary_compressed",
+        "ply_ascii",
+        "ply_binary_big_endian",
+        "npy",
+        "las",
+        "pointcloud2_big_endian",
+        "json",
+    ],
+)
+def test_damaged_bodies_never_crash(case):
+    """Truncated or byte-flipped bodies either decode or raise a 4xx DecodeError."""
+    rng = np.random.default_rng(0)
+    body, content_type = encode(real_frame(SMALL), case)
+    fmt = VARIANTS.get(case, (case,))[0]
+    damaged = [body[:k] for k in rng.integers(0, len(body), 25)]
+    for _ in range(60):
+        b = bytearray(body)
+        for k in rng.integers(0, min(len(b), 400), 3):
+            b[k] = int(rng.integers(0, 256))
+        damaged.append(bytes(b))
+    for b in damaged:
+        for f in (fmt, None):
+            try:
+                frame = decode(b, f, content_type)
+            except DecodeError as e:
+                assert e.status in (400, 413, 415, 422)
+            else:
+                assert frame.points.ndim == 2 and frame.points.shape[1] >= 3

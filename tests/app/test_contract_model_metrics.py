@@ -1,0 +1,101 @@
+"""The HTTP contract's model, probes, docs and metrics, in process: /v1/model, /healthz, /readyz,
+the OpenAPI schema, the precision reported and run, and /metrics moving with each request."""
+
+from __future__ import annotations
+
+import pytest
+
+from kernels.precision import fused_int8_lanes
+from tests.app.contract_helpers import (
+    NUSCENES,
+    TIMED,
+    WANT_BIN,
+    assert_good,
+    frame_bytes,
+    limited_serving,
+    serving,
+)
+from tests.app.service_helpers import metric_value
+from tests.conftest import require_real_data
+
+
+@pytest.fixture(scope="module")
+def http():
+    with limited_serving() as client:
+        yield client
+
+
+def test_model_probes_and_docs(http):
+    m = http.get("/v1/model").json()
+    assert m["voxel_size"] == 0.05 and m["input_features"] == ["x", "y", "z", "intensity"]
+    assert m["licence"] and isinstance(m["training_data"], str)
+    assert m["ignore_label"] == 255
+    assert len(m["classes"]) == 19 and m["classes"][8] == {
+        "id": 8,
+        "name": "road",
+        "color": [255, 0, 255],
+    }
+    assert m["engine"]["device"] == "cpu" and "grouping_plan_file" in m["engine"]
+    from kernels.precision import cpu_features, resolve
+
+    assert m["engine"]["precision"] == resolve("auto")  # LIDARSEG_PRECISION unset: auto
+    assert m["engine"]["precision_requested"] == "auto"
+    assert m["engine"]["cpu_features"] == list(cpu_features())
+    assert http.get("/healthz").status_code == 200
+    assert http.get("/readyz").json()["status"] == "ready"
+    spec = http.get("/openapi.json").json()
+    body = spec["paths"]["/v1/segment"]["post"]["requestBody"]["content"]
+    assert {"application/octet-stream", "multipart/form-data", "application/json"} <= set(body)
+    ok = spec["paths"]["/v1/segment"]["post"]["responses"]
+    assert "application/octet-stream" in ok["200"]["content"]
+    assert {"413", "415", "422", "503", "504"} <= set(ok)
+    assert {"/v1/model", "/healthz", "/readyz", "/metrics"} <= set(spec["paths"])
+    assert http.get("/docs").status_code == 200
+
+
+@pytest.mark.skipif(not fused_int8_lanes(), reason="this CPU has no AVX512_VNNI")
+def test_a_pinned_precision_is_what_runs_and_what_is_reported():
+    """LIDARSEG_PRECISION=int8: /v1/model and /metrics say int8, and frames are segmented."""
+    require_real_data()
+    with serving(precision="int8") as client:
+        engine = client.get("/v1/model").json()["engine"]
+        assert engine["precision"] == engine["precision_requested"] == "int8"
+        info = client.get("/metrics").text.split("lidarseg_model_info{", 1)[1]
+        assert 'precision="int8"' in info.split("}", 1)[0]
+        r = client.post(
+            "/v1/segment?format=nuscenes", content=frame_bytes(NUSCENES), headers=WANT_BIN
+        )
+        assert r.status_code == 200 and len(r.content) == 34688
+
+
+def test_metrics_move(http):
+    before = http.get("/metrics").text
+    for name in (
+        "lidarseg_stage_duration_seconds_bucket",
+        "lidarseg_requests_total",
+        "lidarseg_points_per_request",
+        "lidarseg_voxels_per_request",
+        "lidarseg_queue_depth",
+        "lidarseg_batch_size",
+        "lidarseg_model_info",
+    ):
+        assert name in before, name
+    from kernels.precision import resolve
+
+    assert f'precision="{resolve("auto")}"' in before.split("lidarseg_model_info{", 1)[1]
+    assert_good(http)
+    after = http.get("/metrics").text
+    assert (
+        metric_value(after, "lidarseg_requests_total", 'status="200"')
+        == metric_value(before, "lidarseg_requests_total", 'status="200"') + 1
+    )
+    for stage in TIMED:
+        key = f'stage="{stage}"'
+        assert (
+            metric_value(after, "lidarseg_stage_duration_seconds_count", key)
+            == metric_value(before, "lidarseg_stage_duration_seconds_count", key) + 1
+        )
+    assert (
+        metric_value(after, "lidarseg_points_per_request_sum")
+        == metric_value(before, "lidarseg_points_per_request_sum") + 34688
+    )
