@@ -14,18 +14,15 @@ from __future__ import annotations
 import random
 from dataclasses import asdict
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
 from models.checkpoints import make_meta
 
+from .config import TrainConfig
 from .data import HELDOUT_SEED_START
 from .real import VALIDATION_FRAMES as VAL_NAMES
-
-if TYPE_CHECKING:
-    from .train import TrainConfig
 
 TRAINING_VERSION = "synth-v2"
 REAL_VERSION = "real-v1"

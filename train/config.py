@@ -1,0 +1,36 @@
+"""A training run's settings, one field per flag of `python -m train.train`; DIR/last.pt keeps
+them as a dict, and the checkpoints' meta describes the run from them (train/state.py)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .real import check_training_frames
+
+
+@dataclass
+class TrainConfig:
+    out: str
+    cr: float = 0.5
+    steps: int = 1000
+    batch: int = 2
+    lr: float = 2e-3
+    weight_decay: float = 1e-4
+    seed: int = 0
+    train_seeds: int = 1000
+    max_points: int | None = None
+    ckpt_every: int = 100
+    stop_at: int | None = None  # stop (after checkpointing) once this many steps are done
+    resume: bool = False
+    profile: str = "hdl64"
+    voxel_size: float = 0.1
+    class_weights: str = "sqrt-inv"  # or "none"
+    real_frames: tuple[str, ...] = ()  # training-pool frames (train/real.py)
+    real_share: float = 0.0  # probability that a batch slot is a real frame
+    paste: int = 0  # instances pasted into each frame (real frames needed)
+    init: str | None = None  # checkpoint to start from (fine-tuning)
+    val_every: int = 0  # 0: no validation
+    crop_degrees: float = 360.0  # < 360: train on one random azimuth wedge of each frame
+
+    def __post_init__(self):
+        self.real_frames = check_training_frames(self.real_frames)
