@@ -44,9 +44,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import functools
 import json
-import math
 import sys
 import time
 import warnings
@@ -55,56 +53,22 @@ from pathlib import Path
 import torch
 
 from kernels import submanifold_map
-from kernels.engine import EngineConfig, sparse_conv
+from kernels.engine import EngineConfig
 from kernels.grouping import build_plan
-from kernels.tuning import GroupingTable
 
-from . import common
-
-INF = math.inf
-
-
-def ratio_text(ours: float, ref: float, ref_name: str = "spconv") -> str:
-    r = ours / ref
-    verdict = f"{1 / r:.1f}x faster" if r <= 1 else f"{r:.1f}x slower"
-    return f"ours/{ref_name} = {r:.2f}x time ({verdict})"
-
-
-def grouping_configs(deterministic: bool = False, fused: bool = True) -> dict[str, EngineConfig]:
-    """tuned (the shipped table), grouped separate and dense, and (fused=True, CPU) fused."""
-    table = GroupingTable.load_default()
-    const = lambda e, s, d="grouped": GroupingTable(
-        entries={}, defaults={"cpu": (e, s, d), "cuda": (e, s, d)}
-    )
-    configs = {
-        "tuned": EngineConfig(deterministic=deterministic, grouping=table),
-        "separate": EngineConfig(deterministic=deterministic, grouping=const(0.0, 0.0)),
-        "dense": EngineConfig(deterministic=deterministic, grouping=const(1.0, INF)),
-    }
-    if fused:
-        configs["fused"] = EngineConfig(
-            deterministic=deterministic, grouping=const(0.0, 0.0, "fused")
-        )
-    return configs
-
-
-def fmt_s(value) -> str:
-    return "inf" if value == INF else f"{int(value)}"
-
-
-def setting_text(eps: float, thr: float, dataflow: str) -> str:
-    """How one (epsilon, S, dataflow) choice reads: the grouping only matters to the fused
-    dataflow through its offset order, which is the same for every (epsilon, S)."""
-    return "fused" if dataflow == "fused" else f"grouped eps={eps:g},S={fmt_s(thr)}"
+from . import common, layers_spconv
+from .layers_conv import ConvFigures, fmt_s, ratio_text, setting_text
 
 
 class Bench:
+    """One bench.layers run: (a) here, (b)-(e) through bench/layers_conv.py, per frame and thread
+    count; t() times a call with the run's --warmup, --runs and --budget, out() prints a line."""
+
     def __init__(self, args):
         self.args = args
         self.device = torch.device(args.device)
         self.cuda = self.device.type == "cuda"
         self.sp_ok, self.sp_why = common.spconv_available(args.device)
-        self.lines: list[str] = []
 
     def out(self, line: str = "") -> None:
         print(line, flush=True)
@@ -118,10 +82,12 @@ class Bench:
     def _map_times(self, coords, sp_coords, spatial):
         """(ours, spconv or None) seconds to build the k3 submanifold map of these rows."""
         ours = self.t(lambda: submanifold_map(coords, None, 3))
-        sp = self.t(self._spconv_pairs_fn(sp_coords, spatial)) if self.sp_ok else None
+        sp = self.t(layers_spconv.pairs_fn(sp_coords, spatial)) if self.sp_ok else None
         return ours, sp
 
     def maps(self, coords, sp_coords, spatial, threads_label):
+        """(a): the k3 submanifold map and its plan, ours vs spconv, then on shuffled rows;
+        (the map, its figures)."""
         res = {}
         ours, sp = self._map_times(coords, sp_coords, spatial)
         kmap = submanifold_map(coords, None, 3)
@@ -171,130 +137,6 @@ class Bench:
         self.out(line)
         return kmap, res
 
-    def _spconv_pairs_fn(self, sp_coords, spatial):
-        from spconv.core import ConvAlgo
-        from spconv.pytorch import ops
-        import spconv.pytorch as spconv
-
-        algo = spconv.SubMConv3d(1, 1, 3, bias=False).algo  # the layer's own choice
-        args = (sp_coords, 1, spatial, algo, [3, 3, 3], [1, 1, 1], [1, 1, 1], [1, 1, 1], [0, 0, 0])
-        if algo == ConvAlgo.Native:
-            return lambda: ops.get_indice_pairs(*args, subm=True, transpose=False)
-        return lambda: ops.get_indice_pairs_implicit_gemm(
-            *args, subm=True, transpose=False, is_train=False
-        )
-
-    # (b) - (e) ------------------------------------------------------------
-    def convs(self, coords, sp_coords, spatial, kmap, threads, threads_label):
-        import_sp = self.sp_ok
-        if import_sp:
-            import spconv.pytorch as spconv
-        from models.spconv_compat import weight_from_spconv
-
-        entries = sum(kmap.counts)
-        dtypes = [torch.float32] + ([torch.float16] if self.cuda else [])
-        configs = grouping_configs(fused=not self.cuda)  # fused: a CPU-only dataflow
-        det_configs = grouping_configs(deterministic=True, fused=False)
-        rows = []
-        for dtype in dtypes:
-            dname = {torch.float32: "fp32", torch.float16: "fp16"}[dtype]
-            for c in self.args.channels:
-                gen = torch.Generator().manual_seed(c)
-                feats = torch.randn(len(coords), c, generator=gen).to(self.device, dtype)
-                sp_w = torch.randn(c, 3, 3, 3, c, generator=gen) / math.sqrt(27 * c)
-                weight = weight_from_spconv(sp_w).to(self.device, dtype)
-                row = {"dtype": dname, "C": c, "entries": entries}
-                with torch.no_grad():
-                    ours = self.t(lambda: sparse_conv(feats, weight, kmap, configs["tuned"]))
-                    out_ours = sparse_conv(feats, weight, kmap, configs["tuned"])
-                    row["ours_ms"] = ours * 1e3
-                    eps, thr, dataflow = configs["tuned"].grouping.choose(
-                        self.device.type, 27, c, c
-                    )
-                    tuned_text = setting_text(eps, thr, dataflow)
-                    row["tuned"] = {"epsilon": eps, "S": fmt_s(thr), "dataflow": dataflow}
-                    line = f"  (b) C={c:<3d} {dname} fwd  ours {ours * 1e3:8.2f} ms [{tuned_text}]"
-                    if import_sp:
-                        conv = spconv.SubMConv3d(c, c, 3, bias=False, indice_key="subm1")
-                        conv.weight.data.copy_(sp_w)
-                        conv = conv.to(self.device, dtype).eval()
-                        x = common.spconv_tensor(feats, sp_coords, spatial)
-                        y = conv(x)  # builds the pairs once
-                        x.indice_dict = y.indice_dict  # every later forward reuses them
-                        out_sp = conv(x).features
-                        diff = (out_sp.float() - out_ours.float()).abs().max().item()
-                        sp = self.t(lambda: conv(x))
-                        row.update(spconv_ms=sp * 1e3, ratio=ours / sp, maxdiff=diff)
-                        wrong = not self.cuda and threads > 1
-                        row["spconv_incorrect"] = wrong
-                        tag = " [spconv: incorrect results, timing only]" if wrong else ""
-                        line += (
-                            f" | spconv {sp * 1e3:8.2f} ms | {ratio_text(ours, sp)}"
-                            f" | maxdiff {diff:.1e}{tag}"
-                        )
-                    self.out(line)
-
-                    # (c) achieved GFLOP/s vs one dense mm of the same rows and channels
-                    a = torch.randn(entries, c, generator=gen).to(self.device, dtype)
-                    b = torch.randn(c, c, generator=gen).to(self.device, dtype)
-                    o = torch.empty(entries, c, device=self.device, dtype=dtype)
-                    mm = self.t(functools.partial(torch.mm, a, b, out=o))
-                    del a, b, o
-                    flops = 2.0 * entries * c * c
-                    row.update(
-                        ours_gflops=flops / ours / 1e9,
-                        mm_ms=mm * 1e3,
-                        mm_gflops=flops / mm / 1e9,
-                        fraction_of_mm=mm / ours,
-                    )
-                    self.out(
-                        f"  (c) C={c:<3d} {dname} ours {flops / ours / 1e9:7.1f} GFLOP/s"
-                        f" | dense mm [{entries}x{c}]@[{c}x{c}] {flops / mm / 1e9:7.1f}"
-                        f" GFLOP/s ({mm * 1e3:.2f} ms) | ours reach {mm / ours:.0%} of it"
-                    )
-
-                    # (d) dataflow and grouping
-                    g = {"tuned": ours}
-                    others = [n for n in ("separate", "dense", "fused") if n in configs]
-                    for name in others:
-                        g[name] = self.t(lambda: sparse_conv(feats, weight, kmap, configs[name]))
-                    row["grouping_ms"] = {k: v * 1e3 for k, v in g.items()}
-                    times = " | ".join(f"{n} {g[n] * 1e3:.2f} ms" for n in others)
-                    ratios = [("tuned", "separate"), ("tuned", "dense")]
-                    if "fused" in g:
-                        ratios += [("fused", "separate"), ("fused", "dense")]
-                    ratio_txt = ", ".join(f"{a}/{b} = {g[a] / g[b]:.2f}x" for a, b in ratios)
-                    self.out(
-                        f"  (d) C={c:<3d} {dname} tuned[{tuned_text}]"
-                        f" {g['tuned'] * 1e3:.2f} ms | {times} | {ratio_txt}"
-                    )
-
-                    # (e) deterministic
-                    if self.cuda:
-                        det = self.t(lambda: sparse_conv(feats, weight, kmap, det_configs["tuned"]))
-                        out_det = sparse_conv(feats, weight, kmap, det_configs["tuned"])
-                        same = torch.equal(
-                            out_det, sparse_conv(feats, weight, kmap, det_configs["tuned"])
-                        )
-                        row.update(
-                            deterministic_ms=det * 1e3,
-                            deterministic_cost=det / ours,
-                            deterministic_repeatable=same,
-                        )
-                        self.out(
-                            f"  (e) C={c:<3d} {dname} deterministic {det * 1e3:.2f} ms vs"
-                            f" default {ours * 1e3:.2f} ms = {det / ours:.2f}x time;"
-                            f" bitwise repeatable: {same}"
-                        )
-                rows.append(row)
-        if not self.cuda:
-            self.out(
-                "  (e) deterministic: CPU: no float atomics in either dataflow (fused kernel"
-                " and per-offset scatter are race-free by construction), so deterministic"
-                " mode is the default path: zero cost"
-            )
-        return rows
-
     def run(self) -> dict:
         args = self.args
         result = {
@@ -318,45 +160,47 @@ class Bench:
                 "# spconv CPU is only correct with 1 thread (spconv issue #679): its"
                 " >1-thread figures are timings only"
             )
-        thread_list = args.threads if not self.cuda else [args.threads[0]]
         for name in args.frames:
-            frame = common.load_frame(name, args.data)
-            coords = common.voxelize(frame.points, args.voxel)
-            sp_coords, spatial = common.spconv_coords(coords)
-            coords, sp_coords = coords.to(self.device), sp_coords.to(self.device)
-            fres = {
-                "frame": frame.name,
-                "points": len(frame.points),
-                "voxels": len(coords),
-                "spatial_shape": spatial,
-                "runs": [],
-            }
-            self.out(
-                f"\n== {frame.name}: {len(frame.points)} points -> {len(coords)} voxels"
-                f" at {args.voxel} m"
-            )
-            for threads in thread_list:
-                if not self.cuda:
-                    common.set_threads(threads)
-                label = f"threads={threads}" if not self.cuda else "cuda"
-                wrong = not self.cuda and threads > 1
-                self.out(
-                    f" -- {label}"
-                    + (" (spconv: incorrect results, timing only)" if wrong and self.sp_ok else "")
-                )
-                kmap, maps = self.maps(
-                    coords, sp_coords, spatial, " [timing only]" if wrong else ""
-                )
-                self.out(
-                    f"      map entries incl. centre: {sum(kmap.counts)}"
-                    f" ({sum(kmap.counts) / len(coords):.2f} per voxel)"
-                )
-                convs = self.convs(coords, sp_coords, spatial, kmap, threads, label)
-                fres["runs"].append(
-                    {"threads": threads if not self.cuda else None, "map": maps, "conv": convs}
-                )
-            result["frames"].append(fres)
+            result["frames"].append(self.frame(name))
         return result
+
+    def frame(self, name: str) -> dict:
+        """(a)-(e) on one frame, at every thread count (CPU; CUDA: once)."""
+        args = self.args
+        frame = common.load_frame(name, args.data)
+        coords = common.voxelize(frame.points, args.voxel)
+        sp_coords, spatial = common.spconv_coords(coords)
+        coords, sp_coords = coords.to(self.device), sp_coords.to(self.device)
+        runs: list[dict] = []
+        fres = {
+            "frame": frame.name,
+            "points": len(frame.points),
+            "voxels": len(coords),
+            "spatial_shape": spatial,
+            "runs": runs,
+        }
+        self.out(
+            f"\n== {frame.name}: {len(frame.points)} points -> {len(coords)} voxels"
+            f" at {args.voxel} m"
+        )
+        thread_list = args.threads if not self.cuda else [args.threads[0]]
+        for threads in thread_list:
+            if not self.cuda:
+                common.set_threads(threads)
+            label = f"threads={threads}" if not self.cuda else "cuda"
+            wrong = not self.cuda and threads > 1
+            self.out(
+                f" -- {label}"
+                + (" (spconv: incorrect results, timing only)" if wrong and self.sp_ok else "")
+            )
+            kmap, maps = self.maps(coords, sp_coords, spatial, " [timing only]" if wrong else "")
+            self.out(
+                f"      map entries incl. centre: {sum(kmap.counts)}"
+                f" ({sum(kmap.counts) / len(coords):.2f} per voxel)"
+            )
+            convs = ConvFigures(self, kmap, len(coords), sp_coords, spatial, threads).rows()
+            runs.append({"threads": threads if not self.cuda else None, "map": maps, "conv": convs})
+        return fres
 
 
 def parse_args(argv=None):
