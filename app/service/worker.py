@@ -1,13 +1,9 @@
 """One inference thread per device, fed by a bounded queue; waiting frames run as one batch.
 
-submit() never blocks: a full queue raises QueueFull at once (the route answers 503). Every job
-carries a deadline, and the worker admits only work that can still finish in time: it measures
-what a point costs (an average over the batches it ran) and estimates each batch before running
-it. Under contention (other work queued or running), a job that cannot finish by its deadline is
-refused (DeadlineExceeded) without running: at submit when the work ahead already rules it out,
-else when the worker takes it; a batch only grows while every frame in it can still finish. A
-job alone always runs, so a stale estimate cannot refuse work forever. A route whose client gave
-up cancels its job, which frees the slot and the job never runs (if it has not started).
+submit() never blocks: a full queue raises QueueFull at once (the route answers 503). The worker
+admits only work that can still finish by its deadline: the jobs, the cost model and the
+estimates live in admission.py. A route whose client gave up cancels its job, which frees the
+slot and the job never runs (if it has not started).
 
 The loop is supervised: an exception outside a batch's pipeline run is logged, the jobs it held
 fail, and the loop starts again; `alive` says whether the thread runs (/readyz checks it).
@@ -16,18 +12,27 @@ fail, and the loop starts again; `alive` says whether the thread runs (/readyz c
 from __future__ import annotations
 
 import collections
-import concurrent.futures
 import contextlib
 import logging
-import statistics
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, ContextManager
 
 import numpy as np
 
 from app.inference.pipeline import FrameResult, SegmentationPipeline
+from app.service.admission import (
+    CostModel,
+    Job,
+    QueueFull,
+    WorkerStopped,
+    admit,
+    can_finish,
+    estimated_end,
+    refuse,
+    start_jobs,
+)
 
 log = logging.getLogger("lidarseg.worker")
 
@@ -35,60 +40,6 @@ log = logging.getLogger("lidarseg.worker")
 # responses to go out) before freeing the frame's maps (pipeline.release), unless the next
 # job is already there: freeing holds the GIL that the event loop needs to answer.
 RELEASE_DELAY_S = 0.005
-
-
-class QueueFull(Exception):
-    pass
-
-
-class DeadlineExceeded(Exception):
-    pass
-
-
-class WorkerStopped(Exception):
-    pass
-
-
-class CostModel:
-    """Milliseconds per point: the median of the last `keep` batches of at least `min_points`
-    points (None until one ran; a small batch is mostly fixed overhead and says little). The
-    median ignores one slow outlier (a first run) and one lucky run alike: too low an estimate
-    admits frames that then miss their deadline (wasted work), too high a one refuses frames
-    that would have made it."""
-
-    def __init__(self, keep: int = 8, min_points: int = 10_000):
-        self.min_points = min_points
-        self.recent: collections.deque[float] = collections.deque(maxlen=keep)
-
-    @property
-    def ms_per_point(self) -> float | None:
-        return statistics.median(self.recent) if self.recent else None
-
-    def observe(self, points: int, ms: float) -> None:
-        if points >= self.min_points:
-            self.recent.append(ms / points)
-
-    def seconds(self, points: int) -> float:
-        per = self.ms_per_point
-        return 0.0 if per is None else per * points / 1e3
-
-
-@dataclass
-class Job:
-    points: np.ndarray
-    sensor: str
-    layer_timing: bool
-    deadline: float  # time.monotonic()
-    enqueued: float = field(default_factory=time.monotonic)
-    future: concurrent.futures.Future = field(default_factory=concurrent.futures.Future)
-    queue_ms: float = 0.0
-    batch_size: int = 0
-    trace: object = None  # the request's trace (the pipeline run links to it)
-    valid: object = None  # valid_mask's result from the route (computed once)
-
-    @property
-    def size(self) -> int:
-        return len(self.points)
 
 
 @dataclass
@@ -146,16 +97,8 @@ class InferenceWorker:
                 raise WorkerStopped("the worker is shutting down")
             if len(self._jobs) >= self.queue_size:
                 raise QueueFull(f"{len(self._jobs)} requests already waiting")
-            ahead = sum(j.size for j in self._jobs) + job.size
-            start = max(time.monotonic(), self._busy_until)
             busy = bool(self._jobs or self._busy)
-            need = start + self.cost.seconds(ahead) - time.monotonic()
-            if busy and need > deadline - time.monotonic():
-                self._dropped()
-                raise DeadlineExceeded(
-                    f"cannot finish before the deadline: the work queued "
-                    f"ahead and this frame are estimated at {need:.1f} s"
-                )
+            admit(self.cost, job, self._jobs, busy, self._busy_until, self._dropped)
             self._jobs.append(job)
             self._depth()
             self._cond.notify()
@@ -201,22 +144,6 @@ class InferenceWorker:
         if self.stats.on_depth:
             self.stats.on_depth(len(self._jobs))
 
-    def _refuse(self, job: Job, now: float, contended: bool = True) -> bool:
-        """True (and the job failed) when it cannot finish by its deadline if started now.
-        Estimates refuse work only under contention: a job alone runs (and so refreshes the
-        estimate; a stale one cannot refuse work forever)."""
-        if job.future.cancelled():
-            self._dropped()
-            return True
-        if now < job.deadline and (
-            not contended or now + self.cost.seconds(job.size) <= job.deadline
-        ):
-            return False
-        what = "passed while queued" if now >= job.deadline else "cannot be met"
-        job.future.set_exception(DeadlineExceeded(f"deadline {what}"))
-        self._dropped()
-        return True
-
     def _take_batch(self) -> list[Job] | None:
         with self._cond:
             first = None
@@ -226,28 +153,28 @@ class InferenceWorker:
                         return None
                     self._cond.wait()
                 job = self._jobs.popleft()
-                first = None if self._refuse(job, time.monotonic(), bool(self._jobs)) else job
+                contended = bool(self._jobs)  # a job alone runs whatever the estimate
+                if not refuse(self.cost, job, time.monotonic(), self._dropped, contended):
+                    first = job
             batch, wait_until = [first], time.monotonic() + self.max_wait_s
             while len(batch) < self.max_batch and self._jobs:
                 if not self._grow(batch) and not self._wait_more(wait_until):
                     break
             self._busy = batch
-            self._busy_until = time.monotonic() + self.cost.seconds(sum(j.size for j in batch))
+            self._busy_until = estimated_end(self.cost, batch, time.monotonic())
             self._depth()
             return batch
 
     def _grow(self, batch: list[Job]) -> bool:
         """Adds one waiting job that every frame of the batch can afford; False when none."""
         now = time.monotonic()
-        total = sum(j.size for j in batch)
         for job in list(self._jobs):
             if job.layer_timing != batch[0].layer_timing:
                 continue
-            if self._refuse(job, now):
+            if refuse(self.cost, job, now, self._dropped):
                 self._jobs.remove(job)
                 continue
-            end = now + self.cost.seconds(total + job.size)
-            if end <= min(j.deadline for j in (*batch, job)):
+            if can_finish(self.cost, (*batch, job), now):
                 self._jobs.remove(job)
                 batch.append(job)
                 return True
@@ -308,20 +235,7 @@ class InferenceWorker:
         self.on_idle()
 
     def _run(self, batch: list[Job]):
-        now = time.monotonic()
-        live = []
-        for job in batch:
-            if job.future.cancelled():  # the client gave up while the batch formed
-                self._dropped()
-                continue
-            if now >= job.deadline:  # expired while queued: never run
-                job.future.set_exception(DeadlineExceeded("deadline passed while queued"))
-                self._dropped()
-                continue
-            if not job.future.set_running_or_notify_cancel():
-                continue
-            job.queue_ms = (now - job.enqueued) * 1e3
-            live.append(job)
+        live = start_jobs(batch, time.monotonic(), self._dropped)
         if not live:
             return
         for job in live:

@@ -10,7 +10,8 @@ import httpx
 import numpy as np
 import pytest
 
-from app.service.worker import DeadlineExceeded, InferenceWorker
+from app.service.admission import DeadlineExceeded
+from app.service.worker import InferenceWorker
 
 
 class FakePipeline:

@@ -1,19 +1,21 @@
-"""The voxelizer's host kernels (kernels/voxel.py) against numpy oracles, bit for bit."""
+"""The voxelizer's host kernels (kernels/voxel.py) against numpy oracles, bit for bit. Here the
+keys pass (keys, runs, counts and block rows, for rows of 3 to 6 columns) and the order pass over
+the block rows it gives, on any thread count; the order pass alone: test_voxel_order.py, the sums
+pass: test_voxel_sums.py."""
 
 import numpy as np
 import pytest
 import torch
-from hypothesis import given, settings, strategies as st
 
 from kernels import voxel
 from kernels.backend import KernelError
+from tests.kernels.voxel_helpers import blocks_of
 
 VOXEL, MAX_XY, Z_RANGE = 0.1, 30.0, (-3.0, 5.0)
 ORIGIN = np.floor(np.array([-MAX_XY, -MAX_XY, Z_RANGE[0]], np.float32) / np.float32(VOXEL))
 HIGHEST = np.floor(np.array([MAX_XY, MAX_XY, Z_RANGE[1]], np.float32) / np.float32(VOXEL))
 SPAN = tuple(int(v) for v in HIGHEST - ORIGIN + 1)  # (601, 601, 81) cells
 GRID = voxel.Grid(tuple(int(v) for v in ORIGIN), SPAN, batches=4)  # type: ignore[arg-type]
-MASK = (1 << 17) - 1
 
 
 def hostile_points(n: int, seed: int) -> np.ndarray:
@@ -41,13 +43,6 @@ def oracle_keys(points: np.ndarray, batch: int):
     run_of_point[keep] = np.cumsum(head) - 1
     counts = (int((~finite).sum()), int((finite & ~inside).sum()))
     return keys[head], run_of_point, counts, cells
-
-
-def blocks_of(keys: np.ndarray, shift: int) -> np.ndarray:
-    """int64 [n, 4]: (batch, x >> shift, y >> shift, z >> shift) of packed keys."""
-    return np.stack(
-        [keys >> 51] + [(keys >> (34 - 17 * a) & MASK) >> shift for a in range(3)], axis=1
-    )
 
 
 def check_block_rows(
@@ -115,103 +110,6 @@ def test_no_kept_point_and_a_grid_that_does_not_cover_the_range():
         voxel.voxel_keys(pts, VOXEL, MAX_XY, Z_RANGE, short)
     with pytest.raises(KernelError, match="bad argument"):  # batch 4 of a grid of 4 frames
         voxel.voxel_keys(pts, VOXEL, MAX_XY, Z_RANGE, GRID, batch=4)
-
-
-# three features (xyz-only input: intensity a constant 0), four in place (x, y, z, intensity),
-# four elsewhere, five (a count the kernel takes at run time)
-@pytest.mark.parametrize("cols", [[3, 0, -1], [0, 1, 2, 3], [3, 2, 1, 0], [0, 1, 2, 3, 3]])
-def test_feature_sums_are_bincounts_bit_for_bit(cols):
-    rng = np.random.default_rng(0)
-    pts = rng.normal(size=(3000, 4)).astype(np.float32)
-    ids = rng.integers(-1, 200, 3000)
-    scales = [0.25, 1.0, 3.0, 1.0, 0.5][: len(cols)]
-    sums = torch.zeros((200, len(cols)), dtype=torch.float64)
-    counts = torch.zeros(200, dtype=torch.int64)
-    # every point its own run; the runs' voxels in reverse
-    mapping = voxel.voxel_sums(pts, cols, scales, ids, 199 - np.arange(200), sums, counts)
-    assert np.array_equal(mapping, np.where(ids >= 0, 199 - ids, -1))
-    kept = mapping >= 0
-    for j, (col, scale) in enumerate(zip(cols, scales)):
-        feature = pts[kept, col] * np.float32(scale) if col >= 0 else np.zeros(kept.sum())
-        want = np.bincount(mapping[kept], weights=feature, minlength=200)
-        assert np.array_equal(sums[:, j].numpy(), want)
-    assert np.array_equal(counts.numpy(), np.bincount(mapping[kept], minlength=200))
-    one = sums[:, :1].contiguous()
-    with pytest.raises(KernelError, match="bad argument"):  # a run beyond the runs
-        voxel.voxel_sums(pts, [0], [1.0], np.full(3000, 200), np.arange(200), one, counts)
-    with pytest.raises(KernelError, match="bad argument"):  # a voxel beyond the voxels
-        voxel.voxel_sums(pts, [0], [1.0], np.zeros(3000), np.full(200, 200), one, counts)
-    nine = torch.zeros((200, 9), dtype=torch.float64)
-    with pytest.raises(KernelError, match="bad argument"):  # more than 8 features
-        voxel.voxel_sums(pts, [0] * 9, [1.0] * 9, ids, np.arange(200), nine, counts)
-
-
-def numpy_blocks(runs: np.ndarray, shift: int = 5):
-    """Block rows as numpy makes them (a row per run, its key the block's number among the
-    distinct blocks) and the slots a hash set would give them: (BlockKeys, slots, num_slots)."""
-    number = np.unique(blocks_of(runs, shift), axis=0, return_inverse=True)[1].ravel()
-    blocks = voxel.BlockKeys(
-        number.astype(np.int32)[:, None], np.arange(len(runs), dtype=np.int32), shift
-    )
-    return blocks, number.astype(np.int32), int(number.max(initial=-1)) + 1
-
-
-def order(runs: np.ndarray, origin=np.zeros(3, np.int32)) -> tuple[np.ndarray, np.ndarray]:
-    """voxel_order of runs as the voxelizer calls it: block rows, then slots for them."""
-    blocks, slots, num_slots = numpy_blocks(runs)
-    return voxel.voxel_order(runs, blocks, slots, num_slots, origin)
-
-
-@given(st.lists(st.integers(0, 2**62), min_size=1, max_size=300), st.integers(0, 3))
-@settings(max_examples=60, deadline=None)
-def test_order_sorts_any_keys_the_radix_sort_meets(keys, repeat):
-    runs = np.array(keys * (repeat + 1), dtype=np.int64)  # up to 62 bits: four 16-bit digits
-    runs = runs[np.argsort(runs >> 51, kind="stable")]  # keys ascend by batch, as voxelize's do
-    voxel_of_run, coords = order(runs)
-    uniq = np.unique(runs)
-    assert np.array_equal(voxel_of_run, np.searchsorted(uniq, runs))
-    assert np.array_equal(coords[:, 0], (uniq >> 51).astype(np.int32))
-
-
-def test_order_sorts_tight_fields_and_one_key():
-    """Fields spanning a few bits each (one pass) and a single key (no bits at all)."""
-    rng = np.random.default_rng(3)
-    fields = rng.integers([0, 900, 40, 3], [2, 905, 44, 9], (700, 4))
-    fields = fields[np.argsort(fields[:, 0], kind="stable")]
-    runs = fields[:, 0] << 51 | fields[:, 1] << 34 | fields[:, 2] << 17 | fields[:, 3]
-    voxel_of_run, _ = order(runs)
-    assert np.array_equal(voxel_of_run, np.searchsorted(np.unique(runs), runs))
-    voxel_of_run, coords = order(np.full(5, 12345, np.int64))
-    assert not voxel_of_run.any() and len(coords) == 1
-
-
-def test_order_gives_sorted_voxels_and_every_runs_row():
-    rng = np.random.default_rng(1)
-    distinct = rng.choice(2**20, 500, replace=False).astype(np.int64) | (1 << 51)
-    runs = rng.choice(distinct, 1200)
-    origin = np.array([-5, 10, -20], np.int32)
-    voxel_of_run, coords = order(runs, origin)
-    uniq = np.unique(runs)
-    assert np.array_equal(voxel_of_run, np.searchsorted(uniq, runs))
-    fields = [uniq >> 51, (uniq >> 34 & MASK) - 5, (uniq >> 17 & MASK) + 10, (uniq & MASK) - 20]
-    assert np.array_equal(coords, np.stack(fields, 1).astype(np.int32))
-    blocks, slots, num_slots = numpy_blocks(runs)
-    with pytest.raises(KernelError, match="bad argument"):  # keys are never negative
-        negative = np.where(np.arange(len(runs)) == 3, -1, runs)
-        voxel.voxel_order(negative, blocks, slots, num_slots, origin)
-    with pytest.raises(KernelError, match="bad argument"):  # a slot beyond the table
-        voxel.voxel_order(runs, blocks, slots, num_slots - 1, origin)
-    with pytest.raises(KernelError, match="bad argument"):  # a block run beyond the slots
-        short = voxel.BlockKeys(blocks.words[:-1], blocks.block_run, blocks.shift)
-        voxel.voxel_order(runs, short, slots[:-1], num_slots, origin)
-    # two blocks given one slot: the same cell of each would be one voxel
-    side = 1 << 5  # cell (0, 0, 0) of blocks x = 1 and x = 0
-    two = np.array([side << 34, 0], np.int64)
-    blocks, slots, _ = numpy_blocks(two)
-    assert slots.tolist() == [1, 0]
-    assert len(order(two)[1]) == 2  # a slot each: two voxels
-    with pytest.raises(KernelError, match="bad argument"):
-        voxel.voxel_order(two, blocks, np.zeros(2, np.int32), 1, origin)
 
 
 @pytest.mark.parametrize("shift", [3, 4, 5, 6])
@@ -294,77 +192,3 @@ def test_voxel_keys_do_not_depend_on_the_thread_count():
         assert np.array_equal(words[out.blocks.block_run - 3], first[outs[0].blocks.block_run - 3])
     assert outs[0].run_of_point[60_003] == -1
     assert len(set(outs[0].run_of_point[59_999:60_010].tolist()) - {-1}) == 1
-
-
-def test_order_does_not_depend_on_the_thread_count():
-    """Enough 8 x 8 rows of cells (over 8,192) that the threads split them, each (x, py) with
-    rows of cells in up to eight z parts (read row by row across them), so a split that cut one
-    would misplace its cells: the voxels and every run's row those of numpy, on 1, 2 and 3
-    threads."""
-    rng = np.random.default_rng(11)
-    cells = rng.integers([0, 0, 0], [700, 16, 64], (40_000, 3))
-    cells = np.repeat(cells, rng.integers(1, 3, len(cells)), axis=0)  # repeated cells
-    runs = cells[:, 0] << 34 | cells[:, 1] << 17 | cells[:, 2]
-    uniq = np.unique(runs)
-    old = torch.get_num_threads()
-    try:
-        for threads in (1, 2, 3):
-            torch.set_num_threads(threads)
-            voxel_of_run, coords = order(runs)
-            assert np.array_equal(voxel_of_run, np.searchsorted(uniq, runs))
-            fields = np.stack([uniq >> 34, uniq >> 17 & MASK, uniq & MASK], 1)
-            assert np.array_equal(coords[:, 1:], fields)
-    finally:
-        torch.set_num_threads(old)
-
-
-def test_voxel_sums_and_means_do_not_depend_on_the_thread_count():
-    """The sums pass splits the voxels among the threads, each voxel's points still added in
-    point order: the sums numpy's bincount makes, bit for bit, on 1, 2 and 3 threads, across the
-    frames of a batch; the means are numpy's float64 division rounded once to float32."""
-    rng = np.random.default_rng(9)
-    pts = rng.normal(0, 50, (90_000, 4)).astype(np.float32)
-    voxel_of_point = rng.integers(-1, 5_000, len(pts))  # -1: ignored points
-    expected = np.stack(
-        [
-            np.bincount(
-                voxel_of_point[voxel_of_point >= 0],
-                weights=pts[voxel_of_point >= 0, j] * np.float32([1, 1, 1, 0.5])[j],
-                minlength=5_000,
-            )
-            for j in range(4)
-        ],
-        axis=1,
-    )
-    old = torch.get_num_threads()
-    try:
-        for threads in (1, 2, 3):
-            torch.set_num_threads(threads)
-            # leftovers the first frame's call clears; two frames of one batch, the means
-            # written by the last
-            sums = torch.full((5_000, 4), float("nan"), dtype=torch.float64)
-            counts = torch.full((5_000,), 7, dtype=torch.int64)
-            means = torch.empty(5_000, 4)
-            runs, cols, scales = np.arange(5_000), [0, 1, 2, 3], [1.0, 1.0, 1.0, 0.5]
-            first, second = slice(0, 50_000), slice(50_000, None)
-            mapping = [
-                voxel.voxel_sums(
-                    pts[first], cols, scales, voxel_of_point[first], runs, sums, counts, clear=True
-                ),
-                voxel.voxel_sums(
-                    pts[second],
-                    cols,
-                    scales,
-                    voxel_of_point[second],
-                    runs,
-                    sums,
-                    counts,
-                    means=means,
-                ),
-            ]
-            assert np.array_equal(np.concatenate(mapping), voxel_of_point)
-            assert np.array_equal(sums.numpy(), expected)
-            c = np.maximum(counts.numpy(), 1)[:, None]
-            assert np.array_equal(means.numpy(), (sums.numpy() / c).astype(np.float32))
-    finally:
-        torch.set_num_threads(old)

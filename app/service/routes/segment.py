@@ -22,6 +22,7 @@ from fastapi.responses import Response
 
 from app.inference.pipeline import PIPELINE_STAGES
 from app.service import observe
+from app.service.admission import DeadlineExceeded, QueueFull, WorkerStopped
 from app.service.routes.body import file_part, read_body
 from app.service.routes.decoding import decode_body
 from app.service.routes.deps import ApiKey, Service, ServiceError, ServiceState
@@ -32,7 +33,6 @@ from app.service.routes.segment_api import (
     REQUEST_BODY,
     RESPONSES,
 )
-from app.service.worker import DeadlineExceeded, QueueFull, WorkerStopped
 from kernels.labels import labels_json
 from models.labels import class_counts as count_classes
 
