@@ -9,6 +9,7 @@
 #pragma GCC optimize("no-trapping-math")
 #endif
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <cstdint>
 
@@ -139,7 +140,9 @@ bool sum_part(const float* points, int64_t n, int64_t cols, const Features<kF>& 
   }
   if (means == nullptr) return true;
   for (int64_t v = lo; v < hi; ++v) {  // numpy's float64 division, rounded once to float32
-    const double c = (double)std::max<int64_t>(counts[v], 1);
+    // a count is at most n, an int32 (run_of_point's rows): through int32, the loop vectorises
+    // on AVX2 too (it has no int64 -> double conversion)
+    const double c = (double)(int32_t)std::max<int64_t>(counts[v], 1);
     for (int64_t j = 0; j < nf; ++j) means[v * nf + j] = (float)(sums[v * nf + j] / c);
   }
   return true;
@@ -153,7 +156,7 @@ LS_API int ls_voxel_sums_cpu(const float* points, int64_t n, int64_t cols,
                              const int32_t* voxel_of_run, int64_t runs, int64_t num_voxels,
                              int64_t clear, int64_t* voxel_of_point, double* sums,
                              int64_t* counts, float* means) {
-  if (n < 0 || runs < 0 || num_features < 1 || num_features > Features<0>::kMax ||
+  if (n < 0 || n > INT32_MAX || runs < 0 || num_features < 1 || num_features > Features<0>::kMax ||
       num_voxels < 0) {
     return kStatusBadArgument;
   }

@@ -125,13 +125,14 @@ struct KeysPart {
 // A point's key in keys_of_part's first loop, or why it has none.
 constexpr int64_t kKeyNotFinite = -1, kKeyOutside = -2, kKeyOffGrid = -3;
 
-// floor(q) as an int64, clamped to +-1e9 (beyond any cell field); NaN gives -1e9. Comparisons
-// and selects only, which the vectorizer turns into blends.
+// floor(q) clamped to +-1e9 (beyond any cell field); NaN gives -1e9. Comparisons and selects
+// only, which the vectorizer turns into blends; converted to int32 and widened (AVX2 has no
+// float -> int64 conversion: through int64 the loops stayed scalar on AVX2-only CPUs).
 inline int64_t clamped_floor(float q) {
   constexpr float kFar = 1e9f;
   const float f = std::floor(q);
   const float high = f < kFar ? f : kFar;
-  return (int64_t)(high > -kFar ? high : -kFar);
+  return (int64_t)(int32_t)(high > -kFar ? high : -kFar);
 }
 
 // The key (or kKey* code) of a point at x, y, z: no branch, so the loops that call it vectorize
