@@ -15,6 +15,7 @@ import asyncio
 import json
 import logging
 import time
+from dataclasses import dataclass
 
 import numpy as np
 from fastapi import APIRouter, Request
@@ -22,7 +23,7 @@ from fastapi.responses import Response
 
 from app.inference.pipeline import PIPELINE_STAGES
 from app.service import observe
-from app.service.admission import DeadlineExceeded, QueueFull, WorkerStopped
+from app.service.admission import DeadlineExceeded, Job, QueueFull, WorkerStopped
 from app.service.routes.body import file_part, read_body
 from app.service.routes.decoding import decode_body
 from app.service.routes.deps import ApiKey, Service, ServiceError, ServiceState
@@ -152,46 +153,16 @@ def wants_binary(accept: str) -> bool:
 async def segment(request: Request, service: Service) -> Response:
     t0 = time.perf_counter()
     fmt, detail = query_options(request)
-    settings = service.settings
     request_id = request.state.request_id
     admit(service)
-    deadline = time.monotonic() + settings.deadline_s
-
-    body = await read_body(request, service)
-    t_body = time.perf_counter()
-    content_type = request.headers.get("content-type")
-    media = (content_type or "").split(";")[0].strip().lower()
-    if media == "multipart/form-data":
-        body, content_type = await file_part(request, body)
-        media = (content_type or "").split(";")[0].strip().lower()
-    if media == "application/json" and fmt is None:
-        fmt = "json"
-    points, sensor, valid = await decode_body(service, body, fmt, content_type, request_id)
-    decode_ms = (time.perf_counter() - t_body) * 1e3
-
-    try:
-        job = service.worker.submit(
-            points,
-            sensor,
-            deadline,
-            layer_timing=detail == "layers",
-            trace=observe.trace_of(request),
-            valid=valid,
-        )
-    except QueueFull as e:
-        raise ServiceError(503, "queue_full", f"server busy: {e}", service.retry_after()) from None
-    except WorkerStopped as e:
-        raise ServiceError(503, "draining", str(e), service.retry_after()) from None
-    except DeadlineExceeded as e:
-        raise ServiceError(
-            504, "deadline_exceeded", f"{e} (LIDARSEG_DEADLINE_S = {settings.deadline_s} s)"
-        ) from None
-    service.metrics.queue_depth.set(service.worker.depth)
+    deadline = time.monotonic() + service.settings.deadline_s
+    frame = await read_frame(request, service, fmt, request_id)
+    job = submit(request, service, frame, deadline, detail)
     result = await wait_result(request, service, job, deadline)
 
     t_enc = time.perf_counter()
     timing = {
-        "decode": decode_ms,
+        "decode": frame.decode_ms,
         "queue": job.queue_ms,
         **{k: result.timing_ms.get(k, 0.0) for k in PIPELINE_STAGES},
     }
@@ -207,49 +178,124 @@ async def segment(request: Request, service: Service) -> Response:
         payload = result.labels.astype(np.uint8, copy=False).tobytes()
         timing["encode"] = (time.perf_counter() - t_enc) * 1e3
         timing["total"] = (time.perf_counter() - t0) * 1e3
-        headers["Server-Timing"] = server_timing(timing)
         media_type = "application/octet-stream"
     else:
-        labels = labels_json(result.labels)
-        names = service.class_names
-        class_counts = count_classes(result.labels, names)
-        timing["encode"] = (time.perf_counter() - t_enc) * 1e3
-        timing["total"] = (time.perf_counter() - t0) * 1e3
-        timing = {k: round(v, 3) for k, v in timing.items()}
-        rest = {
-            "num_points": result.num_points,
-            "num_voxels": result.num_voxels,
-            "ignored_points": result.ignored_points,
-            "classes": names,
-            "class_counts": class_counts,
-            "timing_ms": timing,
-            "model": {
-                "name": service.model_name,
-                "version": service.model_version,
-                "device": service.device,
-            },
-            "request_id": request_id,
-            "batch_size": job.batch_size,
-        }
-        if detail == "layers":
-            rest["layer_ms"] = {k: round(v, 3) for k, v in (result.layer_ms or {}).items()}
-        payload = b'{"labels":' + labels + b"," + json.dumps(rest)[1:].encode()
-        headers["Server-Timing"] = server_timing(timing)
+        payload, timing = json_payload(service, result, job, detail, request_id, timing, t0, t_enc)
         media_type = "application/json"
+    headers["Server-Timing"] = server_timing(timing)
+    record(request, service, frame, result, job, timing, t_enc)
+    return Response(payload, media_type=media_type, headers=headers)
+
+
+@dataclass
+class PostedFrame:
+    """A request's frame as read and decoded: the body as it came, its points and when."""
+
+    body: bytes
+    content_type: str | None
+    fmt: str | None
+    points: np.ndarray
+    sensor: str
+    valid: object  # valid_mask's result (routes/decoding.py), for the pipeline
+    t_body: float  # when the whole body was in (time.perf_counter)
+    decode_ms: float
+
+
+async def read_frame(
+    request: Request, service: ServiceState, fmt: str | None, request_id: str
+) -> PostedFrame:
+    """The body (a multipart file part's, where the request is multipart/form-data), decoded
+    and checked; a JSON body is read as the json format unless `format` says otherwise."""
+    body = await read_body(request, service)
+    t_body = time.perf_counter()
+    content_type = request.headers.get("content-type")
+    media = (content_type or "").split(";")[0].strip().lower()
+    if media == "multipart/form-data":
+        body, content_type = await file_part(request, body)
+        media = (content_type or "").split(";")[0].strip().lower()
+    if media == "application/json" and fmt is None:
+        fmt = "json"
+    points, sensor, valid = await decode_body(service, body, fmt, content_type, request_id)
+    decode_ms = (time.perf_counter() - t_body) * 1e3
+    return PostedFrame(body, content_type, fmt, points, sensor, valid, t_body, decode_ms)
+
+
+def submit(
+    request: Request, service: ServiceState, frame: PostedFrame, deadline: float, detail
+) -> Job:
+    """The frame's job in the worker's queue: 503 when the queue is full or the server drains,
+    504 when the work ahead already rules out the deadline."""
+    settings = service.settings
+    try:
+        job = service.worker.submit(
+            frame.points,
+            frame.sensor,
+            deadline,
+            layer_timing=detail == "layers",
+            trace=observe.trace_of(request),
+            valid=frame.valid,
+        )
+    except QueueFull as e:
+        raise ServiceError(503, "queue_full", f"server busy: {e}", service.retry_after()) from None
+    except WorkerStopped as e:
+        raise ServiceError(503, "draining", str(e), service.retry_after()) from None
+    except DeadlineExceeded as e:
+        raise ServiceError(
+            504, "deadline_exceeded", f"{e} (LIDARSEG_DEADLINE_S = {settings.deadline_s} s)"
+        ) from None
+    service.metrics.queue_depth.set(service.worker.depth)
+    return job
+
+
+def json_payload(
+    service: ServiceState, result, job: Job, detail, request_id: str, timing: dict, t0, t_enc
+) -> tuple[bytes, dict]:
+    """(the JSON response's bytes, the timing it reports: encode and total added, rounded): the
+    labels as one kernel pass's text (kernels/labels.py), the rest through json."""
+    labels = labels_json(result.labels)
+    names = service.class_names
+    class_counts = count_classes(result.labels, names)
+    timing["encode"] = (time.perf_counter() - t_enc) * 1e3
+    timing["total"] = (time.perf_counter() - t0) * 1e3
+    timing = {k: round(v, 3) for k, v in timing.items()}
+    rest = {
+        "num_points": result.num_points,
+        "num_voxels": result.num_voxels,
+        "ignored_points": result.ignored_points,
+        "classes": names,
+        "class_counts": class_counts,
+        "timing_ms": timing,
+        "model": {
+            "name": service.model_name,
+            "version": service.model_version,
+            "device": service.device,
+        },
+        "request_id": request_id,
+        "batch_size": job.batch_size,
+    }
+    if detail == "layers":
+        rest["layer_ms"] = {k: round(v, 3) for k, v in (result.layer_ms or {}).items()}
+    return b'{"labels":' + labels + b"," + json.dumps(rest)[1:].encode(), timing
+
+
+def record(
+    request: Request, service: ServiceState, frame: PostedFrame, result, job: Job, timing, t_enc
+) -> None:
+    """The request in the observability records (app/service/observe.py: trace, exemplar,
+    recent requests) and the stage, point and voxel histograms."""
     exemplar = observe.record(
         request,
         timing=timing,
         result=result,
         batch_size=job.batch_size,
-        fmt=fmt,
-        body=body,
-        content_type=content_type,
-        points=points,
-        t_body=t_body,
+        fmt=frame.fmt,
+        body=frame.body,
+        content_type=frame.content_type,
+        points=frame.points,
+        t_body=frame.t_body,
         t_enc=t_enc,
     )
     metrics = service.metrics
     metrics.observe_stages(timing, exemplar)
     metrics.points.observe(result.num_points, exemplar)
     metrics.voxels.observe(result.num_voxels, exemplar)
-    return Response(payload, media_type=media_type, headers=headers)
