@@ -29,7 +29,6 @@ import gc
 from http.client import HTTPConnection
 import json
 import signal
-import statistics
 import time
 import urllib.parse
 
@@ -48,8 +47,13 @@ import torch  # noqa: E402
 
 from app.client import server_timing  # noqa: E402
 from app.inference.builder import build_pipeline  # noqa: E402
-from app.inference.pipeline import PIPELINE_STAGES, STAGES  # noqa: E402
 from bench import common  # noqa: E402
+from bench.service_report import (  # noqa: E402
+    FrameSamples,
+    print_header,
+    report_ratios,
+    report_times,
+)
 from bench.transport import floor_round_trips, floor_server  # noqa: E402
 
 # what the server's codec reports for the raw format: a raw kitti-layout body is sensor "kitti"
@@ -59,25 +63,7 @@ FORMAT = {"nuscenes": "nuscenes"}
 BINARY = {"Content-Type": "application/octet-stream", "Accept": "application/octet-stream"}
 
 
-def _spread(values: list[float]) -> str:
-    return f"{statistics.median(values):.3g} [{min(values):.3g}..{max(values):.3g}]"
-
-
-def json_pairs(remote, pairs: int) -> list[float]:
-    """JSON round trip - binary round trip (ms) of `pairs` back-to-back pairs of the same frame,
-    the order flipped every other pair so drift within a pair cancels."""
-    diffs = []
-    for i in range(pairs):
-        ms = {}
-        for accept in ("application/octet-stream", "application/json")[:: 1 if i % 2 else -1]:
-            t = time.perf_counter()
-            remote(accept)
-            ms[accept] = (time.perf_counter() - t) * 1e3
-        diffs.append(ms["application/json"] - ms["application/octet-stream"])
-    return diffs
-
-
-def main(argv=None) -> int:
+def parse_args(argv=None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -105,7 +91,98 @@ def main(argv=None) -> int:
         help="instead: tracing, exemplars, access log and request ring on vs off "
         "(bench/observe.py), per request and end to end",
     )
-    args = ap.parse_args(argv)
+    return ap.parse_args(argv)
+
+
+def json_pairs(remote, pairs: int) -> list[float]:
+    """JSON round trip - binary round trip (ms) of `pairs` back-to-back pairs of the same frame,
+    the order flipped every other pair so drift within a pair cancels."""
+    diffs = []
+    for i in range(pairs):
+        ms = {}
+        for accept in ("application/octet-stream", "application/json")[:: 1 if i % 2 else -1]:
+            t = time.perf_counter()
+            remote(accept)
+            ms[accept] = (time.perf_counter() - t) * 1e3
+        diffs.append(ms["application/json"] - ms["application/octet-stream"])
+    return diffs
+
+
+class FrameRuns:
+    """One frame through the in-process pipeline, the server by httpx (binary and JSON) and by
+    http.client, and the transport floor (bench/transport.py's bare responder at floor_port)."""
+
+    def __init__(self, name: str, pipeline, http: httpx.Client, url: str, floor_port: int):
+        self.name, self.pipeline, self.http, self.floor_port = name, pipeline, http, floor_port
+        self.server = urllib.parse.urlsplit(url)
+        self.points = np.ascontiguousarray(common.load_frame(name).points)
+        self.sensor = SENSOR.get(name, "kitti")
+        self.body = self.points.tobytes()
+        self.path = f"/v1/segment?format={FORMAT.get(name, 'kitti')}"
+        self.local_stages = []  # the pipeline's stages per local() call, the warm-up's first
+        self.lean = None  # http.client's keep-alive connection, opened by measure()
+
+    def local(self):
+        result = self.pipeline.segment(self.points, self.sensor)
+        self.local_stages.append(result.timing_ms)
+        return result.labels
+
+    def remote(self, accept="application/octet-stream") -> httpx.Response:
+        r = self.http.post(
+            self.path,
+            content=self.body,
+            headers={"Content-Type": "application/octet-stream", "Accept": accept},
+        )
+        r.raise_for_status()
+        return r
+
+    def remote_stdlib(self) -> tuple[float, dict[str, float]]:
+        """(round trip ms, the server's stages) of the binary request through Python's
+        http.client on its own keep-alive connection: the same request with a leaner client
+        than httpx."""
+        t = time.perf_counter()
+        self.lean.request("POST", self.path, body=self.body, headers=BINARY)
+        r = self.lean.getresponse()
+        r.read()
+        ms = (time.perf_counter() - t) * 1e3
+        return ms, server_timing(r.getheader("server-timing", ""))
+
+    def measure(self, runs: int, device: str) -> FrameSamples:
+        """Warm-ups, then `runs` interleaved runs (in-process, httpx binary, httpx JSON,
+        http.client, transport floor): drift hits them all alike."""
+        s = FrameSamples(points=len(self.points))
+        labels = self.local()  # warm-up
+        # new keep-alive connections per frame: the server closes idle ones after
+        # LIDARSEG_IDLE_TIMEOUT_S (5 s), shorter than a slow CPU's warm-up
+        self.lean = HTTPConnection(self.server.hostname, self.server.port, timeout=300)
+        bare = HTTPConnection("127.0.0.1", self.floor_port, timeout=60)
+        floor_round_trips(bare, self.body, len(self.points), 3)  # warm-up
+        gc.collect()
+        gc.freeze()  # as the server does after its warm-up (app/service/main.py)
+        r = self.remote()
+        assert np.array_equal(np.frombuffer(r.content, np.uint8), labels), self.name
+        for _ in range(runs):
+            common.sync(device)
+            t = time.perf_counter()
+            self.local()
+            common.sync(device)
+            s.local_ms.append((time.perf_counter() - t) * 1e3)
+            t = time.perf_counter()
+            r = self.remote()
+            s.binary_ms.append((time.perf_counter() - t) * 1e3)
+            s.binary_stages.append(server_timing(r.headers["server-timing"]))
+            t = time.perf_counter()
+            rj = self.remote("application/json")
+            s.json_ms.append((time.perf_counter() - t) * 1e3)
+            s.json_stages.append(server_timing(rj.headers["server-timing"]))
+            s.stdlib.append(self.remote_stdlib())
+            s.floor_ms += floor_round_trips(bare, self.body, len(self.points), 1)
+        s.local_stages = self.local_stages[1:]
+        return s
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
     if args.observe:
         from bench import observe
 
@@ -123,135 +200,14 @@ def main(argv=None) -> int:
     floor_proc = None
     try:
         floor_proc, floor_port = floor_server()
-        parts = urllib.parse.urlsplit(url)
         with httpx.Client(base_url=url, timeout=300) as http:
-            print(
-                f"device {args.device}, weights {args.weights}, precision {pipeline.precision}, "
-                f"torch threads {torch.get_num_threads()}, "
-                f"median of {args.runs} runs, binary in and out"
-            )
-            print(
-                f"{'frame':<11}{'points':>8}{'in-proc ms':>12}{'HTTP ms':>10}{'overhead ms':>13}"
-                f"{'overhead %':>12}   server decode/queue/encode/total ms"
-            )
+            print_header(args.device, args.weights, pipeline.precision, args.runs)
             for name in args.frames:
-                frame = common.load_frame(name)
-                points = np.ascontiguousarray(frame.points)
-                sensor = SENSOR.get(name, "kitti")
-                body = points.tobytes()
-                fmt = FORMAT.get(name, "kitti")
-
-                local_stages = []
-
-                def local():
-                    result = pipeline.segment(points, sensor)
-                    local_stages.append(result.timing_ms)
-                    return result.labels
-
-                def remote(accept="application/octet-stream"):
-                    r = http.post(
-                        f"/v1/segment?format={fmt}",
-                        content=body,
-                        headers={"Content-Type": "application/octet-stream", "Accept": accept},
-                    )
-                    r.raise_for_status()
-                    return r
-
-                def remote_stdlib() -> tuple[float, dict[str, float]]:
-                    """(round trip ms, the server's stages) of the binary request through
-                    Python's http.client on its own keep-alive connection: the same request
-                    with a leaner client than httpx."""
-                    t = time.perf_counter()
-                    lean.request("POST", f"/v1/segment?format={fmt}", body=body, headers=BINARY)
-                    r = lean.getresponse()
-                    r.read()
-                    ms = (time.perf_counter() - t) * 1e3
-                    return ms, server_timing(r.getheader("server-timing", ""))
-
-                local_ms, remote_ms, stages, json_ms, json_stages = [], [], [], [], []
-                stdlib, floor = [], []
-                labels = local()  # warm-up
-                # new keep-alive connections per frame: the server closes idle ones after
-                # LIDARSEG_IDLE_TIMEOUT_S (5 s), shorter than a slow CPU's warm-up
-                lean = HTTPConnection(parts.hostname, parts.port, timeout=300)
-                bare = HTTPConnection("127.0.0.1", floor_port, timeout=60)
-                floor_round_trips(bare, body, len(points), 3)  # warm-up
-                gc.collect()
-                gc.freeze()  # as the server does after its warm-up (app/service/main.py)
-                r = remote()
-                assert np.array_equal(np.frombuffer(r.content, np.uint8), labels), name
-                for _ in range(args.runs):  # interleaved: drift hits both alike
-                    common.sync(args.device)
-                    t = time.perf_counter()
-                    local()
-                    common.sync(args.device)
-                    local_ms.append((time.perf_counter() - t) * 1e3)
-                    t = time.perf_counter()
-                    r = remote()
-                    remote_ms.append((time.perf_counter() - t) * 1e3)
-                    stages.append(server_timing(r.headers["server-timing"]))
-                    t = time.perf_counter()
-                    rj = remote("application/json")
-                    json_ms.append((time.perf_counter() - t) * 1e3)
-                    json_stages.append(server_timing(rj.headers["server-timing"]))
-                    stdlib.append(remote_stdlib())
-                    floor += floor_round_trips(bare, body, len(points), 1)
-                lm, rm = statistics.median(local_ms), statistics.median(remote_ms)
-                srv = {k: statistics.median(s[k] for s in stages) for k in (*STAGES, "total")}
-                loc = {
-                    k: statistics.median(s[k] for s in local_stages[1:]) for k in PIPELINE_STAGES
-                }
-                row = {
-                    "frame": name,
-                    "points": len(points),
-                    "in_process_ms": round(lm, 2),
-                    "http_ms": round(rm, 2),
-                    "overhead_ms": round(rm - lm, 2),
-                    "overhead_pct": round(100 * (rm - lm) / rm, 1),
-                    "server_ms": {k: round(v, 2) for k, v in srv.items()},
-                    "in_process_stages_ms": {k: round(v, 2) for k, v in loc.items()},
-                }
+                runs = FrameRuns(name, pipeline, http, url, floor_port)
+                samples = runs.measure(args.runs, args.device)
+                row = report_times(name, samples)
                 rows.append(row)
-                print(
-                    f"{name:<11}{len(points):>8}{lm:>12.1f}{rm:>10.1f}{rm - lm:>13.1f}"
-                    f"{row['overhead_pct']:>11.1f}%   "
-                    + " / ".join(f"{srv[k]:.1f}" for k in ("decode", "queue", "encode", "total"))
-                )
-                service_ms = rm - sum(srv[k] for k in loc)  # HTTP + decode + queue + encode
-                row["service_layer_ms"] = round(service_ms, 2)
-                print(
-                    f"{'':<11}service layer (HTTP round trip - server pipeline stages): "
-                    f"{service_ms:.1f} ms = {100 * service_ms / rm:.1f}%"
-                )
-                print(
-                    f"{'':<11}pipeline stages in-proc / server in-proc / server: "
-                    + ", ".join(f"{k} {loc[k]:.1f}/{srv[k]:.1f}" for k in loc)
-                )
-                # issue 16's ratios, per request: HTTP total (binary) / that request's network
-                # stage, and a JSON response's round trip minus the binary one before it
-                per_net = [r / s["network"] for r, s in zip(remote_ms, stages)]
-                json_extra = [j - b for j, b in zip(json_ms, remote_ms)]
-                json_extra += json_pairs(remote, args.json_pairs)
-                enc = [s["encode"] for s in json_stages]
-                row.update(
-                    http_over_network=per_net, json_minus_binary_ms=json_extra, json_encode_ms=enc
-                )
-                lean_ratio = [ms / st["network"] for ms, st in stdlib]
-                lean_layer = [ms - sum(st[k] for k in loc) for ms, st in stdlib]
-                row["stdlib_http_ms"] = [ms for ms, _ in stdlib]
-                row["stdlib_http_over_network"] = lean_ratio
-                row.update(stdlib_service_layer_ms=lean_layer, transport_floor_ms=floor)
-                print(
-                    f"{'':<11}the same with Python's http.client as the client: HTTP "
-                    f"{statistics.median(ms for ms, _ in stdlib):.1f} ms, / network stage "
-                    f"x{_spread(lean_ratio)}; service layer {_spread(lean_layer)} ms against "
-                    f"the transport floor {_spread(floor)} ms"
-                )
-                print(
-                    f"{'':<11}HTTP total (binary) / network stage: x{_spread(per_net)}; "
-                    f"JSON - binary round trip: {_spread(json_extra)} ms "
-                    f"(server JSON encode {_spread(enc)} ms)"
-                )
+                report_ratios(row, samples, json_pairs(runs.remote, args.json_pairs))
     finally:
         if floor_proc is not None:
             floor_proc.terminate()
