@@ -34,6 +34,7 @@ RUNTIME_DISPATCHED = tuple(
     for name in (
         "fused_bf16_cpu.cpp",
         "fused_int8_cpu.cpp",
+        "int8_after_block.h",
         "quantize_u8.h",
         "engine_cpu.cpp",
         "amx_tiles.h",
