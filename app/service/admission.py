@@ -6,10 +6,10 @@ Every job carries a deadline, and the worker admits only work that can still fin
 measures what a point costs (CostModel, over the batches it ran) and estimates each batch before
 running it. Under contention (other work queued or running), a job that cannot finish by its
 deadline is refused (DeadlineExceeded) without running: at submit when the work ahead already
-rules it out (admit), else when the worker takes it (refuse); a batch only grows while every
-frame in it can still finish (can_finish). A job alone always runs, so a stale estimate cannot
-refuse work forever. As its batch starts, a job whose client gave up or whose deadline passed
-while queued is dropped unrun (start_jobs).
+rules it out (check_at_submit), else when the worker takes it (refuse); a batch only grows while
+every frame in it can still finish (can_finish). A job alone always runs, so a stale estimate
+cannot refuse work forever. As its batch starts, a job whose client gave up or whose deadline
+passed while queued is dropped unrun (start_jobs).
 """
 
 from __future__ import annotations
@@ -88,7 +88,7 @@ def can_finish(cost: CostModel, jobs: tuple[Job, ...], now: float) -> bool:
     return estimated_end(cost, jobs, now) <= min(j.deadline for j in jobs)
 
 
-def admit(
+def check_at_submit(
     cost: CostModel,
     job: Job,
     queued: Collection[Job],
@@ -99,9 +99,11 @@ def admit(
     """At submit: raises DeadlineExceeded (after dropped()) when, under contention (busy: work
     queued or running), the work queued ahead and `job` cannot finish by its deadline, starting
     once the running batch is estimated to end (busy_until, monotonic)."""
+    if not busy:  # a job alone always runs
+        return
     start = max(time.monotonic(), busy_until)
     need = estimated_end(cost, [*queued, job], start) - time.monotonic()
-    if busy and need > job.deadline - time.monotonic():
+    if need > job.deadline - time.monotonic():
         dropped()
         raise DeadlineExceeded(
             f"cannot finish before the deadline: the work queued "

@@ -27,8 +27,8 @@ from app.service.admission import (
     Job,
     QueueFull,
     WorkerStopped,
-    admit,
     can_finish,
+    check_at_submit,
     estimated_end,
     refuse,
     start_jobs,
@@ -98,7 +98,7 @@ class InferenceWorker:
             if len(self._jobs) >= self.queue_size:
                 raise QueueFull(f"{len(self._jobs)} requests already waiting")
             busy = bool(self._jobs or self._busy)
-            admit(self.cost, job, self._jobs, busy, self._busy_until, self._dropped)
+            check_at_submit(self.cost, job, self._jobs, busy, self._busy_until, self._dropped)
             self._jobs.append(job)
             self._depth()
             self._cond.notify()

@@ -21,7 +21,7 @@ import numpy as np
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from app.inference.pipeline import PIPELINE_STAGES
+from app.inference.pipeline import PIPELINE_STAGES, FrameResult
 from app.service import observe
 from app.service.admission import DeadlineExceeded, Job, QueueFull, WorkerStopped
 from app.service.routes.body import file_part, read_body
@@ -221,7 +221,7 @@ async def read_frame(
 
 
 def submit(
-    request: Request, service: ServiceState, frame: PostedFrame, deadline: float, detail
+    request: Request, service: ServiceState, frame: PostedFrame, deadline: float, detail: str | None
 ) -> Job:
     """The frame's job in the worker's queue: 503 when the queue is full or the server drains,
     504 when the work ahead already rules out the deadline."""
@@ -248,8 +248,15 @@ def submit(
 
 
 def json_payload(
-    service: ServiceState, result, job: Job, detail, request_id: str, timing: dict, t0, t_enc
-) -> tuple[bytes, dict]:
+    service: ServiceState,
+    result: FrameResult,
+    job: Job,
+    detail: str | None,
+    request_id: str,
+    timing: dict[str, float],
+    t0: float,
+    t_enc: float,
+) -> tuple[bytes, dict[str, float]]:
     """(the JSON response's bytes, the timing it reports: encode and total added, rounded): the
     labels as one kernel pass's text (kernels/labels.py), the rest through json."""
     labels = labels_json(result.labels)
@@ -279,7 +286,13 @@ def json_payload(
 
 
 def record(
-    request: Request, service: ServiceState, frame: PostedFrame, result, job: Job, timing, t_enc
+    request: Request,
+    service: ServiceState,
+    frame: PostedFrame,
+    result: FrameResult,
+    job: Job,
+    timing: dict[str, float],
+    t_enc: float,
 ) -> None:
     """The request in the observability records (app/service/observe.py: trace, exemplar,
     recent requests) and the stage, point and voxel histograms."""
