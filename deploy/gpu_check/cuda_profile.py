@@ -48,7 +48,8 @@ def main(argv=None) -> int:
             pipeline.segment(frame.points, sensor)
         common.sync(device)
     events = prof.key_averages()
-    print(f"\n== host side, per run (of {args.runs}), by self CPU time")
+    n = args.runs
+    print(f"\n== host side, summed over the {n} runs (divide by {n} per frame), by self CPU time")
     print(events.table(sort_by="self_cpu_time_total", row_limit=30))
     if device.type == "cuda":
         print("\n== GPU kernels, by self CUDA time")

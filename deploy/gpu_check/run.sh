@@ -5,6 +5,9 @@
 # `timeout`; a failing step is logged and the script goes on. Exit code: 0 only if every step
 # that ran passed.
 #
+# PACK=1: at the end, every file in $OUT but summary.txt goes into $OUT/gpu_check_logs.tar.gz
+# (the device tool brings back at most 8 files; the check writes 10).
+#
 # DRY_RUN=1 (or --dry-run): on a machine without a GPU, run every step that needs none for real
 # (unpacking, probe, builds with the sm_87/sm_90 compile check, the CUDA tests, which must skip
 # cleanly, collection of the whole suite through skip_missing.py) and name the GPU steps it
@@ -16,7 +19,8 @@ DRY_RUN="${DRY_RUN:-0}"
 [ "${1:-}" = "--dry-run" ] && DRY_RUN=1
 OUT="${OUT:-$ROOT/gpu_check_out}"
 mkdir -p "$OUT"
-BUDGET_S="${BUDGET_S:-360}"
+BUDGET_S="${BUDGET_S:-420}"
+PACK="${PACK:-0}"  # 1: pack every file but summary.txt into one archive (the device tool returns 8 files)
 CAP_SCALE="${CAP_SCALE:-1}"  # multiplies every step's cap (a slow dry-run machine)
 T0=$(date +%s)
 SUMMARY="$OUT/summary.txt"
@@ -177,6 +181,14 @@ gpu_step bench 90 "$OUT/bench_cuda.txt" "$PY" -m bench.layers --device cuda --da
 gpu_step bench-minkunet 60 "$OUT/bench_cuda.txt" "$PY" -m bench.minkunet --device cuda \
   --frames kitti00 --runs 3
 
+# ---- 3b. where a CUDA forward's time goes (torch.profiler over the pipeline on kitti00)
+PROFILE=(env "PYTHONPATH=$ROOT:${PYTHONPATH:-}" "$PY" deploy/gpu_check/cuda_profile.py)
+if [ "$DRY_RUN" = 1 ]; then
+  step profile-import 30 "$OUT/profile.txt" "${PROFILE[@]}" --help
+fi
+gpu_step profile 60 "$OUT/profile.txt" "${PROFILE[@]}" \
+  --frame "$DATA/semantickitti/seq00_000000.bin" --runs 3
+
 # ---- 4. the whole suite, leaving out (and naming) test files whose packages the image lacks
 ALL=(env "PYTHONPATH=$ROOT/deploy/gpu_check:$PYTHONPATH" "$PY" -m pytest -q -rs tests
      -p skip_missing --continue-on-collection-errors --durations=10)
@@ -189,6 +201,10 @@ gpu_step tuner-cuda 90 "$OUT/bench_cuda.txt" "$PY" -m bench.tuner --device cuda 
   --runs 3 --out "$OUT/grouping.json"
 
 note "total $(( $(date +%s) - T0 ))s; failed=$FAILED"
+if [ "$PACK" = 1 ]; then
+  (cd "$OUT" && find . -maxdepth 1 -type f ! -name summary.txt ! -name gpu_check_logs.tar.gz \
+     -printf '%f\n' | tar -czf gpu_check_logs.tar.gz --remove-files -T -)
+fi
 [ -n "${LINKED:-}" ] && rm -f "$LINKED"
 rm -rf "$SITE" "$DATA"
 exit "$FAILED"
