@@ -74,6 +74,9 @@ class Piece:
     start: int
     kernel_indices: tuple[int, ...]
     height: int
+    # where its offsets sit in the plan's launch-order weight stack (ExecutionPlan.kernel_order),
+    # for a piece of several offsets (a whole launch)
+    stack_at: int = -1
 
     @property
     def rows(self) -> int:
@@ -93,9 +96,16 @@ class Chunk:
 
 
 def _pieces(plan: ExecutionPlan, max_rows: int):
+    stack_at = 0
     for launch in plan.launches:
+        stack_at += len(launch.kernel_indices)
         if launch.rows <= max_rows:
-            yield Piece(launch.start, launch.kernel_indices, launch.height)
+            yield Piece(
+                launch.start,
+                launch.kernel_indices,
+                launch.height,
+                stack_at - len(launch.kernel_indices),
+            )
             continue
         for j, k in enumerate(launch.kernel_indices):
             first = launch.start + j * launch.height

@@ -32,13 +32,13 @@ class Run:
 
 
 def _matmul(gathered: torch.Tensor, weight: torch.Tensor, piece: Piece, out: torch.Tensor):
-    """One piece: its [n*h, Cin] rows times the weights of its n offsets -> out [n*h, Cout]."""
-    n, h = len(piece.kernel_indices), piece.height
-    if n == 1:
-        torch.mm(gathered, weight[piece.kernel_indices[0]], out=out)
+    """One piece: its [n*h, Cin] rows times the weights of its n offsets (weight [Cin, Cout] for
+    one offset, [n, Cin, Cout] for several) -> out [n*h, Cout]."""
+    if weight.dim() == 2:
+        torch.mm(gathered, weight, out=out)
     else:
-        w = weight[list(piece.kernel_indices)]  # [n, Cin, Cout]
-        torch.bmm(gathered.view(n, h, -1), w, out=out.view(n, h, -1))
+        n, h = weight.shape[0], piece.height
+        torch.bmm(gathered.view(n, h, -1), weight, out=out.view(n, h, -1))
 
 
 def _scratch(workspace, chunk_list, max_rows, cin, cout, src):
@@ -70,13 +70,21 @@ def _run_chunks(
     gathered_all, partial_all = _scratch(
         workspace, chunk_list, max_rows, weight.shape[1], weight.shape[2], src
     )
+    stack = None  # the weights in launch order, made at the first piece of several offsets
     for chunk in chunk_list:
         lo, hi = chunk.start, chunk.start + chunk.rows
         gathered = gather_rows(src, src_idx[lo:hi], gathered_all[: chunk.rows])
         partial = partial_all[: chunk.rows]
         for piece in chunk.pieces:
             rows = slice(piece.start - lo, piece.start - lo + piece.rows)
-            _matmul(gathered[rows], weight, piece, partial[rows])
+            n = len(piece.kernel_indices)
+            if n == 1:
+                w = weight[piece.kernel_indices[0]]
+            else:
+                if stack is None:
+                    stack = weight.index_select(0, plan.kernel_order_on(weight.device))
+                w = stack[piece.stack_at : piece.stack_at + n]
+            _matmul(gathered[rows], w, piece, partial[rows])
         scatter(partial, chunk)
 
 

@@ -108,6 +108,26 @@ def test_plan_shapes():
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("kind", ["subm", "down", "up"])
+@pytest.mark.parametrize("eps, s", [(0.0, 0.0), (1.0, math.inf), (0.3, 1e9), (0.5, 40.0)])
+def test_buffer_rows_hold_each_launch_offsets_entries(device, kind, eps, s):
+    # The plan's buffer, built in a few ops, against the layout rule offset by offset: launch
+    # after launch, offset j's entries from row start + j * height on, padding -1 after them.
+    kmap = maps_for(random_cloud(500, 7, seed=13).to(device))[kind]
+    plan = build_plan(kmap, eps, s)
+    gather = torch.full((plan.rows,), -1, dtype=torch.int32)
+    scatter = torch.full((plan.rows,), -1, dtype=torch.int32)
+    for launch in plan.launches:
+        for j, k in enumerate(launch.kernel_indices):
+            ins, outs = kmap.entries(k)
+            lo = launch.start + j * launch.height
+            gather[lo : lo + len(ins)], scatter[lo : lo + len(outs)] = ins.cpu(), outs.cpu()
+    assert plan.gather_idx.device == kmap.device
+    assert torch.equal(plan.gather_idx.cpu(), gather)
+    assert torch.equal(plan.scatter_idx.cpu(), scatter)
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_deterministic_mode_is_bitwise_repeatable(device):
     coords = random_cloud(20000, 40, seed=6).to(device)
     kmap = maps_for(coords)["subm"]
