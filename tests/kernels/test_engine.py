@@ -8,7 +8,7 @@ import torch
 from kernels import CoordHashTable, downsample, submanifold_map
 from kernels.engine import EngineConfig, sparse_conv
 from kernels.rows import gather_rows, scatter_add_rows
-from kernels.grouping import build_plan, csr_by_key
+from kernels.grouping import _fill_at_once, _fill_by_offset, build_plan, csr_by_key
 from kernels.reference import conv_from_entries, map_entries
 from kernels import reference
 from kernels.tuning import GroupingTable
@@ -111,8 +111,9 @@ def test_plan_shapes():
 @pytest.mark.parametrize("kind", ["subm", "down", "up"])
 @pytest.mark.parametrize("eps, s", [(0.0, 0.0), (1.0, math.inf), (0.3, 1e9), (0.5, 40.0)])
 def test_buffer_rows_hold_each_launch_offsets_entries(device, kind, eps, s):
-    # The plan's buffer, built in a few ops, against the layout rule offset by offset: launch
-    # after launch, offset j's entries from row start + j * height on, padding -1 after them.
+    # The plan's buffer against the layout rule offset by offset: launch after launch, offset
+    # j's entries from row start + j * height on, padding -1 after them. Both fillers run on
+    # every device (the plan uses the per-offset one on the CPU, the few-ops one on CUDA).
     kmap = maps_for(random_cloud(500, 7, seed=13).to(device))[kind]
     plan = build_plan(kmap, eps, s)
     gather = torch.full((plan.rows,), -1, dtype=torch.int32)
@@ -125,6 +126,11 @@ def test_buffer_rows_hold_each_launch_offsets_entries(device, kind, eps, s):
     assert plan.gather_idx.device == kmap.device
     assert torch.equal(plan.gather_idx.cpu(), gather)
     assert torch.equal(plan.scatter_idx.cpu(), scatter)
+    for fill in (_fill_by_offset, _fill_at_once):
+        g = torch.full((plan.rows + 1,), -1, dtype=torch.int32, device=device)
+        sc = torch.full_like(g, -1)
+        fill(plan, g, sc)
+        assert torch.equal(g[:-1].cpu(), gather) and torch.equal(sc[:-1].cpu(), scatter)
 
 
 @pytest.mark.parametrize("device", DEVICES)
