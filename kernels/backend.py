@@ -238,6 +238,71 @@ def _call_cpu(op: str, args: tuple) -> None:
     _raise_for(name, fn(*c_args), CPU)
 
 
+@functools.lru_cache(maxsize=None)
+def _cuda_op(op: str) -> tuple[str, Any, tuple[tuple[Param, Any, int, int], ...], bool]:
+    """_cpu_op's record for ls_<op>_cuda, and whether it takes the stream as its last
+    parameter (call() appends the current one)."""
+    name = f"ls_{op}_cuda"
+    params = signatures().get(name)
+    if params is None:
+        raise KernelError(f"{name} is not declared in {API_H.name}")
+    streamed = bool(params) and params[-1].name == "stream"
+    spec = []
+    for p in params[:-1] if streamed else params:
+        want = POINTEE_DTYPES.get(p.ctype[:-1]) if p.pointer else None
+        spec.append((p, want, *((0, 0) if p.pointer else _int_range(p.ctype))))
+    return name, getattr(library("cuda"), name), tuple(spec), streamed
+
+
+def _call_cuda(op: str, device: torch.device, args: tuple) -> None:
+    """call() on CUDA, with _call_cpu's fast checks (a contiguous tensor of the declared dtype
+    on the op's device goes straight through; anything else takes _convert's checks and
+    messages), under the device only when it is not already the current one. The H200
+    profile put this binding's per-call Python among the CUDA path's host costs (about 200
+    calls a frame)."""
+    name, fn, spec, streamed = _cuda_op(op)
+    if len(args) != len(spec):
+        raise _arity_error(name, [s[0] for s in spec], len(args))
+    index = device.index
+    c_args: list[Any] = []
+    for (p, want, lo, hi), a in zip(spec, args):
+        if want is not None:
+            if (
+                isinstance(a, torch.Tensor)
+                and a.dtype is want
+                and a.is_cuda
+                and a.get_device() == index
+                and a.is_contiguous()
+            ):
+                c_args.append(a.data_ptr())
+                continue
+            if a is None:  # NULL
+                c_args.append(None)
+                continue
+        elif type(a) is int and lo <= a < hi:
+            c_args.append(a)
+            continue
+        c_args.append(_convert(name, p, a, device))
+    if torch.cuda.current_device() == index:
+        status = _launch_cuda(fn, c_args, streamed, index)
+    else:
+        with torch.cuda.device(index):
+            status = _launch_cuda(fn, c_args, streamed, index)
+    _raise_for(name, status, device)
+
+
+def _launch_cuda(fn, c_args: list, streamed: bool, index: int) -> int:
+    """Runs a converted CUDA call on the device's current stream (LIDARSEG_CUDA_SYNC: then
+    synchronises, so a kernel fault is this call's status)."""
+    stream = torch.cuda.current_stream(index).cuda_stream
+    if streamed:
+        c_args.append(stream)
+    status = fn(*c_args)
+    if status == 0 and sync_after_each_launch():
+        status = library("cuda").ls_sync_cuda(ctypes.c_void_p(stream))
+    return status
+
+
 def raise_for_cpu(name: str, status: int) -> None:
     """KernelError unless status is OK (a deferred call's, when it has run)."""
     _raise_for(name, status, CPU)
@@ -251,28 +316,9 @@ def call(op: str, device, *args) -> None:
     device = torch.device(device)
     if device.type == "cuda" and not torch.cuda.is_available():
         raise KernelError(f"ls_{op}_cuda: a CUDA op was asked for, but torch sees no CUDA device")
-    device = _device_of(device)
-    name = f"ls_{op}_{device.type}"
-    params = signatures().get(name)
-    if params is None:
-        raise KernelError(f"{name} is not declared in {API_H.name}")
-    cuda = device.type == "cuda"
-    given = params[:-1] if cuda and params and params[-1].name == "stream" else params
-    if len(args) != len(given):
-        raise _arity_error(name, given, len(args))
-    c_args = [_convert(name, p, a, device) for p, a in zip(given, args)]
-    if not cuda:
-        _raise_for(name, getattr(library("cpu"), name)(*c_args), device)
-        return
-    lib = library("cuda")
-    with torch.cuda.device(device):
-        stream = ctypes.c_void_p(torch.cuda.current_stream(device).cuda_stream)
-        if len(given) < len(params):
-            c_args.append(stream)
-        status = getattr(lib, name)(*c_args)
-        if status == 0 and sync_after_each_launch():
-            status = lib.ls_sync_cuda(stream)
-    _raise_for(name, status, device)
+    if device.type != "cuda":
+        raise KernelError(f"ls_{op}_{device.type}: the kernels run on cpu and cuda only")
+    return _call_cuda(op, _device_of(device), args)
 
 
 def _raise_for(name: str, status: int, device: torch.device) -> None:

@@ -124,6 +124,28 @@ def test_tensors_are_checked_before_their_pointer_goes_to_c():
         backend.call("gather_rows_f32", "cpu", src, torch.tensor(4), 3, idx, 2, dst)
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_calls_take_the_same_checks():
+    # backend._call_cuda's fast path lets only a contiguous tensor of the declared dtype on
+    # the op's device through; anything else gets _convert's message, as on the CPU.
+    src = torch.zeros(4, 3, device="cuda")
+    idx = torch.zeros(2, dtype=torch.int32, device="cuda")
+    dst = torch.empty(2, 3, device="cuda")
+    with pytest.raises(TypeError, match="ls_gather_rows_f32_cuda takes 6 arguments"):
+        backend.call("gather_rows_f32", "cuda", src, 4, 3, idx, 2)
+    with pytest.raises(TypeError, match="src must be torch.float32, got torch.float64"):
+        backend.call("gather_rows_f32", "cuda", src.double(), 4, 3, idx, 2, dst)
+    with pytest.raises(ValueError, match="dst is on cpu, the op runs on cuda:0"):
+        backend.call("gather_rows_f32", "cuda", src, 4, 3, idx, 2, dst.cpu())
+    with pytest.raises(ValueError, match="src must be contiguous"):
+        backend.call("gather_rows_f32", "cuda", src.t().contiguous().t(), 4, 3, idx, 2, dst)
+    with pytest.raises(ValueError, match="does not fit int64_t"):
+        backend.call("gather_rows_f32", "cuda", src, 2**63, 3, idx, 2, dst)
+    src.copy_(torch.arange(12.0).view(4, 3))
+    backend.call("gather_rows_f32", torch.device("cuda"), src, 4, 3, idx + 2, 2, dst)
+    assert torch.equal(dst.cpu(), torch.tensor([[6.0, 7, 8], [6, 7, 8]]))
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error without CUDA")
 def test_cuda_request_without_cuda_is_a_clear_error():
     coords = torch.zeros(2, 4, dtype=torch.int32)
