@@ -91,7 +91,8 @@ class ExecutionPlan:
     # until then: the heap grew by a frame's worth a request and later ones faulted in fresh pages)
     kmap_ref: weakref.ref = field(repr=False)
     fused: bool = False  # CPU: run fused gather-GEMM-scatter over the map instead of launches
-    chunk_cache: dict = field(default_factory=dict, repr=False)  # kernels/chunking.py
+    # per-plan caches: chunks (kernels/chunking.py) and kernel_order_on
+    chunk_cache: dict = field(default_factory=dict, repr=False)
 
     @property
     def kmap(self) -> KernelMap:
