@@ -96,16 +96,11 @@ class Chunk:
 
 
 def _pieces(plan: ExecutionPlan, max_rows: int):
-    stack_at = 0
+    stack_at = 0  # offsets of the launches before this one
     for launch in plan.launches:
-        stack_at += len(launch.kernel_indices)
+        at, stack_at = stack_at, stack_at + len(launch.kernel_indices)
         if launch.rows <= max_rows:
-            yield Piece(
-                launch.start,
-                launch.kernel_indices,
-                launch.height,
-                stack_at - len(launch.kernel_indices),
-            )
+            yield Piece(launch.start, launch.kernel_indices, launch.height, at)
             continue
         for j, k in enumerate(launch.kernel_indices):
             first = launch.start + j * launch.height

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .chunking import Chunk, Piece, Workspace, chunks
+from .chunking import Chunk, Workspace, chunks
 from .grouping import ExecutionPlan
 from .rows import gather_rows, scatter_add_rows, scatter_add_unique
 
@@ -31,14 +31,14 @@ class Run:
     workspace: Workspace | None  # reused scratch in inference, None under autograd
 
 
-def _matmul(gathered: torch.Tensor, weight: torch.Tensor, piece: Piece, out: torch.Tensor):
-    """One piece: its [n*h, Cin] rows times the weights of its n offsets (weight [Cin, Cout] for
-    one offset, [n, Cin, Cout] for several) -> out [n*h, Cout]."""
+def _matmul(gathered: torch.Tensor, weight: torch.Tensor, height: int, out: torch.Tensor):
+    """One piece: its [n*height, Cin] rows times the weights of its n offsets (weight
+    [Cin, Cout] for one offset, [n, Cin, Cout] for several) -> out [n*height, Cout]."""
     if weight.dim() == 2:
         torch.mm(gathered, weight, out=out)
     else:
-        n, h = weight.shape[0], piece.height
-        torch.bmm(gathered.view(n, h, -1), weight, out=out.view(n, h, -1))
+        n = weight.shape[0]
+        torch.bmm(gathered.view(n, height, -1), weight, out=out.view(n, height, -1))
 
 
 def _scratch(workspace, chunk_list, max_rows, cin, cout, src):
@@ -84,7 +84,7 @@ def _run_chunks(
                 if stack is None:
                     stack = weight.index_select(0, plan.kernel_order_on(weight.device))
                 w = stack[piece.stack_at : piece.stack_at + n]
-            _matmul(gathered[rows], w, piece, partial[rows])
+            _matmul(gathered[rows], w, piece.height, partial[rows])
         scatter(partial, chunk)
 
 
