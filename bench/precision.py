@@ -13,7 +13,8 @@ of the whole pipeline in each precision against fp32 (share of equal labels), an
 labelled validation frames (SemanticKITTI seq00_000000, spvnas_000000) the mIoU in each.
 The CPU's features (what `auto` chooses from) head the output. On a CPU with AMX, a name with
 "-avx512" appended (int8-avx512, bf16-avx512) runs that precision with AMX tiles off, on the
-AVX-512 kernels, so the tiles' gain is measured side by side too.
+AVX-512 kernels, so the tiles' gain is measured side by side too; int8@avx_vnni and int8@avx2
+run int8 on those 256-bit kernels (where the CPU has them), to compare them with int8's best.
 """
 
 from __future__ import annotations
@@ -54,11 +55,22 @@ def spread(values: list[float]) -> str:
 
 
 NO_TILES = "-avx512"  # a precision name ending so runs with AMX tiles off (the AVX-512 kernels)
+KERNEL = "@"  # int8@avx2, int8@avx_vnni: int8 on that kernel (precision.INT8_KERNELS)
 
 
 def kernels_for(name: str):
-    """A context in which `name`'s kernels run: AMX tiles off for NAME-avx512, else as set."""
-    return precision_mod.tiles_off() if name.endswith(NO_TILES) else contextlib.nullcontext()
+    """A context in which `name`'s kernels run: AMX tiles off for NAME-avx512, the int8 kernel
+    named after KERNEL, else as set (ValueError for a kernel this CPU cannot run)."""
+    if name.endswith(NO_TILES):
+        return precision_mod.tiles_off()
+    if KERNEL in name:
+        return precision_mod.int8_kernel_set(name.split(KERNEL, 1)[1])
+    return contextlib.nullcontext()
+
+
+def precision_of(name: str) -> str:
+    """The precision a --precisions name runs (int8-avx512, int8@avx2: int8)."""
+    return name.removesuffix(NO_TILES).split(KERNEL, 1)[0]
 
 
 def time_networks(pipes: dict, points, sensor: str, runs: int):
@@ -108,8 +120,9 @@ def main(argv=None) -> int:
     pipes = {}
     for name in args.precisions:
         try:
-            pipes[name] = pipeline_for(model, meta, "cpu", precision=name.removesuffix(NO_TILES))
-        except precision_mod.PrecisionError as e:  # bf16 or int8 that this CPU cannot run
+            with kernels_for(name):
+                pipes[name] = pipeline_for(model, meta, "cpu", precision=precision_of(name))
+        except ValueError as e:  # a precision or int8 kernel this CPU cannot run
             print(f"# {name} left out: {e}")
     if not pipes:
         raise SystemExit("none of --precisions runs on this CPU")

@@ -1,8 +1,9 @@
 """int8 inference on the CPU (kernels/precision.py says when it runs): a sparse conv's input rows
 as uint8 with one scale per row, its weights as int8 with one scale per (offset, output channel),
-products summed exactly in int32 by AVX512_VNNI dot products or AMX tiles, the same bits either
-way (csrc/fused_int8_cpu.cpp, amx_tiles.h), each map entry's sum scaled to fp32 and added into
-the fp32 output (bias, residual, ReLU in fp32).
+products summed exactly in int32 by AVX512_VNNI dot products or AMX tiles
+(csrc/fused_int8_cpu.cpp, amx_tiles.h), or on CPUs without AVX-512 by 256-bit AVX_VNNI or AVX2
+(fused_int8_avx2_cpu.cpp), the same bits on every kernel (csrc/int8_kernels.h), each map
+entry's sum scaled to fp32 and added into the fp32 output (bias, residual, ReLU in fp32).
 
 Nothing is calibrated ahead of time: a row's scale is its own maximum / 255, measured as the row
 is quantized (one pass, ls_quantize_rows_u8_cpu; for an int8 conv's ReLU output, by that
@@ -14,9 +15,9 @@ labels 99.66-99.91 % equal to fp32 on every real frame in shared/ (README, preci
 Where it does not apply the conv runs as bf16 would (kernels/bf16.py: the fused bf16 kernel,
 else fp32): the input layer (at most FP32_MAX_CIN channels: raw point features, some negative),
 input rows with a negative value (every MinkUNet conv after the first reads ReLU outputs),
-widths the kernel does not take (Cin not a multiple of 4, Cout not of 16), a CPU without
-AVX512_VNNI. The int8 kernel is the fused dataflow only; the tuner's grouped / fused choice
-does not apply to it.
+widths the kernel does not take (Cin not a multiple of 4, Cout not of its lanes: 16 on
+AVX-512, 8 on the 256-bit kernels), a CPU without AVX2. The int8 kernel is the fused dataflow
+only; the tuner's grouped / fused choice does not apply to it.
 """
 
 from __future__ import annotations
@@ -34,27 +35,42 @@ from .chunking import Workspace
 from .derived import derived
 from .fused import fused_output, walk_args
 from .grouping import ExecutionPlan
-from .precision import fused_int8_lanes
+from .precision import fused_int8_lanes, int8_kernel
 from .rows import HeadColumns
-
-LANES = 16  # output channels per vector in the kernel: Cout must be a multiple
 
 
 def int8_weights(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(packed int8 [K, Cin/4, Cout, 4], scales fp32 [K, Cout]) of a [K, Cin, Cout] weight (Cin a
-    multiple of 4), cached per weight tensor until it changes."""
-    return derived(weight, "int8", quantize_weight)
+    """(packed int8 bytes, scales fp32 [K, Cout]) of a [K, Cin, Cout] weight (Cin a multiple of
+    4) for the int8 kernel that runs (pack_weight), cached per weight tensor until it changes."""
+    group = int8_group()
+    return derived(weight, f"int8/{group}", lambda w: pack_weight(*quantize_weight(w), group))
+
+
+def int8_group() -> int:
+    """Input channels per int32 lane of the running kernel's packed weights (csrc/api.h): two
+    int16 for AVX2's vpmaddwd, else four int8."""
+    return 2 if int8_kernel() == "avx2" else 4
 
 
 def quantize_weight(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Symmetric int8 per (offset, output channel): w ~ q * scale, q in [-127, 127]."""
+    """Symmetric int8 per (offset, output channel): w ~ q * scale, q int8 [K, Cin, Cout] in
+    [-127, 127], scale fp32 [K, Cout]."""
     w = weight.detach().float()
-    k, cin, cout = w.shape
     scale = w.abs().amax(dim=1) / 127  # [K, Cout]
     q = torch.round(w / scale.clamp_min(torch.finfo(torch.float32).tiny)[:, None, :])
-    q = q.clamp(-127, 127).to(torch.int8)
-    packed = q.view(k, cin // 4, 4, cout).transpose(2, 3).contiguous()
-    return packed, scale.contiguous()
+    return q.clamp(-127, 127).to(torch.int8), scale.contiguous()
+
+
+def pack_weight(
+    q: torch.Tensor, scale: torch.Tensor, group: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """q [K, Cin, Cout] as the kernel reads it, packed[k][g][o][j] = q[k][group g + j][o]: int8
+    quads [K, Cin/4, Cout, 4] (group 4), or int16 pairs [K, Cin/2, Cout, 2] (group 2) seen as
+    their int8 bytes [K, Cin/2, Cout, 4]."""
+    k, cin, cout = q.shape
+    values = q if group == 4 else q.to(torch.int16)
+    packed = values.view(k, cin // group, group, cout).transpose(2, 3).contiguous()
+    return packed.view(torch.int8), scale
 
 
 def quantize_rows(
@@ -171,8 +187,8 @@ NO_USE = OutputUse()  # the output as it is (made once: a frame's 50 convs mostl
 
 
 def int8_fits(cin: int, cout: int) -> bool:
-    """Whether the int8 kernel takes a conv of these widths here (an AVX512_VNNI CPU; not the
-    input layer's few channels)."""
+    """Whether the int8 kernel that runs here takes a conv of these widths (not the input
+    layer's few channels)."""
     lanes = fused_int8_lanes()
     return cin > FP32_MAX_CIN and cin % 4 == 0 and bool(lanes) and cout % lanes == 0
 

@@ -4,7 +4,10 @@
           multiply-adds of AVX512_BF16's per instruction: on the AMD EPYC Zen 4 box, 470
           against 235 G per second and core, and our int8 network stage runs 1.3-1.4x faster
           than bf16; on the Intel Xeon with AMX both run on AMX tiles and int8 is still the
-          faster), else bf16 where it has AVX512_BF16 or AMX_BF16, else fp32
+          faster) or AVX_VNNI (the same dot products 256 bits wide: Intel Core 12th gen on,
+          Xeon 6 E-cores) or AVX2 alone (vpmaddwd: 1.06x fp32 on an AMD EPYC Zen 1), else
+          bf16 where it has AVX512_BF16 or AMX_BF16 (every such CPU has AVX512_VNNI too),
+          else fp32
     fp32  everything in fp32
     bf16  inputs and weights of every sparse conv rounded to bf16, products summed in fp32
           (the fused kernel, csrc/fused_bf16_cpu.cpp, on AMX tiles where the CPU has them, or
@@ -14,11 +17,11 @@
           (AMD EPYC Zen 1, AVX2 only: 14 s against 0.51 s a KITTI frame).
     int8  input rows of every sparse conv as uint8 with one scale per row (measured as the row is
           quantized: nothing to calibrate), weights as int8 with one scale per offset and output
-          channel, products summed exactly in int32 by AVX512_VNNI dot products or AMX tiles
-          (csrc/fused_int8_cpu.cpp, the same bits either way); outputs, biases, residuals
-          and the head stay fp32. Convs it does not apply to (the input layer, negative
-          inputs) run in the fallback precision: bf16 where the CPU has it natively, else
-          fp32. Refused on a CPU without AVX512_VNNI.
+          channel, products summed exactly in int32 (csrc/int8_kernels.h: AVX512_VNNI dot
+          products or AMX tiles, 256-bit AVX_VNNI, or AVX2's vpmaddwd, the same bits on every
+          one); outputs, biases, residuals and the head stay fp32. Convs it does not apply to
+          (the input layer, negative inputs) run in the fallback precision: bf16 where the CPU
+          has it natively, else fp32. Refused on a CPU without AVX2.
 
 On CUDA the precision is the model's dtype (fp16 models run fp16); this setting is CPU-only and
 `resolve` answers fp32 for other devices.
@@ -91,13 +94,56 @@ def fused_bf16_lanes() -> int:
     return int(backend.library("cpu").ls_fused_bf16_lanes_cpu())
 
 
-@functools.lru_cache(maxsize=1)
-def fused_int8_lanes() -> int:
-    """16 where the fused int8 kernel runs on this CPU (AVX512_VNNI, found at run time by the
-    library itself), else 0."""
+# ls_fused_int8_kind_cpu's answers, by number (csrc/int8_kernels.h): the int8 kernels, narrowest
+# first; every one gives the same bits
+INT8_KERNELS = ("none", "avx2", "avx_vnni", "avx512_vnni")
+INT8_LANES = {"none": 0, "avx2": 8, "avx_vnni": 8, "avx512_vnni": 16}  # output channels a vector
+INT8_DESCRIPTIONS = {  # for /v1/model and the benchmarks
+    "none": "none (no AVX2)",
+    "avx2": "fused AVX2 (vpmaddwd)",
+    "avx_vnni": "fused AVX_VNNI (256-bit)",
+    "avx512_vnni": "fused AVX512_VNNI",
+}
+_INT8: list[str] = []  # int8_kernel's last answer: only int8_kernel changes it
+
+
+def int8_kernel(request: str | None = None) -> str:
+    """The int8 kernel that runs (INT8_KERNELS): the widest this CPU has (found at run time by
+    the library itself), unless `request` named another it runs, for every thread from then on
+    ("best": the widest again); benchmarks and tests compare them. ValueError for a kernel this
+    CPU cannot run."""
+    if request is None and _INT8:
+        return _INT8[0]
     from . import backend
 
-    return int(backend.library("cpu").ls_fused_int8_lanes_cpu())
+    codes: dict[str | None, int] = {None: -1, "best": -2}
+    codes.update((name, i) for i, name in enumerate(INT8_KERNELS))
+    code = codes.get(request)
+    if code is None:
+        raise ValueError(f"unknown int8 kernel {request!r}: one of best, {', '.join(INT8_KERNELS)}")
+    kind = ctypes.c_int32(0)
+    lib = backend.library("cpu")
+    if lib.ls_fused_int8_kind_cpu(code, ctypes.addressof(kind)) != 0:
+        raise ValueError(f"this CPU cannot run the {request} int8 kernel")
+    _INT8[:] = [INT8_KERNELS[kind.value]]
+    return _INT8[0]
+
+
+@contextlib.contextmanager
+def int8_kernel_set(name: str):
+    """int8_kernel(name) inside the block, the kernel that ran before after it."""
+    before = int8_kernel()
+    int8_kernel(name)
+    try:
+        yield
+    finally:
+        int8_kernel(before)
+
+
+def fused_int8_lanes() -> int:
+    """Output channels per vector of the int8 kernel that runs here (16 with AVX512_VNNI, 8 on
+    256-bit AVX_VNNI or AVX2), 0 where none does."""
+    return INT8_LANES[int8_kernel()]
 
 
 TILE_KINDS = {1: "int8", 2: "bf16"}  # the bits of ls_amx_tiles_cpu's answer (csrc/amx_cpu.cpp)
@@ -166,7 +212,14 @@ def validate(name: str | None) -> str:
     return value
 
 
-INT8_FEATURES = ("AVX512F", "AVX512_VNNI")  # what the int8 kernel needs (FEATURE_FLAGS names)
+# int8 runs where the CPU has one of these (FEATURE_FLAGS names): every int8 kernel needs AVX2
+# at least (csrc/int8_kernels.h); AVX512_VNNI and AVX_VNNI CPUs all have it
+INT8_FEATURES = ("AVX2",)
+# the int8 kernels `auto` picks int8 for: every one. Even plain AVX2 (vpmaddwd) ran the int8
+# network 1.06x faster than fp32 on the AMD EPYC Zen 1 box (2026-12-04, bench.precision, all four
+# frames), where one vector multiplier allows it no more multiply-adds a cycle than fp32's two
+# FMA pipes: the gain is uint8 rows, a quarter of fp32's bytes to gather
+AUTO_INT8_KERNELS = ("avx2", "avx_vnni", "avx512_vnni")
 BF16_FEATURES = ("AVX512_BF16", "AMX_BF16")  # either multiplies bf16 natively
 
 
@@ -175,7 +228,7 @@ def offered(name: str | None) -> str:
     /proc/cpuinfo flags (no kernel library loaded: the settings check at start-up)."""
     value = validate(name)
     features = set(cpu_features())
-    if value == "int8" and not set(INT8_FEATURES) <= features:
+    if value == "int8" and not set(INT8_FEATURES) & features:
         raise PrecisionError(_no_int8())
     if value == "bf16" and not set(BF16_FEATURES) & features:
         raise PrecisionError(_no_bf16())
@@ -184,8 +237,8 @@ def offered(name: str | None) -> str:
 
 def _no_int8() -> str:
     return (
-        "int8 needs AVX512_VNNI, which this CPU lacks "
-        f"(it has: {', '.join(cpu_features()) or 'none of them'}); use auto, fp32 or bf16"
+        "int8 needs AVX2 at least (AVX512_VNNI or AVX_VNNI for its full speed), which this "
+        f"CPU lacks (it has: {', '.join(cpu_features()) or 'none of them'}); use auto or fp32"
     )
 
 
@@ -199,12 +252,13 @@ def _no_bf16() -> str:
 
 def resolve(name: str | None, device: str | torch.device = "cpu") -> str:
     """What runs for a requested precision on a device: fp32, bf16 or int8 (PrecisionError for
-    int8 on a CPU without AVX512_VNNI, bf16 on one without native bf16)."""
+    int8 on a CPU without an int8 kernel, bf16 on one without native bf16)."""
     value = validate(name)
     if torch.device(device).type != "cpu":
         return "fp32"
     if value == "auto":
-        return "int8" if fused_int8_lanes() else "bf16" if native_bf16() else "fp32"
+        fast_int8 = int8_kernel() in AUTO_INT8_KERNELS
+        return "int8" if fast_int8 else "bf16" if native_bf16() else "fp32"
     if value == "int8" and not fused_int8_lanes():
         raise PrecisionError(_no_int8())
     if value == "bf16" and not native_bf16():
@@ -235,11 +289,7 @@ def describe(requested: str | None, running: str) -> dict:
             if "AMX_BF16" in cpu_features()
             else "none (no AVX512_BF16 or AMX_BF16)"
         ),
-        "int8_kernel": (
-            "fused AMX_INT8 tiles (AVX512_VNNI for narrow inputs)"
-            if "int8" in amx_tiles() and fused_int8_lanes() > 0
-            else "fused AVX512_VNNI"
-            if fused_int8_lanes() > 0
-            else "none (no AVX512_VNNI)"
-        ),
+        "int8_kernel": INT8_DESCRIPTIONS[int8_kernel()]
+        if int8_kernel() != "avx512_vnni" or "int8" not in amx_tiles()
+        else "fused AMX_INT8 tiles (AVX512_VNNI for narrow inputs)",
     }

@@ -82,7 +82,7 @@ class Settings(BaseSettings):
     def _precision_offered(cls, v):
         from kernels.precision import offered
 
-        return offered(v)  # int8 without AVX512_VNNI, bf16 without native bf16: refused here
+        return offered(v)  # int8 without AVX2, bf16 without native bf16: refused here
 
     @model_validator(mode="after")
     def _cuda_available(self):

@@ -126,13 +126,18 @@ LS_API int ls_fused_conv_bf16_tiles_cpu(const float* x, int64_t cin, const ls_bf
                                         const float* residual, int32_t relu, int64_t num_out,
                                         float* out);
 
-// The int8 twin (fused_int8_cpu.cpp): q [n_in, cin] uint8 input rows with row_scale [n_in]
-// (x ~ q * row_scale), w_packed int8 in quads of input channels, w_packed[k][g][o][j] =
-// wq[k][4g + j][o] (g < cin / 4), with w_scale [num_kernels, cout] (w ~ wq * w_scale); each
-// entry's products summed exactly in int32 (AVX512_VNNI), times row_scale * w_scale in fp32,
-// added into out; bias, residual and out in fp32 as above. cin a multiple of 4, cout of 16.
-// ls_fused_int8_lanes_cpu() is 16 where this CPU has AVX512_VNNI (checked at run time) and 0
-// where it has not; the conv then returns kStatusBadArgument.
+// The int8 twin (int8_dispatch_cpu.cpp picks the kernel: int8_kernels.h): q [n_in, cin] uint8
+// input rows with row_scale [n_in] (x ~ q * row_scale), w_packed the int8 weights wq packed in
+// groups of input channels, four int8 (quads) or, for the AVX2 kernel, two int16 (pairs):
+// w_packed[k][g][o][j] = wq[k][G g + j][o] (G = 4 or 2, g < cin / G), with w_scale
+// [num_kernels, cout] (w ~ wq * w_scale); each entry's products summed exactly in int32, times
+// row_scale * w_scale in fp32, added into out; bias, residual and out in fp32 as above. cin a
+// multiple of 4, cout of ls_fused_int8_lanes_cpu(). Every kernel gives the same bits.
+// ls_fused_int8_kind_cpu: *kind = the kernel that runs, 3 (AVX512_VNNI, AMX tiles where
+// granted), 2 (256-bit AVX_VNNI), 1 (AVX2, weights in pairs) or 0 (none: the int8 calls return
+// kStatusBadArgument); the widest this CPU has (CPUID, checked at run time) unless request
+// (-1: only ask) named another this CPU runs, for every thread from then on (-2: the widest
+// again). ls_fused_int8_lanes_cpu() is its output channels per vector: 16, 8, 8 or 0.
 // With q_out (and scale_out, q_failed) not NULL the conv also quantizes its out rows as
 // ls_quantize_rows_u8_cpu would (the same bits), each block of rows once it is final, while it
 // is in cache: q_out [num_out, cout], scale_out [num_out]; *q_failed |= 1 where some row has a
@@ -152,7 +157,8 @@ LS_API int ls_fused_conv_bf16_tiles_cpu(const float* x, int64_t cin, const ls_bf
 // ls_quantize_rows_u8_cpu: per row of x [n, c], q = rint(x * (255 / row max)) and scale =
 // row max / 255 (a row of zeros: q 0, scale 0); *negative = 1 when some value is negative (-0.0
 // too: its sign bit is set), NaN or inf (q then means nothing: the caller keeps another
-// precision); AVX512_VNNI CPUs only, as the conv.
+// precision); where an int8 kernel runs, as the conv.
+LS_API int ls_fused_int8_kind_cpu(int32_t request, int32_t* kind);
 LS_API int ls_fused_int8_lanes_cpu(void);
 // Whether the int8 and bf16 convs run on AMX tiles (amx_tiles.h), where the CPU has them and
 // Linux grants them: *kinds = 1 (int8) | 2 (bf16) for those that do, *convs = how many convs

@@ -10,7 +10,9 @@
 // the quantizer says when it met one, and the caller keeps bf16 or fp32 for that conv.
 //
 // As in fused_bf16_cpu.cpp, only the functions below that use AVX512_VNNI are compiled for it
-// (target attributes), and they run only after ls_fused_int8_lanes_cpu() has found it.
+// (target attributes), and they run only where int8_dispatch_cpu.cpp, which owns the library's
+// int8 entry points, has found it; CPUs without it run the 256-bit twins of this kernel
+// (fused_int8_avx2_cpu.cpp), which give the same bits.
 //
 // Weights come packed in quads of input channels (the layout vpdpbusd reads):
 //   wq[k][g][o][j] = q(w[k][4g + j][o]),  g < cin / 4, j < 4
@@ -22,6 +24,7 @@
 #include "api.h"
 #include "fused_driver.h"
 #include "head.h"
+#include "int8_kernels.h"
 
 #if defined(__x86_64__)
 // GCC 12's AVX-512 intrinsics (max, conversions, reductions) pass a deliberately undefined
@@ -34,6 +37,7 @@
 #define LS_HAVE_INT8_DOT 1
 #define LS_VNNI_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni")))
 #include "quantize_u8.h"
+#define LS_INT8_ROWS_TARGET LS_VNNI_TARGET
 #else
 #define LS_HAVE_INT8_DOT 0
 #endif
@@ -117,6 +121,7 @@ __attribute__((always_inline)) LS_VNNI_TARGET inline void tile(
   }
 }
 
+namespace rows_u8 = lidarseg::quantize_u8;
 #include "int8_after_block.h"  // QuantizeBlock, HeadBlock, AfterBlock
 
 // Entries [0, m) of one offset (outputs owned by this thread) times that offset's packed weight.
@@ -217,103 +222,67 @@ bool use_tiles(int64_t cin, int64_t cout) {
   return LS_HAVE_AMX && cin >= kTilesMinCin && lidarseg::tiles_ready(lidarseg::TileKind::kInt8) &&
          lidarseg::amx::shape_fits(cin, cout);
 }
-
-bool cpu_has_int8_dot() {
-  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
-}
-#else
-bool cpu_has_int8_dot() { return false; }
 #endif
 
 }  // namespace
 
-LS_API int ls_fused_int8_lanes_cpu(void) { return cpu_has_int8_dot() ? kLanes : 0; }
+namespace lidarseg {
 
-LS_API int ls_quantize_rows_u8_cpu(const float* x, int64_t n, int64_t c, uint8_t* q,
-                                   float* scale, int64_t* negative) {
-  return ls_quantize_concat_u8_cpu(x, c, nullptr, 0, n, q, scale, negative);
+#if LS_HAVE_INT8_DOT
+bool cpu_has_avx512_vnni() {
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
 }
 
-LS_API int ls_quantize_concat_u8_cpu(const float* a, int64_t ca, const float* b, int64_t cb,
-                                     int64_t n, uint8_t* q, float* scale, int64_t* negative) {
+void quantize_concat_u8_512(const float* a, int64_t ca, const float* b, int64_t cb, int64_t n,
+                            uint8_t* q, float* scale, int64_t* negative) {
   const int64_t c = ca + cb;
-  if (!cpu_has_int8_dot() || n < 0 || ca <= 0 || cb < 0 || (cb > 0 && b == nullptr)) {
-    return lidarseg::kStatusBadArgument;
-  }
-#if LS_HAVE_INT8_DOT
   int64_t found = 0;
-  constexpr int64_t kBatch = lidarseg::quantize_u8::kBatchRows;
+  constexpr int64_t kBatch = quantize_u8::kBatchRows;
   // without a ReLU quantize_batch only reads a's rows: the const_cast writes nothing
   float* rows = const_cast<float*>(a);
 #pragma omp parallel for schedule(static) reduction(| : found) if (n * c >= kQuantizeParallel)
   for (int64_t r = 0; r < n; r += kBatch) {
     const float* more = cb > 0 ? b + r * cb : nullptr;
-    found |= lidarseg::quantize_u8::quantize_batch(rows + r * ca, ca, more, cb,
-                                                   n - r < kBatch ? n - r : kBatch, false,
-                                                   q + r * c, scale + r) != 0;
+    found |= quantize_u8::quantize_batch(rows + r * ca, ca, more, cb,
+                                         n - r < kBatch ? n - r : kBatch, false, q + r * c,
+                                         scale + r) != 0;
   }
   *negative = found;
-  return lidarseg::kStatusOk;
-#else
-  (void)a, (void)b, (void)q, (void)scale, (void)negative, (void)c;
-  return lidarseg::kStatusBadArgument;  // unreachable: no int8 dot product on this architecture
-#endif
 }
 
-LS_API int ls_fused_conv_int8_cpu(const uint8_t* q, const float* row_scale, int64_t cin,
-                                  const int8_t* w_packed, const float* w_scale, int64_t cout,
-                                  const int32_t* in_idx, const int32_t* out_idx,
-                                  const int64_t* bounds, const int32_t* kernel_order,
-                                  int64_t num_kernels, int32_t identity, const float* bias,
-                                  const float* residual, int32_t relu, int64_t num_out,
-                                  float* out, uint8_t* q_out, float* scale_out,
-                                  int64_t* q_failed, const float* q_also, int64_t also_cols,
-                                  const uint8_t* sc_q, const float* sc_scale, int64_t sc_cin,
-                                  const int8_t* sc_w, const float* sc_w_scale,
-                                  const float* head_w, const float* head_b, int64_t classes,
-                                  uint8_t* labels) {
-  if (!cpu_has_int8_dot() || cout % kLanes != 0 || cin <= 0 || cin % 4 != 0 || num_out < 0 ||
-      (q_out != nullptr && (scale_out == nullptr || q_failed == nullptr)) ||
-      (out == nullptr && q_out == nullptr && labels == nullptr) || also_cols < 0 ||
-      (q_also != nullptr && (q_out == nullptr || also_cols == 0)) ||
-      (sc_q != nullptr && (identity < 0 || sc_scale == nullptr || sc_cin <= 0 ||
-                           sc_cin % 4 != 0 || sc_w == nullptr || sc_w_scale == nullptr)) ||
-      (labels != nullptr && (q_out != nullptr || head_w == nullptr || head_b == nullptr ||
-                             classes < 1 || classes > 32 || identity < 0 || !relu))) {
-    return lidarseg::kStatusBadArgument;
-  }
-#if LS_HAVE_INT8_DOT
-  const Int8Rows src{q, row_scale, cin, use_tiles(cin, cout)};
-  const Int8Rows shortcut{sc_q, sc_scale, sc_cin, sc_q != nullptr && use_tiles(sc_cin, cout)};
-  if (src.tiles) lidarseg::count_tile_conv();
-  lidarseg::run_fused(
-      w_packed, cin * cout, cin, cout, in_idx, out_idx, bounds, kernel_order, num_kernels,
-      identity, bias, residual, relu, num_out, out,
-      [=](bool store, const int8_t* w_k, const int32_t* in, const int32_t* rows, int64_t m,
-          float* dst, const lidarseg::StoreAddend& add) {
-        const float* s_k = w_scale + (w_k - w_packed) / cin;  // (k * cin * cout) / cin
+void fused_conv_int8_512(const Int8Conv& c) {
+  const int8_t* w = static_cast<const int8_t*>(c.w);
+  const int8_t* sc_w = static_cast<const int8_t*>(c.sc_w);
+  const Int8Rows src{c.q, c.row_scale, c.cin, use_tiles(c.cin, c.cout)};
+  const Int8Rows shortcut{c.sc_q, c.sc_scale, c.sc_cin,
+                          c.sc_q != nullptr && use_tiles(c.sc_cin, c.cout)};
+  if (src.tiles) count_tile_conv();
+  run_fused(
+      w, c.cin * c.cout, c.cin, c.cout, c.in_idx, c.out_idx, c.bounds, c.kernel_order,
+      c.num_kernels, c.identity, c.bias, c.residual, c.relu, c.num_out, c.out,
+      [&](bool store, const int8_t* w_k, const int32_t* in, const int32_t* rows, int64_t m,
+          float* dst, const StoreAddend& add) {
+        const float* s_k = c.w_scale + (w_k - w) / c.cin;  // (k * cin * cout) / cin
         if (!store) {
-          multiply<false>(src, w_k, s_k, cout, in, rows, m, dst, add);
+          multiply<false>(src, w_k, s_k, c.cout, in, rows, m, dst, add);
           return;
         }
-        multiply<true>(src, w_k, s_k, cout, in, rows, m, dst, add);
+        multiply<true>(src, w_k, s_k, c.cout, in, rows, m, dst, add);
         if (shortcut.q != nullptr) {  // the block's 1x1 shortcut, right after its identity
-          multiply<false>(shortcut, sc_w, sc_w_scale, cout, rows, rows, m, dst,
-                          lidarseg::StoreAddend{nullptr, nullptr});
+          multiply<false>(shortcut, sc_w, c.sc_w_scale, c.cout, rows, rows, m, dst,
+                          StoreAddend{nullptr, nullptr});
         }
       },
-      AfterBlock{
-          QuantizeBlock{cout, q_also, q_also == nullptr ? 0 : also_cols, q_out, scale_out,
-                        q_failed},
-          HeadBlock{cout, head_w, head_b, classes, labels}});
-  return lidarseg::kStatusOk;
-#else
-  (void)q, (void)row_scale, (void)w_packed, (void)w_scale, (void)in_idx, (void)out_idx;
-  (void)bounds, (void)kernel_order, (void)num_kernels, (void)identity, (void)bias;
-  (void)residual, (void)relu, (void)out, (void)q_out, (void)scale_out, (void)q_failed;
-  (void)q_also, (void)also_cols, (void)sc_q, (void)sc_scale, (void)sc_cin, (void)sc_w;
-  (void)sc_w_scale, (void)head_w, (void)head_b, (void)classes, (void)labels;
-  return lidarseg::kStatusBadArgument;  // unreachable: no int8 dot product on this architecture
-#endif
+      AfterBlock{QuantizeBlock{c.cout, c.q_also, c.q_also == nullptr ? 0 : c.also_cols, c.q_out,
+                               c.scale_out, c.q_failed},
+                 HeadBlock{c.cout, c.head_w, c.head_b, c.classes, c.labels}});
 }
+#else
+bool cpu_has_avx512_vnni() { return false; }
+void quantize_concat_u8_512(const float*, int64_t, const float*, int64_t, int64_t, uint8_t*,
+                            float*, int64_t*) {}  // unreachable: no such CPU
+void fused_conv_int8_512(const Int8Conv&) {}
+#endif
+
+}  // namespace lidarseg

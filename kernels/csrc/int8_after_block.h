@@ -1,10 +1,11 @@
 // What the int8 conv (fused_int8_cpu.cpp) does with each block of out rows it finishes, while
 // they are in cache: quantize them for the next int8 conv, or run the network's head on them.
-// Part of fused_int8_cpu.cpp's AVX512_VNNI section: included there after LS_VNNI_TARGET,
-// quantize_u8.h and head.h, inside its anonymous namespace.
+// Included by fused_int8_cpu.cpp (AVX-512) and fused_int8_avx2_cpu.cpp (AVX2) inside their
+// anonymous namespaces, after head.h and their row quantizer: rows_u8 names its namespace
+// (quantize_u8.h or quantize_u8_avx2.h), LS_INT8_ROWS_TARGET the target it is compiled for.
 #pragma once
 
-// The out rows of a finished block quantized as the next int8 conv reads them (quantize_u8.h:
+// The out rows of a finished block quantized as the next int8 conv reads them (rows_u8:
 // the same bits as ls_quantize_rows_u8_cpu), while they are in cache, after the conv's ReLU when
 // it is handed that; *failed |= 1 for a row that cannot be (a negative, NaN or infinite value).
 // With `also` the rows quantized are an out row and the same row of also (also_cols wide) side
@@ -19,11 +20,11 @@ struct QuantizeBlock {
 
   bool takes_relu() const { return q != nullptr; }
 
-  LS_VNNI_TARGET void operator()(int64_t first, int64_t end, bool relu, float* rows) const {
+  LS_INT8_ROWS_TARGET void operator()(int64_t first, int64_t end, bool relu, float* rows) const {
     if (q == nullptr) return;
     const float* more = also == nullptr ? nullptr : also + first * also_cols;
     const bool all =
-        lidarseg::quantize_u8::quantize_rows(rows + first * cout, cout, more, also_cols,
+        rows_u8::quantize_rows(rows + first * cout, cout, more, also_cols,
                                              end - first, relu, q + first * (cout + also_cols),
                                              scale + first);
     if (!all) __atomic_fetch_or(failed, (int64_t)1, __ATOMIC_RELAXED);
@@ -47,8 +48,8 @@ struct HeadBlock {
     lidarseg::head_classes(block, end - first, cout, w_t, bias, classes, labels + first);
   }
 
-  LS_VNNI_TARGET static void relu_rows(float* rows, int64_t cout, int64_t n) {
-    for (int64_t r = 0; r < n; ++r) lidarseg::quantize_u8::relu_row(rows + r * cout, cout);
+  LS_INT8_ROWS_TARGET static void relu_rows(float* rows, int64_t cout, int64_t n) {
+    for (int64_t r = 0; r < n; ++r) rows_u8::relu_row(rows + r * cout, cout);
   }
 };
 

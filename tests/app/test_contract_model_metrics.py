@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from kernels.precision import fused_int8_lanes
+from kernels.precision import fused_int8_lanes, int8_kernel
 from tests.app.contract_helpers import (
     NUSCENES,
     TIMED,
@@ -41,6 +41,8 @@ def test_model_probes_and_docs(http):
     assert m["engine"]["precision"] == resolve("auto")  # LIDARSEG_PRECISION unset: auto
     assert m["engine"]["precision_requested"] == "auto"
     assert m["engine"]["cpu_features"] == list(cpu_features())
+    want_kernel = int8_kernel() if resolve("auto") == "int8" else None
+    assert m["engine"]["int8_kernel"] == want_kernel
     assert http.get("/healthz").status_code == 200
     assert http.get("/readyz").json()["status"] == "ready"
     spec = http.get("/openapi.json").json()
@@ -53,13 +55,14 @@ def test_model_probes_and_docs(http):
     assert http.get("/docs").status_code == 200
 
 
-@pytest.mark.skipif(not fused_int8_lanes(), reason="this CPU has no AVX512_VNNI")
+@pytest.mark.skipif(not fused_int8_lanes(), reason="this CPU has no int8 kernel (AVX2)")
 def test_a_pinned_precision_is_what_runs_and_what_is_reported():
     """LIDARSEG_PRECISION=int8: /v1/model and /metrics say int8, and frames are segmented."""
     require_real_data()
     with serving(precision="int8") as client:
         engine = client.get("/v1/model").json()["engine"]
         assert engine["precision"] == engine["precision_requested"] == "int8"
+        assert engine["int8_kernel"] == int8_kernel()
         info = client.get("/metrics").text.split("lidarseg_model_info{", 1)[1]
         assert 'precision="int8"' in info.split("}", 1)[0]
         r = client.post(

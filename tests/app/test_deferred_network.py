@@ -23,7 +23,7 @@ from tests.conftest import FIELDS, require_real_data
 KITTI = "semantickitti/seq00_000000.bin"
 NUSCENES = "nuscenes/n015-2018-07-24-11-22-45+0800__LIDAR_TOP__1532402927647951.pcd.bin"
 OUSTER = "ouster/os1-128_lb_n3_scan0_xyzr.bin"
-NEEDS_INT8 = pytest.mark.skipif(not fused_int8_lanes(), reason="this CPU has no AVX512_VNNI")
+NEEDS_INT8 = pytest.mark.skipif(not fused_int8_lanes(), reason="this CPU has no int8 kernel (AVX2)")
 NEEDS_BF16 = pytest.mark.skipif(
     not native_bf16(), reason="no AVX512_BF16 or AMX_BF16: bf16 refused"
 )

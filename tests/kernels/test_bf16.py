@@ -205,8 +205,7 @@ def test_auto_follows_the_cpu_features():
     features = precision.cpu_features()
     if "AVX512_BF16" in features:
         assert precision.fused_bf16_lanes() == 16
-    if precision.fused_int8_lanes():
-        assert "AVX512_VNNI" in features
+    if "AVX2" in features:  # every int8 kernel needs AVX2, and auto takes each
         assert precision.resolve("auto") == "int8"
     elif "AVX512_BF16" in features or "AMX_BF16" in features:
         assert precision.resolve("auto") == "bf16"

@@ -8,9 +8,9 @@ from kernels import backend, deferred
 from kernels.precision import fused_int8_lanes
 from kernels.rows import gather_rows
 
-# the deferrable call these tests make is the int8 quantizer (AVX512_VNNI); the network's
+# the deferrable call these tests make is the int8 quantizer (AVX2 at least); the network's
 # deferred calls in fp32 and bf16 are tested on every CPU (tests/app/test_deferred_network.py)
-pytestmark = pytest.mark.skipif(not fused_int8_lanes(), reason="this CPU has no AVX512_VNNI")
+pytestmark = pytest.mark.skipif(not fused_int8_lanes(), reason="this CPU has no int8 kernel (AVX2)")
 
 
 def quantize_call(rows: torch.Tensor):

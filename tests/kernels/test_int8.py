@@ -1,6 +1,6 @@
 """int8 inference (kernels/int8.py, csrc/fused_int8_cpu.cpp) against an fp64 oracle on the same
 quantized rows and weights, the per-row quantizer against numpy, and where int8 gives way to its
-fallback precision (negative inputs, the tuned choice, a CPU without AVX512_VNNI)."""
+fallback precision (negative inputs, the tuned choice), and the int8 kernels against each other."""
 
 import math
 
@@ -10,7 +10,7 @@ import torch
 
 from kernels import precision
 from kernels.engine import EngineConfig, sparse_conv
-from kernels.int8 import int8_weights, quantize_rows
+from kernels.int8 import int8_weights, pack_weight, quantize_rows, quantize_weight
 from kernels.reference import conv_from_entries, map_entries
 from kernels.tuning import GroupingTable
 
@@ -18,7 +18,7 @@ from tests.kernels.test_engine import maps_for, random_cloud
 
 INT8 = GroupingTable(defaults={"cpu/int8": (0.0, 0.0, "int8"), "cpu/bf16": (0.0, 0.0, "fused")})
 needs_vnni = pytest.mark.skipif(
-    precision.fused_int8_lanes() == 0, reason="this CPU has no AVX512_VNNI"
+    precision.fused_int8_lanes() == 0, reason="this CPU has no int8 kernel (AVX2)"
 )
 
 
@@ -31,9 +31,16 @@ def quantized(x: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
     return q, (top / np.float32(255)).astype(np.float32)
 
 
-@needs_vnni
+@pytest.mark.parametrize("kernel", ["avx2", "avx512_vnni"])  # AVX_VNNI's is AVX2's
 @pytest.mark.parametrize("cols", [4, 16, 20, 32, 48, 64, 192])
-def test_rows_quantize_as_numpy_does_bit_for_bit(cols):
+def test_rows_quantize_as_numpy_does_bit_for_bit(kernel, cols):
+    if kernel not in runnable_kernels():
+        pytest.skip(f"this CPU has no {kernel}")
+    with precision.int8_kernel_set(kernel):
+        rows_quantize_as_numpy_does(cols)
+
+
+def rows_quantize_as_numpy_does(cols):
     gen = torch.Generator().manual_seed(cols)
     x = torch.rand(300, cols, generator=gen) * torch.logspace(-3, 3, 300)[:, None]
     x[::11] = 0  # rows of zeros: q 0, scale 0
@@ -52,15 +59,26 @@ def test_rows_quantize_as_numpy_does_bit_for_bit(cols):
 def test_weights_quantize_per_offset_and_output_channel():
     gen = torch.Generator().manual_seed(3)
     w = torch.randn(27, 16, 32, generator=gen) * torch.linspace(0.01, 3, 32)
-    packed, scale = int8_weights(w)
-    assert packed.dtype == torch.int8 and packed.shape == (27, 4, 32, 4)
-    assert scale.shape == (27, 32)
-    q = packed.transpose(2, 3).reshape(27, 16, 32).float()  # packed[k][g][o][j] = q[k][4g+j][o]
+    q, scale = quantize_weight(w)
+    assert q.dtype == torch.int8 and q.shape == (27, 16, 32) and scale.shape == (27, 32)
     assert q.abs().amax(dim=1).eq(127).all()  # each (offset, output) uses the whole range
-    assert (q * scale[:, None, :] - w).abs().le(scale[:, None, :] / 2 * (1 + 1e-6)).all()
+    err = (q.float() * scale[:, None, :] - w).abs()
+    assert err.le(scale[:, None, :] / 2 * (1 + 1e-6)).all()
+    packed, _ = int8_weights(w)
     assert int8_weights(w)[0] is packed  # cached until the weight changes
     w.mul_(2)
     assert torch.allclose(int8_weights(w)[1], scale * 2)
+
+
+@pytest.mark.parametrize("group", [4, 2])
+def test_weights_pack_as_the_kernels_read_them(group):
+    """packed[k][g][o][j] = q[k][group g + j][o]: int8 quads, or int16 pairs (AVX2) as bytes."""
+    q = torch.randint(-127, 128, (3, 8, 16), dtype=torch.int8)
+    packed, _ = pack_weight(q, torch.ones(3, 16), group)
+    assert packed.dtype == torch.int8 and packed.shape == (3, 8 // group, 16, 4)
+    values = packed if group == 4 else packed.view(torch.int16)  # little-endian pairs
+    for k, g, o, j in [(0, 0, 0, 0), (1, 1, 5, 1), (2, 8 // group - 1, 15, group - 1)]:
+        assert values[k, g, o, j] == q[k, group * g + j, o]
 
 
 def case(kind, cin, cout, seed=21):
@@ -76,9 +94,8 @@ def case(kind, cin, cout, seed=21):
 def oracle(kmap, x, w, bias, res):
     """fp64 conv of the dequantized rows and weights: what the int32 sums stand for."""
     q, row_scale = quantized(x)
-    packed, w_scale = int8_weights(w)
-    k, cin, cout = w.shape
-    wq = packed.transpose(2, 3).reshape(k, cin, cout).double() * w_scale.double()[:, None, :]
+    wq, w_scale = quantize_weight(w)
+    wq = wq.double() * w_scale.double()[:, None, :]
     xq = torch.from_numpy(q).double() * torch.from_numpy(row_scale).double()[:, None]
     out = conv_from_entries(xq, wq, map_entries(kmap), kmap.num_out)
     return torch.relu(out + bias.double() + res.double())
@@ -157,16 +174,69 @@ def test_int8_gives_way_to_its_fallback():
         assert not torch.equal(sparse_conv(x, w, kmap, int8), sparse_conv(x, w, kmap, fb))
 
 
-def test_int8_is_offered_where_the_cpu_has_vnni():
-    has_vnni = {"AVX512F", "AVX512_VNNI"} <= set(precision.cpu_features())
-    assert (precision.fused_int8_lanes() == 16) == has_vnni
-    if has_vnni:
+# each int8 kernel and the /proc/cpuinfo flags (precision.FEATURE_FLAGS names) it needs
+KERNEL_FEATURES = {
+    "avx2": {"AVX2"},
+    "avx_vnni": {"AVX2", "AVX_VNNI"},
+    "avx512_vnni": {"AVX512F", "AVX512_VNNI"},
+}
+
+
+def runnable_kernels() -> list[str]:
+    features = set(precision.cpu_features())
+    return [name for name, needs in KERNEL_FEATURES.items() if needs <= features]
+
+
+def test_the_widest_int8_kernel_the_cpu_has_runs_and_auto_takes_the_fast_ones():
+    kernels = runnable_kernels()
+    best = kernels[-1] if kernels else "none"
+    assert precision.int8_kernel() == best  # the library's CPUID agrees with /proc/cpuinfo
+    assert precision.fused_int8_lanes() == {"none": 0, "avx512_vnni": 16}.get(best, 8)
+    if kernels:
         assert precision.offered("int8") == precision.resolve("int8") == "int8"
+        assert precision.resolve("auto") == "int8"  # every kernel beat fp32 where measured
     else:
         for check in (precision.offered, precision.resolve):
-            with pytest.raises(precision.PrecisionError, match="int8 needs AVX512_VNNI"):
+            with pytest.raises(precision.PrecisionError, match="int8 needs AVX2"):
                 check("int8")
     assert precision.resolve("int8", "cuda") == "fp32"  # CPU-only setting
+
+
+def test_a_kernel_the_cpu_lacks_is_refused_and_none_refuses_int8():
+    missing = [name for name in KERNEL_FEATURES if name not in runnable_kernels()]
+    for name in missing:
+        with pytest.raises(ValueError, match=f"cannot run the {name} int8 kernel"):
+            precision.int8_kernel(name)
+    with pytest.raises(ValueError, match="unknown int8 kernel"):
+        precision.int8_kernel("sse2")
+    best = precision.int8_kernel()
+    with precision.int8_kernel_set("none"):
+        assert precision.fused_int8_lanes() == 0
+        with pytest.raises(precision.PrecisionError, match="int8 needs AVX2"):
+            precision.resolve("int8")
+    assert precision.int8_kernel() == best
+
+
+@needs_vnni
+@pytest.mark.parametrize("kernel", list(KERNEL_FEATURES))
+@pytest.mark.parametrize("kind", ["subm", "down", "up"])
+@pytest.mark.parametrize("cin, cout", [(12, 16), (64, 64), (20, 80), (96, 48)])
+def test_every_int8_kernel_gives_the_bits_of_the_widest(kernel, kind, cin, cout):
+    """Exact int32 sums and the same fp32 scaling: the 256-bit kernels (AVX_VNNI, AVX2) give
+    the AVX-512 kernel's bits (and each other's), stores, adds, bias and residual alike."""
+    if kernel not in runnable_kernels():
+        pytest.skip(f"this CPU has no {kernel}")
+    widest = runnable_kernels()[-1]
+    if kernel == widest:
+        pytest.skip("nothing narrower to compare with")
+    kmap, x, w, bias, res = case(kind, cin, cout, seed=cin + cout)
+    config = EngineConfig(precision="int8", grouping=INT8)
+    outs = []
+    with torch.no_grad():
+        for name in (widest, kernel):
+            with precision.int8_kernel_set(name):
+                outs.append(sparse_conv(x, w, kmap, config, bias, True, res))
+    assert torch.equal(outs[0], outs[1])
 
 
 @needs_vnni

@@ -1,7 +1,7 @@
 """A residual block's 1x1 shortcut run inside its second conv's int8 kernel (sparse_conv
 `shortcut`, csrc/fused_int8_cpu.cpp): the same output as the shortcut computed first and added
 as the residual (to fp32 rounding: the biases add in another order), on AMX tiles and on
-AVX512_VNNI; computed first wherever an input's quantization is not on record, in other
+the vector int8 kernels; computed first wherever an input's quantization is not on record, in other
 precisions, and for a timed layer."""
 
 import contextlib

@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter
 from pydantic import BaseModel
 
-from kernels.precision import cpu_features
+from kernels.precision import cpu_features, int8_kernel
 
 from app.service.routes.deps import ERROR_RESPONSES, ApiKey, Service
 from models.labels import IGNORE_LABEL
@@ -26,6 +26,8 @@ class EngineInfo(BaseModel):
     precision: str  # what the network runs in: fp32, bf16 or int8 (CPU), fp32 / fp16
     precision_requested: str  # LIDARSEG_PRECISION: auto, fp32, bf16 or int8
     cpu_features: list[str]  # the CPU features auto chose from
+    # where precision is int8: its kernel (avx512_vnni, avx_vnni or avx2; the same bits)
+    int8_kernel: str | None = None
 
 
 class ModelInfo(BaseModel):
@@ -71,6 +73,7 @@ async def model_info(service: Service) -> ModelInfo:
             precision=service.pipeline.precision,
             precision_requested=service.pipeline.requested_precision,
             cpu_features=list(cpu_features()),
+            int8_kernel=int8_kernel() if service.pipeline.precision == "int8" else None,
         ),
         ready=service.ready,
     )
