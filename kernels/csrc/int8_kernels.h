@@ -1,6 +1,7 @@
 // The int8 conv kernels and what they take: the AVX-512 kernel (fused_int8_cpu.cpp), its 256-bit
-// twins (fused_int8_avx2_cpu.cpp), and the entry points that pick one (int8_dispatch_cpu.cpp). Every kernel sums the same u8 * s8 products exactly in int32 and
-// scales each entry's sum with the same fp32 operations, so all of them give the same bits.
+// twins (fused_int8_avx2_cpu.cpp), and the entry points that pick one (int8_dispatch_cpu.cpp).
+// Every kernel sums the same u8 * s8 products exactly in int32 and scales each entry's sum with
+// the same fp32 operations, so all of them give the same bits.
 #pragma once
 #include <stdint.h>
 
@@ -19,13 +20,8 @@ inline int64_t int8_lanes(Int8Kind kind) {
   return kind == Int8Kind::kAvx512Vnni ? 16 : kind == Int8Kind::kNone ? 0 : 8;
 }
 
-// Input channels a kind's packed weights hold per int32 lane: quads of int8 for the dot-product
-// kernels (w[k][g][o][j] = wq[k][4g + j][o]), pairs of int16 for AVX2's vpmaddwd
-// (w[k][g][o][j] = wq[k][2g + j][o]); a weight tensor is cin * cout elements per offset either way.
-inline int64_t int8_group(Int8Kind kind) { return kind == Int8Kind::kAvx2 ? 2 : 4; }
-
 // A checked int8 conv call: ls_fused_conv_int8_cpu's arguments (api.h says what each is; w and
-// sc_w point to int8 quads or int16 pairs as the kind takes).
+// sc_w point to int8 quads or, for kAvx2, int16 pairs: cin * cout elements an offset either way).
 struct Int8Conv {
   const uint8_t* q;
   const float* row_scale;

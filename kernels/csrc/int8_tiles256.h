@@ -7,8 +7,7 @@
 // No include guard: included once per kernel.
 
 #if LS_INT8_VNNI
-constexpr int64_t kGroup = 4;  // input channels per int32 lane of a dot step
-constexpr int kRows = 6;       // map entries per tile: 6 x 2 accumulators + 2 weights + 1 input
+constexpr int kRows = 6;  // map entries per tile: 6 x 2 accumulators + 2 weights + 1 input
 using Weight = int8_t;
 
 // acc + four u8 * s8 products per int32 lane. As in fused_int8_cpu.cpp, the accumulators are
@@ -22,7 +21,6 @@ LS_INT8_TILE_TARGET inline __v8si dot(__v8si acc, __v8si u8, __v8si s8) {
 #endif
 }
 #else
-constexpr int64_t kGroup = 2;
 constexpr int kRows = 4;  // 4 x 2 accumulators + 2 x 2 weights + 3 inputs
 using Weight = int16_t;
 
@@ -82,9 +80,9 @@ __attribute__((always_inline)) LS_INT8_TILE_TARGET inline void tile(
 #else
     __v8si lo[NV], hi[NV];  // the weights of channels 4g, 4g + 1 and of 4g + 2, 4g + 3
     for (int v = 0; v < NV; ++v) {
-      lo[v] = (__v8si)_mm256_loadu_si256((const __m256i*)(w + (2 * g * cout + col + v * kLanes) * 2));
-      hi[v] = (__v8si)_mm256_loadu_si256(
-          (const __m256i*)(w + ((2 * g + 1) * cout + col + v * kLanes) * 2));
+      const Weight* pair = w + (2 * g * cout + col + v * kLanes) * 2;  // channels 4g, 4g + 1
+      lo[v] = (__v8si)_mm256_loadu_si256((const __m256i*)pair);
+      hi[v] = (__v8si)_mm256_loadu_si256((const __m256i*)(pair + cout * 2));
     }
     // bytes 0, 1 (and 2, 3) of every lane's quad, each widened to int16
     const __m256i first = _mm256_set1_epi32((int32_t)0x80018000u);

@@ -44,7 +44,8 @@ LS_INT8_AVX2_TARGET inline void segment_store(const float* row, int64_t c, float
   int64_t j = 0;
   for (; j + kLanes <= c; j += kLanes) {
     const __m256i v = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(row + j), scale));
-    const __m128i words = _mm_packus_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    const __m128i low = _mm256_castsi256_si128(v), high = _mm256_extracti128_si256(v, 1);
+    const __m128i words = _mm_packus_epi32(low, high);
     _mm_storel_epi64((__m128i*)(q + j), _mm_packus_epi16(words, words));
   }
   for (; j < c; ++j) q[j] = (uint8_t)_mm_cvtss_si32(_mm_set_ss(row[j] * inv));
