@@ -71,14 +71,9 @@ void entries_times_weight(const float* x, int64_t cin, const float* w, int64_t c
                           const lidarseg::StoreAddend& add) {
   for (int64_t first = 0; first < m; first += kRows) {
     const int rows = (int)((m - first) < kRows ? (m - first) : kRows);
-    // The rows are scattered over the feature matrix: ask for the next tile's input and output
-    // rows now so their cache misses overlap this tile's arithmetic.
-    for (int64_t e = first + kRows; e < first + 2 * kRows && e < m; ++e) {
-      const char* src_row = (const char*)(x + (int64_t)in[e] * cin);
-      const char* dst_row = (const char*)(out + (int64_t)out_rows[e] * cout);
-      for (int64_t b = 0; b < cin * (int64_t)sizeof(float); b += 64) __builtin_prefetch(src_row + b);
-      for (int64_t b = 0; b < cout * (int64_t)sizeof(float); b += 64) __builtin_prefetch(dst_row + b, 1);
-    }
+    const int64_t next_end = first + 2 * kRows < m ? first + 2 * kRows : m;
+    lidarseg::prefetch_entries(x, cin * (int64_t)sizeof(float), out, cout, in, out_rows,
+                               first + kRows, next_end);
     for (int64_t col = 0; col < cout; col += kVecs * kLanes) {
       const int64_t vecs = (cout - col) / kLanes;
       const int32_t* i = in + first;

@@ -53,6 +53,23 @@ inline void fused_epilogue(const float* bias, const float* residual, bool relu, 
   }
 }
 
+// Asks for the input rows (row_bytes each, of x) and the output rows (cout floats each, of out)
+// of map entries [from, to): the next tile's, scattered over both matrices, so that their cache
+// misses overlap this tile's arithmetic. Every fused kernel's tile loop calls it.
+__attribute__((always_inline)) inline void prefetch_entries(const void* x, int64_t row_bytes,
+                                                            const float* out, int64_t cout,
+                                                            const int32_t* in,
+                                                            const int32_t* out_rows,
+                                                            int64_t from, int64_t to) {
+  for (int64_t e = from; e < to; ++e) {
+    const char* src_row = static_cast<const char*>(x) + (int64_t)in[e] * row_bytes;
+    const char* dst_row = reinterpret_cast<const char*>(out + (int64_t)out_rows[e] * cout);
+    for (int64_t b = 0; b < row_bytes; b += 64) __builtin_prefetch(src_row + b);
+    const int64_t dst_bytes = cout * (int64_t)sizeof(float);
+    for (int64_t b = 0; b < dst_bytes; b += 64) __builtin_prefetch(dst_row + b, 1);
+  }
+}
+
 // What the identity offset's store adds to its products: the bias and the same output row of
 // residual (either may be null). Folded into the store, while the row is in registers, they
 // leave the pass after a block only the ReLU, where it had read each row and its residual row.

@@ -116,13 +116,8 @@ LS_INT8_TILE_TARGET void entries_times_weight(const uint8_t* q, const float* row
                                               const lidarseg::StoreAddend& add) {
   for (int64_t first = 0; first < m; first += kRows) {
     const int rows = (int)((m - first) < kRows ? (m - first) : kRows);
-    // ask for the next tile's scattered input and output rows while this one computes
-    for (int64_t e = first + kRows; e < first + 2 * kRows && e < m; ++e) {
-      const char* src_row = (const char*)(q + (int64_t)in[e] * cin);
-      const char* dst_row = (const char*)(out + (int64_t)out_rows[e] * cout);
-      for (int64_t b = 0; b < cin; b += 64) __builtin_prefetch(src_row + b);
-      for (int64_t b = 0; b < cout * 4; b += 64) __builtin_prefetch(dst_row + b, 1);
-    }
+    const int64_t next_end = first + 2 * kRows < m ? first + 2 * kRows : m;
+    lidarseg::prefetch_entries(q, cin, out, cout, in, out_rows, first + kRows, next_end);
     for (int64_t col = 0; col < cout; col += kVecs * kLanes) {
       const int32_t* i = in + first;
       const int32_t* o = out_rows + first;
