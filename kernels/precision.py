@@ -97,14 +97,14 @@ def fused_bf16_lanes() -> int:
 # ls_fused_int8_kind_cpu's answers, by number (csrc/int8_kernels.h): the int8 kernels, narrowest
 # first; every one gives the same bits
 INT8_KERNELS = ("none", "avx2", "avx_vnni", "avx512_vnni")
-INT8_LANES = {"none": 0, "avx2": 8, "avx_vnni": 8, "avx512_vnni": 16}  # output channels a vector
 INT8_DESCRIPTIONS = {  # for /v1/model and the benchmarks
     "none": "none (no AVX2)",
     "avx2": "fused AVX2 (vpmaddwd)",
     "avx_vnni": "fused AVX_VNNI (256-bit)",
     "avx512_vnni": "fused AVX512_VNNI",
 }
-_INT8: list[str] = []  # int8_kernel's last answer: only int8_kernel changes it
+# int8_kernel's last answer (kernel, its lanes: ls_fused_int8_lanes_cpu): only it changes this
+_INT8: list = []
 
 
 def int8_kernel(request: str | None = None) -> str:
@@ -125,7 +125,7 @@ def int8_kernel(request: str | None = None) -> str:
     lib = backend.library("cpu")
     if lib.ls_fused_int8_kind_cpu(code, ctypes.addressof(kind)) != 0:
         raise ValueError(f"this CPU cannot run the {request} int8 kernel")
-    _INT8[:] = [INT8_KERNELS[kind.value]]
+    _INT8[:] = [INT8_KERNELS[kind.value], int(lib.ls_fused_int8_lanes_cpu())]
     return _INT8[0]
 
 
@@ -143,7 +143,8 @@ def int8_kernel_set(name: str):
 def fused_int8_lanes() -> int:
     """Output channels per vector of the int8 kernel that runs here (16 with AVX512_VNNI, 8 on
     256-bit AVX_VNNI or AVX2), 0 where none does."""
-    return INT8_LANES[int8_kernel()]
+    int8_kernel()  # asks the library once
+    return _INT8[1]
 
 
 TILE_KINDS = {1: "int8", 2: "bf16"}  # the bits of ls_amx_tiles_cpu's answer (csrc/amx_cpu.cpp)
@@ -215,11 +216,6 @@ def validate(name: str | None) -> str:
 # int8 runs where the CPU has one of these (FEATURE_FLAGS names): every int8 kernel needs AVX2
 # at least (csrc/int8_kernels.h); AVX512_VNNI and AVX_VNNI CPUs all have it
 INT8_FEATURES = ("AVX2",)
-# the int8 kernels `auto` picks int8 for: every one. Even plain AVX2 (vpmaddwd) ran the int8
-# network 1.06x faster than fp32 on the AMD EPYC Zen 1 box (2026-12-04, bench.precision, all four
-# frames), where one vector multiplier allows it no more multiply-adds a cycle than fp32's two
-# FMA pipes: the gain is uint8 rows, a quarter of fp32's bytes to gather
-AUTO_INT8_KERNELS = ("avx2", "avx_vnni", "avx512_vnni")
 BF16_FEATURES = ("AVX512_BF16", "AMX_BF16")  # either multiplies bf16 natively
 
 
@@ -257,8 +253,11 @@ def resolve(name: str | None, device: str | torch.device = "cpu") -> str:
     if torch.device(device).type != "cpu":
         return "fp32"
     if value == "auto":
-        fast_int8 = int8_kernel() in AUTO_INT8_KERNELS
-        return "int8" if fast_int8 else "bf16" if native_bf16() else "fp32"
+        # int8 on every int8 kernel: even plain AVX2 (vpmaddwd) ran the int8 network 1.05-1.08x
+        # faster than fp32 on the AMD EPYC Zen 1 box (2026-12-04, bench.precision, all four
+        # frames), where one vector multiplier allows it no more multiply-adds a cycle than
+        # fp32's two FMA pipes: the gain is uint8 rows, a quarter of fp32's bytes to gather
+        return "int8" if fused_int8_lanes() else "bf16" if native_bf16() else "fp32"
     if value == "int8" and not fused_int8_lanes():
         raise PrecisionError(_no_int8())
     if value == "bf16" and not native_bf16():
