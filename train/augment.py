@@ -77,6 +77,24 @@ def sector_crop(points, labels, rng: np.random.Generator, degrees: float):
     return points[keep], labels[keep]
 
 
+def swap_sector(points, labels, other_points, other_labels, rng: np.random.Generator,
+                degrees: float = 180.0):
+    """Replaces one random azimuth sector `degrees` wide by the same sector of another scan of
+    the same sensor (a scene mix in the manner of PolarMix): the rest of the sweep stays, so
+    one sample joins two streets and the network cannot name the ground from the scene alone."""
+    width = np.deg2rad(degrees)
+    start = rng.uniform(-np.pi, np.pi)
+
+    def inside(p):
+        return np.mod(np.arctan2(p[:, 1], p[:, 0]) - start, 2.0 * np.pi) < width
+
+    keep, take = ~inside(points), inside(other_points)
+    return (
+        np.concatenate([points[keep], other_points[take]]),
+        np.concatenate([labels[keep], np.asarray(other_labels)[take].astype(labels.dtype)]),
+    )
+
+
 def translate(
     points, labels, rng: np.random.Generator, sigma_xy: float = 0.2, sigma_z: float = 0.05
 ):
@@ -104,7 +122,7 @@ def paste_instances(
     bank,
     count: int,
     ground_classes,
-    exclude_source: str | None = None,
+    exclude_sources: tuple[str, ...] = (),
     clearance: float = 0.3,
     max_blocking: int = 5,
 ):
@@ -113,9 +131,9 @@ def paste_instances(
     range and height, so its beam pattern stays plausible), lifted onto the median height of the
     ground points under its footprint, and pasted only where that footprint (grown by
     `clearance`) holds ground points and at most `max_blocking` labelled points of anything
-    else (unlabelled points, 255, neither block nor carry). Instances from `exclude_source` (the
-    scan itself) are never drawn. New rows are appended."""
-    pool = [i for i in bank if i.source != exclude_source]
+    else (unlabelled points, 255, neither block nor carry). Instances from `exclude_sources` (the
+    scans in the sample) are never drawn. New rows are appended."""
+    pool = [i for i in bank if i.source not in exclude_sources]
     if not pool or count <= 0:
         return points, labels
     ground = np.isin(labels, ground_classes)

@@ -31,6 +31,7 @@ class TrainConfig:
     init: str | None = None  # checkpoint to start from (fine-tuning)
     val_every: int = 0  # 0: no validation
     crop_degrees: float = 360.0  # < 360: train on one random azimuth wedge of each frame
+    scene_mix: float = 0.0  # probability that a real frame takes half its sweep from another
 
     def __post_init__(self):
         self.real_frames = check_training_frames(self.real_frames)

@@ -26,7 +26,14 @@ from models.labels import NUM_CLASSES
 from synth.generate import generate_frame
 from synth.sensor import PROFILES
 
-from .augment import REAL_AUGMENT, AugmentConfig, augment, paste_instances, sector_crop
+from .augment import (
+    REAL_AUGMENT,
+    AugmentConfig,
+    augment,
+    paste_instances,
+    sector_crop,
+    swap_sector,
+)
 from .real import GROUND_CLASSES, check_training_frames, instance_bank, load_real
 
 TRAIN_SEED_START = 0
@@ -143,7 +150,9 @@ class MixedBatches(SyntheticBatches):
     """Batches mixing real training-pool frames (train/real.py) and synthetic frames: each of the
     `batch_size` slots is a real frame with probability `real_share`, else a synthetic one.
     With crop_degrees < 360 every frame is first cut to one random azimuth wedge that wide
-    (augment.sector_crop: cheaper steps). Every frame then gets up to `paste` thing instances cut
+    (augment.sector_crop: cheaper steps). With probability `scene_mix` a real frame first has
+    half of its sweep replaced by the same half of another real training frame
+    (augment.swap_sector). Every frame then gets up to `paste` thing instances cut
     from the other real training frames (augment.paste_instances), then the augmentations
     (REAL_AUGMENT for real frames). Still a pure function of (seed, step). `seeds` are the
     synthetic training seeds."""
@@ -156,10 +165,11 @@ class MixedBatches(SyntheticBatches):
         paste: int = 4,
         real_augment: AugmentConfig | None = REAL_AUGMENT,
         crop_degrees: float = 360.0,
+        scene_mix: float = 0.0,
         **kw,
     ):
         super().__init__(seeds, **kw)
-        self.crop_degrees = float(crop_degrees)
+        self.crop_degrees, self.scene_mix = float(crop_degrees), float(scene_mix)
         self.real_frames = check_training_frames(real_frames)
         if not self.real_frames and real_share > 0:
             raise ValueError("real_share > 0 needs at least one real training frame")
@@ -170,6 +180,11 @@ class MixedBatches(SyntheticBatches):
         if rng.random() < self.real_share:
             name = self.real_frames[rng.integers(0, len(self.real_frames))]
             points, labels, _ = load_real(name)
+            others = [n for n in self.real_frames if n != name]
+            if others and self.scene_mix > 0 and rng.random() < self.scene_mix:
+                other = others[rng.integers(0, len(others))]
+                points, labels = swap_sector(points, labels, *load_real(other)[:2], rng)
+                name = f"{name}+{other}"
             return name, points, labels, self.real_augment
         seed = self.seeds[rng.integers(0, len(self.seeds))]
         points, labels = synthetic_frame(seed, self.profile)
@@ -186,7 +201,7 @@ class MixedBatches(SyntheticBatches):
             if self.crop_degrees < 360:
                 points, labels = sector_crop(points, labels, rng, self.crop_degrees)
             points, labels = paste_instances(
-                points, labels, rng, self.bank, self.paste, GROUND_CLASSES, exclude_source=name
+                points, labels, rng, self.bank, self.paste, GROUND_CLASSES, tuple(name.split("+"))
             )
             if config is not None:
                 points, labels = augment(points, labels, rng, config)

@@ -103,12 +103,13 @@ def meta_for(cfg: TrainConfig) -> dict:
         meta["licence"] = SYNTHETIC_LICENCE
         return meta
     init = f"fine-tuned from {Path(cfg.init).name}; " if cfg.init else ""
+    mix = f", {cfg.scene_mix:.0%} scene-mixed" if cfg.scene_mix > 0 else ""
     meta = make_meta(
         voxel_size=cfg.voxel_size,
         training_data=(
             f"{init}SemanticKITTI scans {', '.join(cfg.real_frames)} (CC BY-NC-SA 4.0; "
             f"{cfg.real_share:.0%} of batch slots, {cfg.paste} pasted instances a "
-            f"frame, {cfg.crop_degrees:g} degree wedges) mixed with {synth}; "
+            f"frame, {cfg.crop_degrees:g} degree wedges{mix}) mixed with {synth}; "
             f"model selection on {', '.join(VAL_NAMES)} "
             f"(never trained on); {recipe}"
         ),

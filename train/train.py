@@ -5,6 +5,7 @@
                           [--voxel-size V] [--class-weights sqrt-inv|none]
                           [--real-frames pool|NAME,NAME] [--real-share F] [--paste K]
                           [--init CHECKPOINT] [--val-every K] [--crop-degrees D] [--threads T]
+                          [--scene-mix P]
     python -m train.train --out DIR --export PATH [--best]   last.pt's (or best.pt's) weights
 
 AdamW + one-cycle schedule, cross-entropy with ignore_index 255 on voxel labels (the majority
@@ -170,6 +171,7 @@ def make_data(cfg: TrainConfig):
         cfg.real_share,
         cfg.paste,
         crop_degrees=cfg.crop_degrees,
+        scene_mix=cfg.scene_mix,
         **common,
     )
 
@@ -226,6 +228,12 @@ def cli_parser() -> argparse.ArgumentParser:
         default=360.0,
         help="train on one random azimuth wedge this wide of each frame",
     )
+    p.add_argument(
+        "--scene-mix",
+        type=float,
+        default=0.0,
+        help="probability that a real frame's half sweep comes from another real frame",
+    )
     p.add_argument("--threads", type=int, default=None, help="torch.set_num_threads")
     p.add_argument("--best", action="store_true", help="--export: DIR/best.pt, not last.pt")
     return p
@@ -263,6 +271,7 @@ def main(argv: list[str] | None = None) -> int:
         init=a.init,
         val_every=a.val_every,
         crop_degrees=a.crop_degrees,
+        scene_mix=a.scene_mix,
     )
     train(cfg, log=lambda s: print(s, flush=True))
     return 0

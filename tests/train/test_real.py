@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from tests.conftest import require_real_data
-from train.augment import REAL_AUGMENT, augment, paste_instances, sector_dropout
+from train.augment import REAL_AUGMENT, augment, paste_instances, sector_dropout, swap_sector
 from train.data import MixedBatches, train_seeds
 from train.real import (
     GROUND_CLASSES,
@@ -92,6 +92,23 @@ def test_sector_dropout_drops_one_azimuth_sector():
     assert np.sum(steps != 1) <= 1
 
 
+def test_swap_sector_takes_one_half_sweep_from_the_other_scan():
+    angles = np.linspace(-np.pi, np.pi, 3600, endpoint=False)
+    ring = np.stack(
+        [np.cos(angles), np.sin(angles), np.zeros_like(angles), np.zeros_like(angles)], 1
+    ).astype(np.float32)
+    other = ring * np.float32(2.0)  # the other scan's points sit on a ring of radius 2
+    labels, other_labels = np.arange(3600), np.arange(3600) + 10_000
+    out, lab = swap_sector(ring, labels, other, other_labels, np.random.default_rng(3))
+    assert len(out) == 3600 and len(np.unique(lab % 10_000)) == 3600  # each azimuth once
+    mine = lab < 10_000
+    assert np.array_equal(out[mine], ring[lab[mine]])  # rows and labels stay aligned
+    assert np.array_equal(out[~mine], other[lab[~mine] - 10_000])
+    assert mine.sum() == 1800
+    taken = np.sort(lab[~mine] - 10_000)
+    assert np.sum(np.diff(taken) % 3600 != 1) <= 1  # one contiguous half, possibly wrapping
+
+
 def test_instance_bank_holds_only_labelled_instances():
     require_real_data()
     for name in ("seq00_000100", "seq04_000002"):
@@ -137,7 +154,7 @@ def test_paste_only_adds_whole_labelled_instances_on_ground():
         [rng.uniform([5, 5, -1.2], [7, 6, 0], (300, 3)), rng.uniform(0, 1, (300, 1))], 1
     ).astype(np.float32)
     bank = [Instance(car, 0, "other"), Instance(car + 1, 5, "self")]
-    out, lab = paste_instances(points, labels, rng, bank, 6, GROUND_CLASSES, exclude_source="self")
+    out, lab = paste_instances(points, labels, rng, bank, 6, GROUND_CLASSES, exclude_sources=("self",))
     assert np.array_equal(out[: len(points)], points) and np.array_equal(lab[: len(points)], labels)
     added, added_lab = out[len(points) :], lab[len(points) :]
     assert len(added) % len(car) == 0 and len(added) > 0  # whole instances only
@@ -171,6 +188,19 @@ def test_mixed_batches_deterministic_and_real():
     names = {n for s in range(8) for n in data[s].seeds}
     assert names & set(SMOKE["real_frames"]) and any(n.startswith("synth:") for n in names)
     assert not names & set(VALIDATION_FRAMES)
+
+
+def test_scene_mix_joins_two_training_frames_only():
+    require_real_data()
+    plain = MixedBatches(SMOKE["real_frames"], train_seeds(2), 1.0, 0, batch_size=2)
+    mixed = MixedBatches(
+        SMOKE["real_frames"], train_seeds(2), 1.0, 0, batch_size=2, scene_mix=1.0
+    )
+    names = [n for s in range(4) for n in mixed[s].seeds]
+    assert all("+" in n and set(n.split("+")) == set(SMOKE["real_frames"]) for n in names)
+    assert not mixed[0].coords.equal(plain[0].coords)
+    again = mixed[2]
+    assert again.coords.equal(mixed[2].coords) and again.labels.equal(mixed[2].labels)
 
 
 def test_mixed_resume_reproduces_and_keeps_best(tmp_path):
