@@ -77,8 +77,9 @@ def sector_crop(points, labels, rng: np.random.Generator, degrees: float):
     return points[keep], labels[keep]
 
 
-def swap_sector(points, labels, other_points, other_labels, rng: np.random.Generator,
-                degrees: float = 180.0):
+def swap_sector(
+    points, labels, other_points, other_labels, rng: np.random.Generator, degrees: float = 180.0
+):
     """Replaces one random azimuth sector `degrees` wide by the same sector of another scan of
     the same sensor (a scene mix in the manner of PolarMix): the rest of the sweep stays, so
     one sample joins two streets and the network cannot name the ground from the scene alone."""

@@ -154,7 +154,9 @@ def test_paste_only_adds_whole_labelled_instances_on_ground():
         [rng.uniform([5, 5, -1.2], [7, 6, 0], (300, 3)), rng.uniform(0, 1, (300, 1))], 1
     ).astype(np.float32)
     bank = [Instance(car, 0, "other"), Instance(car + 1, 5, "self")]
-    out, lab = paste_instances(points, labels, rng, bank, 6, GROUND_CLASSES, exclude_sources=("self",))
+    out, lab = paste_instances(
+        points, labels, rng, bank, 6, GROUND_CLASSES, exclude_sources=("self",)
+    )
     assert np.array_equal(out[: len(points)], points) and np.array_equal(lab[: len(points)], labels)
     added, added_lab = out[len(points) :], lab[len(points) :]
     assert len(added) % len(car) == 0 and len(added) > 0  # whole instances only
@@ -193,9 +195,7 @@ def test_mixed_batches_deterministic_and_real():
 def test_scene_mix_joins_two_training_frames_only():
     require_real_data()
     plain = MixedBatches(SMOKE["real_frames"], train_seeds(2), 1.0, 0, batch_size=2)
-    mixed = MixedBatches(
-        SMOKE["real_frames"], train_seeds(2), 1.0, 0, batch_size=2, scene_mix=1.0
-    )
+    mixed = MixedBatches(SMOKE["real_frames"], train_seeds(2), 1.0, 0, batch_size=2, scene_mix=1.0)
     names = [n for s in range(4) for n in mixed[s].seeds]
     assert all("+" in n and set(n.split("+")) == set(SMOKE["real_frames"]) for n in names)
     assert not mixed[0].coords.equal(plain[0].coords)
