@@ -176,7 +176,10 @@ class MixedBatches(SyntheticBatches):
         self.real_share, self.paste, self.real_augment = float(real_share), int(paste), real_augment
         self.bank = instance_bank(self.real_frames) if self.real_frames and paste > 0 else ()
 
-    def frame(self, rng: np.random.Generator) -> tuple[str, np.ndarray, np.ndarray, AugmentConfig]:
+    def frame(
+        self, rng: np.random.Generator
+    ) -> tuple[tuple, np.ndarray, np.ndarray, AugmentConfig]:
+        """(the sources of the sample: frame names or synth:SEED, points, labels, augmentation)."""
         if rng.random() < self.real_share:
             name = self.real_frames[rng.integers(0, len(self.real_frames))]
             points, labels, _ = load_real(name)
@@ -184,27 +187,27 @@ class MixedBatches(SyntheticBatches):
             if others and self.scene_mix > 0 and rng.random() < self.scene_mix:
                 other = others[rng.integers(0, len(others))]
                 points, labels = swap_sector(points, labels, *load_real(other)[:2], rng)
-                name = f"{name}+{other}"
-            return name, points, labels, self.real_augment
+                return (name, other), points, labels, self.real_augment
+            return (name,), points, labels, self.real_augment
         seed = self.seeds[rng.integers(0, len(self.seeds))]
         points, labels = synthetic_frame(seed, self.profile)
-        return f"synth:{seed}", points, labels, self.augment_config
+        return (f"synth:{seed}",), points, labels, self.augment_config
 
     def __getitem__(self, step: int) -> TrainBatch:
         rng = np.random.default_rng([self.seed, int(step), 0x4EA1])
         frames, names = [], []
         for _ in range(self.batch_size):
-            name, points, labels, config = self.frame(rng)
+            sources, points, labels, config = self.frame(rng)
             if self.max_points and len(points) > self.max_points:
                 idx = np.sort(rng.choice(len(points), self.max_points, replace=False))
                 points, labels = points[idx], labels[idx]
             if self.crop_degrees < 360:
                 points, labels = sector_crop(points, labels, rng, self.crop_degrees)
             points, labels = paste_instances(
-                points, labels, rng, self.bank, self.paste, GROUND_CLASSES, tuple(name.split("+"))
+                points, labels, rng, self.bank, self.paste, GROUND_CLASSES, sources
             )
             if config is not None:
                 points, labels = augment(points, labels, rng, config)
             frames.append((points, labels))
-            names.append(name)
+            names.append("+".join(sources))
         return make_batch(frames, self.voxel_config, names)
