@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# ci-lane: lint
 # Lint and format check (ruff) of every Python file, and the type check (mypy) of app/, models/
 # and kernels/, all configured in pyproject.toml; any finding fails the step.
 set -euo pipefail

@@ -185,3 +185,27 @@ def test_cuda_build_without_gpu_holds_every_arch_and_ptx(tmp_path, monkeypatch):
     monkeypatch.setenv("LIDARSEG_KERNEL_BUILD", "never")
     monkeypatch.setattr(build, "_device_capability", lambda: (10, 0))  # a newer GPU: PTX
     assert build.library_path("cuda") == lib
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not found")
+def test_parallel_build_links_every_source_and_names_a_failing_one(tmp_path, monkeypatch):
+    """compile_shared: one compiler per source, then one link; a broken source fails the build
+    with its compiler's message, whichever of the parallel compilers hits it."""
+    import ctypes
+
+    sources = []
+    for i in range(5):
+        sources.append(tmp_path / f"part{i}.cpp")
+        sources[-1].write_text(f'extern "C" int part{i}() {{ return {i * 7}; }}\n')
+    monkeypatch.setenv("LIDARSEG_BUILD_JOBS", "3")
+    lib = tmp_path / "libparts.so"
+    build.compile_shared("g++", ["-O2", "-fPIC", "-shared"], sources, lib)
+    loaded = ctypes.CDLL(str(lib))
+    assert [getattr(loaded, f"part{i}")() for i in range(5)] == [0, 7, 14, 21, 28]
+
+    sources[3].write_text("int broken( {\n")
+    with pytest.raises(build.BuildError, match="part3.cpp"):
+        build.compile_shared("g++", ["-O2", "-fPIC", "-shared"], sources, tmp_path / "libx.so")
+    monkeypatch.setenv("LIDARSEG_BUILD_JOBS", "two")
+    with pytest.raises(build.BuildError, match="LIDARSEG_BUILD_JOBS"):
+        build.build_jobs()

@@ -25,8 +25,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_the_avx_vnni_kernel_gives_the_avx2_kernels_bits(tmp_path):
     lib = tmp_path / "liblidarseg_cpu_emulated.so"
     flags = [*build.CXX_FLAGS, "-march=x86-64-v3", "-mtune=generic", "-include", str(EMULATION)]
-    sources = [str(s) for s in build.CPU_SOURCES]
-    subprocess.run(["g++", *flags, f"-I{build.CSRC}", *sources, "-o", str(lib)], check=True)
+    build.compile_shared("g++", flags, build.CPU_SOURCES, lib)
     probe = subprocess.run(
         [sys.executable, "-m", "tests.kernels.test_int8_emulated", str(lib)],
         cwd=ROOT,
