@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .losses import LOSSES
 from .real import check_training_frames
 
 
@@ -32,6 +33,9 @@ class TrainConfig:
     val_every: int = 0  # 0: no validation
     crop_degrees: float = 360.0  # < 360: train on one random azimuth wedge of each frame
     scene_mix: float = 0.0  # probability that a real frame takes half its sweep from another
+    loss: str = "ce"  # or "ce+lovasz" (train/losses.py)
 
     def __post_init__(self):
         self.real_frames = check_training_frames(self.real_frames)
+        if self.loss not in LOSSES:
+            raise ValueError(f"loss must be one of {LOSSES}, got {self.loss!r}")

@@ -94,6 +94,8 @@ def meta_for(cfg: TrainConfig) -> dict:
         f"{cfg.steps} steps x batch {cfg.batch}, seed {cfg.seed}, voxel "
         f"{cfg.voxel_size:g} m, class weights {cfg.class_weights}"
     )
+    if cfg.loss != "ce":
+        recipe += f", loss {cfg.loss}"
     if cfg.real_share <= 0:
         meta = make_meta(
             voxel_size=cfg.voxel_size,

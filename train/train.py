@@ -5,13 +5,14 @@
                           [--voxel-size V] [--class-weights sqrt-inv|none]
                           [--real-frames pool|NAME,NAME] [--real-share F] [--paste K]
                           [--init CHECKPOINT] [--val-every K] [--crop-degrees D] [--threads T]
-                          [--scene-mix P]
+                          [--scene-mix P] [--loss ce|ce+lovasz]
     python -m train.train --out DIR --export PATH [--best]   last.pt's (or best.pt's) weights
 
 AdamW + one-cycle schedule, cross-entropy with ignore_index 255 on voxel labels (the majority
-label of each voxel's points), classes weighted by 1/sqrt(frequency) of the training mix (the
-first CLASS_FREQ_FRAMES synthetic frames and the real training frames, each weighted by its
-share of the batches; clipped to [0.2, 10] x the mean) so rare classes are not drowned by road.
+label of each voxel's points; --loss ce+lovasz adds the Lovasz-softmax loss, train/losses.py),
+classes weighted by 1/sqrt(frequency) of the training mix (the first CLASS_FREQ_FRAMES
+synthetic frames and the real training frames, each weighted by its share of the batches;
+clipped to [0.2, 10] x the mean) so rare classes are not drowned by road.
 --real-frames takes frames of the training pool only (train/real.py refuses validation frames);
 --init starts from a checkpoint's weights (fine-tuning). Every --val-every steps the model is
 scored on the validation frames (train/validate.py) and DIR/best.pt (our checkpoint format,
@@ -33,7 +34,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from torch import nn
 
 from app.inference.voxelize import VoxelizeConfig
 from models import SparseTensor
@@ -41,7 +41,6 @@ from models.checkpoints import load_checkpoint, save_checkpoint
 from models.minkunet import MinkUNet
 
 from .data import (
-    IGNORE,
     NUM_CLASSES,
     MixedBatches,
     SyntheticBatches,
@@ -49,6 +48,7 @@ from .data import (
     train_seeds,
 )
 from .config import TrainConfig
+from .losses import LOSSES, segmentation_loss
 from .real import TRAINING_POOL, load_real
 from .state import load_state, meta_for, save_state
 from .validate import Progress, validate
@@ -124,7 +124,7 @@ def train(cfg: TrainConfig, log=print) -> list[float]:
         start, losses, best = load_state(last, model, optimizer, scheduler)
         log(f"resumed from {last} at step {start}")
     data = make_data(cfg)
-    criterion = nn.CrossEntropyLoss(weight=class_weights(cfg), ignore_index=IGNORE)
+    criterion = segmentation_loss(cfg.loss, class_weights(cfg))
     end = cfg.steps if cfg.stop_at is None else min(cfg.steps, cfg.stop_at)
     progress = Progress(cfg.steps, start)
     if best is not None:
@@ -234,6 +234,12 @@ def cli_parser() -> argparse.ArgumentParser:
         default=0.0,
         help="probability that a real frame's half sweep comes from another real frame",
     )
+    p.add_argument(
+        "--loss",
+        choices=LOSSES,
+        default="ce",
+        help="ce: weighted cross-entropy; ce+lovasz: plus the Lovasz-softmax loss",
+    )
     p.add_argument("--threads", type=int, default=None, help="torch.set_num_threads")
     p.add_argument("--best", action="store_true", help="--export: DIR/best.pt, not last.pt")
     return p
@@ -272,6 +278,7 @@ def main(argv: list[str] | None = None) -> int:
         val_every=a.val_every,
         crop_degrees=a.crop_degrees,
         scene_mix=a.scene_mix,
+        loss=a.loss,
     )
     train(cfg, log=lambda s: print(s, flush=True))
     return 0
