@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .losses import LOSSES
+from .losses import check_loss
 from .real import check_training_frames
 
 
@@ -37,5 +37,4 @@ class TrainConfig:
 
     def __post_init__(self):
         self.real_frames = check_training_frames(self.real_frames)
-        if self.loss not in LOSSES:
-            raise ValueError(f"loss must be one of {LOSSES}, got {self.loss!r}")
+        self.loss = check_loss(self.loss)

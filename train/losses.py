@@ -26,6 +26,13 @@ from models.labels import IGNORE_LABEL as IGNORE
 LOSSES = ("ce", "ce+lovasz")
 
 
+def check_loss(kind: str) -> str:
+    """`kind` if it names a loss of LOSSES, else a ValueError that lists them."""
+    if kind not in LOSSES:
+        raise ValueError(f"loss must be one of {LOSSES}, got {kind!r}")
+    return kind
+
+
 def jaccard_increments(sorted_truth: torch.Tensor) -> torch.Tensor:
     """float [N]: how much the Jaccard loss 1 - |T & P| / |T | P| grows as the i-th voxel (in
     the given order) joins the voxels counted wrong, T being the class's voxels (sorted_truth,
@@ -58,8 +65,7 @@ def segmentation_loss(
     kind: str, weights: torch.Tensor | None
 ) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
     """The training criterion named `kind` (one of LOSSES): logits [N, C], labels [N] -> scalar."""
-    if kind not in LOSSES:
-        raise ValueError(f"loss must be one of {LOSSES}, got {kind!r}")
+    check_loss(kind)
     cross_entropy = nn.CrossEntropyLoss(weight=weights, ignore_index=IGNORE)
     if kind == "ce":
         return cross_entropy

@@ -8,10 +8,9 @@ import itertools
 import pytest
 import torch
 
+from models.labels import IGNORE_LABEL as IGNORE
 from train.config import TrainConfig
 from train.losses import jaccard_increments, lovasz_softmax, segmentation_loss
-
-IGNORE = 255
 
 
 def jaccard_loss(wrong: set[int], truth: set[int]) -> float:
