@@ -245,19 +245,14 @@ def cli_parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: list[str] | None = None) -> int:
-    a = cli_parser().parse_args(argv)
-    if a.threads:
-        torch.set_num_threads(a.threads)
-    if a.export:
-        export_last(a.out, a.export, a.best)
-        return 0
+def config_from(a: argparse.Namespace) -> TrainConfig:
+    """The TrainConfig that parsed flags (cli_parser) describe."""
     real = (
         TRAINING_POOL
         if a.real_frames == "pool"
         else tuple(n for n in a.real_frames.split(",") if n)
     )
-    cfg = TrainConfig(
+    return TrainConfig(
         out=a.out,
         cr=a.cr,
         steps=a.steps,
@@ -280,7 +275,16 @@ def main(argv: list[str] | None = None) -> int:
         scene_mix=a.scene_mix,
         loss=a.loss,
     )
-    train(cfg, log=lambda s: print(s, flush=True))
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = cli_parser().parse_args(argv)
+    if a.threads:
+        torch.set_num_threads(a.threads)
+    if a.export:
+        export_last(a.out, a.export, a.best)
+        return 0
+    train(config_from(a), log=lambda s: print(s, flush=True))
     return 0
 
 
