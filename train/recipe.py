@@ -108,13 +108,12 @@ def stage_argv(recipe: Recipe, out: Path, index: int, threads: int | None, smoke
     """train.train's argv for stage `index` (later flags win, so --smoke's come last)."""
     stage = recipe.stages[index]
     argv = ["--out", str(out / stage.name), *stage.flags]
-    init = recipe.stages[index - 1].name if stage.init == PREVIOUS else stage.init
     if stage.init == PREVIOUS:
         if index == 0:
             raise ValueError(f"recipe {recipe.weights!r}: its first stage has no previous stage")
-        argv += ["--init", str(out / init / "best.pt")]
-    elif init is not None:
-        argv += ["--init", init]
+        argv += ["--init", str(out / recipe.stages[index - 1].name / "best.pt")]
+    elif stage.init is not None:
+        argv += ["--init", stage.init]
     if threads:
         argv += ["--threads", str(threads)]
     return argv + list(SMOKE_FLAGS if smoke else ())
