@@ -10,8 +10,9 @@ carries) and its metrics beside it (`python -m train.evaluate`, as for the shipp
 Run the command again after an interruption: finished stages (their model.pt exists) are
 skipped and an unfinished one resumes from its last.pt (exactly: train/train.py). DIR/recipe.json
 records what the folder is for, and a folder made for another recipe (or another --smoke) is
-refused. --smoke runs each stage for 2 steps on small frames (a check of the chain in a minute;
-its file is not a model anyone should ship). --print lists the commands instead of running them.
+refused. --smoke runs each stage for 2 steps on small frames and scores the file on the
+validation frames and two synthetic ones (a check of the chain in seconds; its file is not a
+model anyone should ship). --print lists the commands instead of running them.
 """
 
 from __future__ import annotations
@@ -149,9 +150,11 @@ def _shown(arg: str) -> str:
 
 
 def eval_argv(recipe: Recipe, out: Path, smoke: bool) -> list:
+    """train.evaluate's argv for the shipped file; --smoke's scores the validation frames and
+    SMOKE_EVAL_FRAMES synthetic ones only."""
     path = shipped_path(recipe, out)
-    frames = ["--frames", str(SMOKE_EVAL_FRAMES)] if smoke else []
-    return ["--weights", str(path), *recipe.eval_flags, *frames, "--json", str(_metrics(path))]
+    flags = ("--frames", str(SMOKE_EVAL_FRAMES)) if smoke else recipe.eval_flags
+    return ["--weights", str(path), *flags, "--json", str(_metrics(path))]
 
 
 def _metrics(path: Path) -> Path:
