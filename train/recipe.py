@@ -26,10 +26,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from models.checkpoints import load_checkpoint, save_checkpoint
-from models.weights import WEIGHTS
+from models.weights import WEIGHTS, metrics_path
 
 from . import evaluate
 from . import train as train_mod
+from .real import TRAINING_POOL
 
 PREVIOUS = "previous"  # Stage.init: the previous stage's best.pt
 SMOKE_FLAGS = ("--steps", "2", "--val-every", "2", "--ckpt-every", "1", "--max-points", "20000")
@@ -62,8 +63,9 @@ def _real_flags(steps: int, lr: str, seed: int, frames: str, val_every: int) -> 
     )
 
 
-URBAN = "seq00_000100"
-SCENE_BALANCED = ",".join([f"seq04_{i:06d}" for i in range(6)] + [URBAN] * 6)
+URBAN = "seq00_000100"  # the pool's one urban scan; stage 3 gives it half of the real slots
+RURAL = [name for name in TRAINING_POOL if name != URBAN]
+SCENE_BALANCED = ",".join(RURAL + [URBAN] * len(RURAL))
 DEFAULT_TRAINING_DATA = (
     "fine-tuned in three stages from minkunet_synth.pt (stage 1: 400 steps, seed 0, peak LR "
     "2e-3; stage 2: 500 steps from stage 1's best, seed 2, peak LR 5e-4; stage 3: 400 steps "
@@ -154,11 +156,7 @@ def eval_argv(recipe: Recipe, out: Path, smoke: bool) -> list:
     SMOKE_EVAL_FRAMES synthetic ones only."""
     path = shipped_path(recipe, out)
     flags = ("--frames", str(SMOKE_EVAL_FRAMES)) if smoke else recipe.eval_flags
-    return ["--weights", str(path), *flags, "--json", str(_metrics(path))]
-
-
-def _metrics(path: Path) -> Path:
-    return path.with_suffix(".metrics.json")
+    return ["--weights", str(path), *flags, "--json", str(metrics_path(path))]
 
 
 def claim_folder(recipe: Recipe, out: Path, smoke: bool) -> None:

@@ -61,6 +61,12 @@ def parse_weights(weights: str | Path | None) -> WeightsSource:
     return WeightsSource("reference" if layout else "checkpoint", path, layout)
 
 
+def metrics_path(weights_path: str | Path) -> Path:
+    """Where a weights file's recorded metrics live: beside it, NAME.metrics.json
+    (`python -m train.evaluate --json`, as for the shipped files)."""
+    return Path(weights_path).with_suffix(".metrics.json")
+
+
 def resolve_weights(weights: str | Path | None) -> Path | None:
     """The checkpoint path a weights argument names, or None for the random model.
     None means "default". Raises FileNotFoundError (with the path) if the file is missing."""

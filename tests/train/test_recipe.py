@@ -12,7 +12,7 @@ import torch
 
 from app.inference.builder import build_pipeline
 from models.checkpoints import load_checkpoint
-from models.weights import MODEL_CARD, WEIGHTS
+from models.weights import MODEL_CARD, WEIGHTS, metrics_path
 from tests.conftest import require_real_data
 from train import recipe as recipe_mod
 from train.real import VALIDATION_FRAMES, load_real
@@ -44,7 +44,7 @@ def test_one_command_chains_the_stages_and_writes_the_shipped_file(tmp_path, cap
     best, _ = load_checkpoint(tmp_path / "stage3" / "best.pt")
     for (k, a), b in zip(model.state_dict().items(), best.state_dict().values()):
         assert torch.equal(a, b.half().to(a.dtype) if b.is_floating_point() else b), k
-    metrics = json.loads(path.with_suffix(".metrics.json").read_text())
+    metrics = json.loads(metrics_path(path).read_text())
     scored = metrics["real_semantickitti"]
     assert all(scored[f"{name}.bin"]["role"] == "validation" for name in VALIDATION_FRAMES)
     points = load_real(VALIDATION_FRAMES[0])[0][:5000]

@@ -16,14 +16,14 @@ from app.codecs.files import read_frame
 from app.inference.pipeline import SegmentationPipeline
 from app.inference.scoring import iou_metrics, read_labels
 from app.service.config import Settings
-from models.weights import DEFAULT_WEIGHTS, MODEL_CARD, WEIGHTS, resolve_weights
+from models.weights import DEFAULT_WEIGHTS, MODEL_CARD, WEIGHTS, metrics_path, resolve_weights
 from tests.conftest import REPO_ROOT, require_real_data
 from train.evaluate import FIXED_FRAME_SEED, fixed_frame_miou
 from train.state import REAL_LICENCE, SYNTHETIC_LICENCE
 
 
 def recorded(name: str) -> dict:
-    return json.loads(WEIGHTS[name].with_suffix(".metrics.json").read_text())
+    return json.loads(metrics_path(WEIGHTS[name]).read_text())
 
 
 def pipeline_for(name: str) -> SegmentationPipeline:
