@@ -15,7 +15,9 @@ y, z) order, which is the order the service's voxelizer produces; any order give
 
 from __future__ import annotations
 
+import contextlib
 import threading
+from collections.abc import Iterator
 from concurrent.futures import Executor
 from dataclasses import dataclass
 
@@ -25,13 +27,6 @@ from kernels import CoordHashTable, KernelMap, downsample, openmp, submanifold_m
 from kernels.downsampling import downsample_needs_table
 from kernels.kmap import submanifold_needs_table
 from kernels.engine import EngineConfig
-
-
-# prepare() with a helper: the submanifold maps of this many finest levels stay on the calling
-# thread, the rest go to the helper after its downsamplings (a KITTI frame's maps stage in the
-# pipeline, two interleaved runs: 1 level 6.7-7.1 ms, 2 levels 5.4-5.6, 3 levels 4.9-5.5, 4 levels
-# 5.3-5.5, all 5 levels 5.3-5.7; Intel Xeon)
-FINE_LEVELS = 3
 
 
 @dataclass(frozen=True)
@@ -113,42 +108,35 @@ class CoordinateManager:
     def prepare(self, requests, helper: Executor | None = None) -> None:
         """Builds every map in `requests` (MapRequests) now, so the layers find them cached:
         the pipeline's maps stage, ahead of the network. With `helper` (an executor whose one
-        thread runs its kernels on one OpenMP thread: kernels/openmp.py), two chains run at
+        thread runs its kernels on one OpenMP thread: kernels/openmp.py), two threads build at
         once, each on one core: the helper makes the downsamplings (each level's coordinates),
-        then the submanifold maps of the coarser levels and the upsamplings; this thread the
-        submanifold maps of the FINE_LEVELS finest levels, each once its level exists. Most
-        maps scale poorly over two threads (a KITTI frame's downsamplings not at all), so the
-        stage took 3.9-4.2 ms this way against 5.1-5.3 (Intel Xeon, in process, 2 fine levels)."""
+        then both take the other maps from one queue (_MapQueue), each the first that can be
+        built. Most maps scale poorly over two threads (a KITTI frame's downsamplings not at
+        all), so two single-threaded builders finish sooner than one on two threads."""
         if helper is None:
             self._build(requests)
             return
-        levels = sorted({r.stride for r in requests if r.kind == "submanifold"})
-        fine = set(levels[:FINE_LEVELS])
-        mine = [r for r in requests if r.kind == "submanifold" and r.stride in fine]
-        theirs = [r for r in requests if r not in mine]
-        first = {"downsample": 0, "submanifold": 1}  # then the upsamplings (and _build's errors)
-        theirs.sort(key=lambda r: first.get(r.kind, 2))
-        made = {stride: threading.Event() for stride in fine}
+        downsamplings = [r for r in requests if r.kind == "downsample"]
+        queue = _MapQueue(self, [r for r in requests if r.kind != "downsample"])
 
         def chain() -> None:
-            try:
-                for r in theirs:
+            with queue.stopping_on_error():
+                for r in downsamplings:
                     self._build([r])
-                    if r.kind == "downsample" and r.stride * r.step in made:
-                        made[r.stride * r.step].set()
-            finally:  # a failed chain releases the waits; its error is raised below
-                for event in made.values():
-                    event.set()
+                    queue.level_made()
+                queue.all_levels_made()
+                self._build_from(queue)
 
         done = helper.submit(chain)
         try:
-            with openmp.threads_here(1):
-                for r in mine:
-                    if r.stride not in self._coords:
-                        made[r.stride].wait()
-                    self._build([r])
+            with openmp.threads_here(1), queue.stopping_on_error():
+                self._build_from(queue)
         finally:
             done.result()
+
+    def _build_from(self, queue: _MapQueue) -> None:
+        while (request := queue.take()) is not None:
+            self._build([request])
 
     def _build(self, requests) -> None:
         for r in requests:
@@ -184,6 +172,57 @@ class CoordinateManager:
                 f"the inverse convolution has kernel {kernel_size}"
             )
         return made
+
+
+class _MapQueue:
+    """The maps left to build once the downsamplings are under way, taken by two threads:
+    submanifold maps finest level first (the largest, so the longest go first) once their
+    level exists, then the upsamplings (and anything else) once every level is made. take()
+    waits while nothing can be built yet; None when the queue is empty or a builder failed."""
+
+    def __init__(self, manager: CoordinateManager, requests) -> None:
+        order = {"submanifold": 0, "upsample": 1}
+        self._manager = manager
+        self._pending = sorted(
+            requests, key=lambda r: (order.get(r.kind, 2), r.stride, -r.kernel_size)
+        )
+        self._changed = threading.Condition()
+        self._levels_made = False
+        self._stopped = False
+
+    def _ready(self, r: MapRequest) -> bool:
+        if r.kind == "submanifold" and r.stride in self._manager._coords:
+            return True
+        return self._levels_made
+
+    def take(self) -> MapRequest | None:
+        with self._changed:
+            while self._pending and not self._stopped:
+                for i, r in enumerate(self._pending):
+                    if self._ready(r):
+                        return self._pending.pop(i)
+                self._changed.wait()
+            return None
+
+    def level_made(self) -> None:
+        with self._changed:
+            self._changed.notify_all()
+
+    def all_levels_made(self) -> None:
+        with self._changed:
+            self._levels_made = True
+            self._changed.notify_all()
+
+    @contextlib.contextmanager
+    def stopping_on_error(self) -> Iterator[None]:
+        """Within: an error stops both builders (the other one returns from take())."""
+        try:
+            yield
+        except BaseException:
+            with self._changed:
+                self._stopped = True
+                self._changed.notify_all()
+            raise
 
 
 class SparseTensor:

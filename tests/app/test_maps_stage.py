@@ -127,3 +127,55 @@ def test_an_unknown_request_kind_is_named_with_a_helper_too():
     with ThreadPoolExecutor(1) as helper:
         with pytest.raises(ValueError, match="unknown map request kind 'sideways'"):
             manager.prepare((*pipeline.map_requests(), odd), helper)
+
+
+def test_the_shared_queue_hands_out_what_can_be_built_finest_first():
+    """_MapQueue: a submanifold map once its level exists (finest level and largest kernel
+    first), the upsamplings and anything else once every level is made, then None."""
+    manager = SparseTensor(torch.zeros(1, 1), torch.zeros(1, 4, dtype=torch.int32)).manager
+    R = models.sparse_tensor.MapRequest
+    queue = models.sparse_tensor._MapQueue(
+        manager,
+        [R("upsample", 2, 2), R("submanifold", 2, 3), R("sideways", 1, 3),
+         R("submanifold", 1, 1), R("submanifold", 1, 3)],
+    )  # fmt: skip
+    assert queue.take() == R("submanifold", 1, 3)
+    assert queue.take() == R("submanifold", 1, 1)
+    manager.add_level(2, torch.zeros(1, 4, dtype=torch.int32))
+    queue.level_made()
+    assert queue.take() == R("submanifold", 2, 3)
+    queue.all_levels_made()
+    assert [queue.take(), queue.take(), queue.take()] == [
+        R("upsample", 2, 2), R("sideways", 1, 3), None,
+    ]  # fmt: skip
+
+
+def test_a_builder_waiting_on_the_queue_is_released_when_the_other_fails():
+    manager = SparseTensor(torch.zeros(1, 1), torch.zeros(1, 4, dtype=torch.int32)).manager
+    queue = models.sparse_tensor._MapQueue(
+        manager, [models.sparse_tensor.MapRequest("submanifold", 4, 3)]
+    )
+    with ThreadPoolExecutor(1) as other:
+        waiting = other.submit(queue.take)  # level 4 never comes
+        with pytest.raises(RuntimeError, match="lost"):
+            with queue.stopping_on_error():
+                raise RuntimeError("lost")
+        assert waiting.result(timeout=10) is None
+
+
+@pytest.mark.parametrize("stride", [1, 16])
+def test_a_failing_map_on_either_builder_raises_its_error(monkeypatch, stride):
+    pipeline = build_pipeline("random", "cpu", 0.25)
+    batch = voxelize([load_frame("semantickitti/seq00_000000.bin")], pipeline.voxel_config)
+    manager = SparseTensor(batch.feats, batch.coords, engine=pipeline.engine).manager
+    original = models.sparse_tensor.submanifold_map
+
+    def broken(coords, *args, **kwargs):
+        if coords is manager._coords.get(stride):
+            raise RuntimeError(f"no map at level {stride}")
+        return original(coords, *args, **kwargs)
+
+    monkeypatch.setattr(models.sparse_tensor, "submanifold_map", broken)
+    with ThreadPoolExecutor(1, initializer=openmp.set_threads_here, initargs=(1,)) as helper:
+        with pytest.raises(RuntimeError, match=f"no map at level {stride}"):
+            manager.prepare(pipeline.map_requests(), helper)
