@@ -56,10 +56,6 @@ from bench.service_report import (  # noqa: E402
 )
 from bench.transport import floor_round_trips, floor_server  # noqa: E402
 
-# what the server's codec reports for the raw format: a raw kitti-layout body is sensor "kitti"
-# (the wire carries no intensity convention), so the Ouster frame runs as "kitti" on both sides
-SENSOR = {"nuscenes": "nuscenes"}
-FORMAT = {"nuscenes": "nuscenes"}
 BINARY = {"Content-Type": "application/octet-stream", "Accept": "application/octet-stream"}
 
 
@@ -116,9 +112,11 @@ class FrameRuns:
         self.name, self.pipeline, self.http, self.floor_port = name, pipeline, http, floor_port
         self.server = urllib.parse.urlsplit(url)
         self.points = np.ascontiguousarray(common.load_frame(name).points)
-        self.sensor = SENSOR.get(name, "kitti")
+        # the raw format of the frame's sensor (intensity convention): the server reads the
+        # frame as the in-process pipeline does
+        self.sensor = common.sensor_of(name)
         self.body = self.points.tobytes()
-        self.path = f"/v1/segment?format={FORMAT.get(name, 'kitti')}"
+        self.path = f"/v1/segment?format={self.sensor}"
         self.local_stages = []  # the pipeline's stages per local() call, the warm-up's first
         self.lean = None  # http.client's keep-alive connection, opened by measure()
 

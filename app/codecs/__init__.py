@@ -8,14 +8,14 @@ JSON body that says what is wrong and never 500 on bad input:
   415 unsupported_format  unknown format name (or LAS without laspy / LAZ without a backend)
   422 unusable_body       well-formed, but not usable points (no x/y/z, wrong dtype or shape)
 
-Formats (one module each): kitti, nuscenes, xyz (binary.py), pcd, ply, npy, las, pointcloud2,
-json (json_points.py). With fmt=None the format is inferred (sniff.py: magic bytes, content
-type, else kitti). The raw float formats fix the sensor (kitti, nuscenes; xyz -> kitti); the
-self-describing ones report sensor "kitti" (intensity 0..1) unless some intensity exceeds 1.0,
-then "ouster" (0..255). Decoded points are x, y, z, then intensity when the body has one (pcd /
-ply / pointcloud2 also take a field named 'i' or 'reflectivity'); npy and json keep every
-column. Points are never dropped or reordered (invalid ones stay NaN), so per-point results line
-up with the client's points. encode.py writes every format (tests, client CLI).
+Formats (one module each): kitti, ouster, nuscenes, xyz (binary.py), pcd, ply, npy, las,
+pointcloud2, json (json_points.py). With fmt=None the format is inferred (sniff.py: magic bytes,
+content type, else kitti). The raw float formats fix the sensor (kitti, ouster, nuscenes; xyz ->
+kitti); the self-describing ones report sensor "kitti" (intensity 0..1) unless some intensity
+exceeds 1.0, then "ouster" (0..255). Decoded points are x, y, z, then intensity when the body
+has one (pcd / ply / pointcloud2 also take a field named 'i' or 'reflectivity'); npy and json
+keep every column. Points are never dropped or reordered (invalid ones stay NaN), so per-point
+results line up with the client's points. encode.py writes every format (tests, client CLI).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from app.codecs.sniff import infer_format
 
 __all__ = ["DecodeError", "Frame", "FORMATS", "decode", "infer_format"]
 
-FORMATS = ("kitti", "nuscenes", "xyz", "pcd", "ply", "npy", "las", "pointcloud2", "json")
+FORMATS = (*binary.LAYOUTS, "pcd", "ply", "npy", "las", "pointcloud2", "json")
 _DECODERS = {
     "pcd": pcd.decode,
     "ply": ply.decode,

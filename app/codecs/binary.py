@@ -1,4 +1,5 @@
-"""Raw little-endian float32 records: kitti (x y z intensity), nuscenes (+ ring), xyz."""
+"""Raw little-endian float32 records: kitti (x y z intensity 0..1), ouster (x y z intensity
+0..255), nuscenes (x y z intensity 0..255 ring), xyz."""
 
 from __future__ import annotations
 
@@ -6,10 +7,16 @@ import numpy as np
 
 from app.codecs.base import DecodeError, Frame, check_count
 
-# format -> (float32 fields per point, sensor)
-LAYOUTS = {"kitti": (4, "kitti"), "nuscenes": (5, "nuscenes"), "xyz": (3, "kitti")}
+# format -> (float32 fields per point, sensor: the intensity convention)
+LAYOUTS = {
+    "kitti": (4, "kitti"),
+    "ouster": (4, "ouster"),
+    "nuscenes": (5, "nuscenes"),
+    "xyz": (3, "kitti"),
+}
 CONTENT_TYPES = {
     "kitti": "application/x-kitti",
+    "ouster": "application/x-ouster",
     "nuscenes": "application/x-nuscenes",
     "xyz": "application/x-xyz",
 }

@@ -1,4 +1,5 @@
-"""Reading frames from files for the command line (the service has its own wire codecs)."""
+"""Reading frames from files for the command line: .npy, and .bin files in the wire's raw float32
+layouts (app/codecs/binary.py)."""
 
 from __future__ import annotations
 
@@ -6,13 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-# format -> (float32 fields per point, sensor used for intensity normalisation)
-BIN_FORMATS = {
-    "kitti": (4, "kitti"),
-    "nuscenes": (5, "nuscenes"),
-    "ouster": (4, "ouster"),
-    "xyz": (3, "kitti"),
-}
+from app.codecs.binary import LAYOUTS as BIN_FORMATS  # the wire's raw float32 layouts
 
 
 def infer_format(path: Path) -> str:

@@ -34,6 +34,7 @@ CONTENT_TYPES = {
     "application/x-ros2-pointcloud2": "pointcloud2",
     "application/x-pointcloud2": "pointcloud2",
     "application/x-kitti": "kitti",
+    "application/x-ouster": "ouster",
     "application/x-nuscenes": "nuscenes",
     "application/x-xyz": "xyz",
 }

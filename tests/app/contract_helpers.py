@@ -16,6 +16,7 @@ from tests.conftest import load_frame, require_real_data
 
 KITTI = "semantickitti/seq00_000000.bin"
 NUSCENES = "nuscenes/n015-2018-07-24-11-22-45+0800__LIDAR_TOP__1532402927647951.pcd.bin"
+OUSTER = "ouster/os1-128_lb_n3_scan0_xyzr.bin"  # x, y, z, intensity 0..255
 BIN = {"Content-Type": "application/octet-stream"}
 WANT_BIN = {**BIN, "Accept": "application/octet-stream"}
 TIMED = {*STAGES, "total"}  # the stages every response times

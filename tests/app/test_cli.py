@@ -3,9 +3,11 @@
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
+from app.client import format_of
 from tests.conftest import REPO_ROOT, require_real_data
 
 NUSCENES = "nuscenes/n015-2018-07-24-11-22-45+0800__LIDAR_TOP__1532402927647951.pcd.bin"
@@ -59,3 +61,17 @@ def test_bad_frame_is_a_clear_error(tmp_path):
         timeout=300,
     )
     assert proc.returncode != 0 and "not a whole number of kitti points" in proc.stderr
+
+
+@pytest.mark.parametrize(
+    "name,given,posted",
+    [
+        ("000000.bin", None, "kitti"),
+        ("n015__LIDAR_TOP__1.pcd.bin", None, "nuscenes"),
+        ("os1-128_scan0_xyzr.bin", None, "ouster"),  # intensity 0..255: not clamped to 0..1
+        ("scan.pcd", None, None),  # self-describing: the service infers it
+        ("os1-128_scan0_xyzr.bin", "kitti", "kitti"),
+    ],
+)
+def test_the_client_posts_a_file_in_its_raw_layout(name, given, posted):
+    assert format_of(Path("/frames") / name, given) == posted

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from app.codecs import decode, infer_format
+from app.codecs import binary, decode, infer_format
 from app.codecs.encode import VARIANTS, encode
 from tests.app.codec_cases import NAMES, SMALL, real_frame
 from tests.conftest import frame_id
@@ -22,9 +22,7 @@ RULE_SENSOR = {
 }
 ASCII = {"pcd_ascii", "ply_ascii", "json", "json_bare"}
 CASES = [
-    "kitti",
-    "nuscenes",
-    "xyz",
+    *binary.LAYOUTS,
     "pcd",
     "ply",
     "npy",
@@ -39,8 +37,8 @@ CASES = [
 
 def _expected(points: np.ndarray, case: str) -> np.ndarray:
     fmt = VARIANTS.get(case, (case.split("_")[0],))[0]
-    if fmt in ("kitti", "nuscenes", "xyz"):
-        width = {"kitti": 4, "nuscenes": 5, "xyz": 3}[fmt]
+    if fmt in binary.LAYOUTS:
+        width = binary.LAYOUTS[fmt][0]
         out = np.zeros((len(points), width), np.float32)
         out[:, : min(width, points.shape[1])] = points[:, :width]
         return out
@@ -87,13 +85,13 @@ def test_round_trip(name, case):
         assert frame.sensor == "ouster"
         return
     np.testing.assert_array_equal(frame.points, expected)
-    if fmt in ("kitti", "nuscenes"):
+    if fmt in ("kitti", "ouster", "nuscenes"):
         assert frame.sensor == fmt
     elif fmt == "xyz":
         assert frame.sensor == "kitti"
     else:
         assert frame.sensor == RULE_SENSOR[frame_id(name)]
-    if fmt not in ("kitti", "nuscenes", "xyz"):  # self-describing: magic bytes / structure
+    if fmt not in binary.LAYOUTS:  # self-describing: magic bytes / structure
         assert decode(body).format == fmt
 
 
@@ -158,6 +156,7 @@ def test_infer_from_magic(case):
 
 def test_infer_from_content_type_and_fallback():
     assert infer_format(b"\0" * 16, "application/x-nuscenes") == "nuscenes"
+    assert infer_format(b"\0" * 16, "application/x-ouster") == "ouster"
     assert infer_format(b"\0" * 12, "application/x-xyz; charset=binary") == "xyz"
     assert infer_format(b"{}", "Application/JSON; charset=utf-8") == "json"
     assert infer_format(b"", "application/vnd.api+json") == "json"

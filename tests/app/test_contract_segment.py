@@ -14,6 +14,7 @@ from tests.app.contract_helpers import (
     BIN,
     KITTI,
     NUSCENES,
+    OUSTER,
     TIMED,
     WANT_BIN,
     assert_error,
@@ -46,8 +47,8 @@ def test_stage_names():
 
 @pytest.mark.parametrize(
     "name,fmt,sensor",
-    [(KITTI, "kitti", "kitti"), (NUSCENES, "nuscenes", "nuscenes")],
-    ids=["kitti", "nuscenes"],
+    [(KITTI, "kitti", "kitti"), (NUSCENES, "nuscenes", "nuscenes"), (OUSTER, "ouster", "ouster")],
+    ids=["kitti", "nuscenes", "ouster"],
 )
 def test_round_trip_matches_in_process_pipeline(http, pipeline, name, fmt, sensor):
     points = load_frame(name)

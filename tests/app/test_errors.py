@@ -172,12 +172,13 @@ def test_large_json_integers_are_numbers():
 
 
 def test_small_raw_bodies_decode_inline_and_the_rest_on_the_pool(monkeypatch):
-    """A raw float32 body (kitti, nuscenes, xyz by format or content type) of at most
+    """A raw float32 body (kitti, ouster, nuscenes, xyz by format or content type) of at most
     INLINE_DECODE_BYTES skips the decode pool; bigger ones and other formats take it."""
     limit = decoding.INLINE_DECODE_BYTES
     assert decoding.decodes_inline("kitti", None, limit)
     assert decoding.decodes_inline(" XYZ ", "text/plain", 12)
     assert decoding.decodes_inline(None, "application/x-nuscenes; v=1", 20)
+    assert decoding.decodes_inline("ouster", None, 16)
     assert not decoding.decodes_inline("kitti", None, limit + 1)
     assert not decoding.decodes_inline("pcd", None, 100)
     assert not decoding.decodes_inline(None, "application/octet-stream", 100)

@@ -23,8 +23,8 @@ INLINE_DECODE_BYTES = 4 << 20  # 262,144 KITTI points
 
 
 def decodes_inline(fmt: str | None, content_type: str | None, size: int) -> bool:
-    """Whether a body is raw float32 records (kitti, nuscenes, xyz: by the format asked for,
-    else the content type) of at most INLINE_DECODE_BYTES."""
+    """Whether a body is raw float32 records (kitti, ouster, nuscenes, xyz: by the format asked
+    for, else the content type) of at most INLINE_DECODE_BYTES."""
     if size > INLINE_DECODE_BYTES:
         return False
     name = fmt.strip().lower() if fmt is not None else content_type_format(content_type)

@@ -15,8 +15,8 @@ PARAMETERS = [
         "name": "format",
         "in": "query",
         "required": False,
-        "description": "Wire format (kitti, nuscenes, xyz, pcd, ply, npy, las, pointcloud2, "
-        "json); else inferred",
+        "description": "Wire format (kitti, ouster, nuscenes, xyz, pcd, ply, npy, las, "
+        "pointcloud2, json); else inferred",
         "schema": {
             "anyOf": [{"type": "string", "maxLength": FORMAT_MAX_LENGTH}, {"type": "null"}],
             "title": "Format",
