@@ -27,6 +27,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from app.codecs import files
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_DATA = REPO_ROOT.parent / "shared" / "data" / "real"
 
@@ -43,8 +45,14 @@ SENSOR = {"nuscenes": "nuscenes", "ouster128": "ouster"}
 
 
 def sensor_of(name: str) -> str:
-    """The sensor (intensity convention) a named frame is read with: SENSOR's, else KITTI's."""
-    return SENSOR.get(name, "kitti")
+    """The sensor (intensity convention) a frame is read with: SENSOR's for a short name, else
+    what a file's name says (app/codecs/files.py: nuScenes, Ouster, else KITTI). The service's
+    raw float32 format of the same name reads it the same way (app/codecs/binary.py LAYOUTS):
+    `/v1/segment?format={sensor_of(name)}`."""
+    if name in SENSOR:
+        return SENSOR[name]
+    by_name = files.infer_format(Path(name))
+    return by_name if by_name in SENSOR.values() else "kitti"
 
 
 @dataclass

@@ -94,7 +94,7 @@ def main(argv=None) -> int:
     ap.add_argument("--max-batch", type=int, default=4)
     args = ap.parse_args(argv)
     frame = common.load_frame(args.frame)
-    fmt = "nuscenes" if frame.points.shape[1] == 5 else "kitti"
+    fmt = common.sensor_of(frame.name)
     body = np.ascontiguousarray(frame.points, np.float32).tobytes()
 
     generous = run(args, 30.0, body, fmt)

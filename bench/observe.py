@@ -101,11 +101,11 @@ def start_sink() -> tuple[subprocess.Popen, int]:
     return sink, int(sink.stdout.readline())
 
 
-def one_round(http, proc, url: str, body: bytes, n: int) -> tuple[float, float]:
+def one_round(http, proc, url: str, body: bytes, n: int, fmt: str) -> tuple[float, float]:
     """(server CPU us per request, client wall us per request) over n requests."""
     cpu0, t0 = cpu_ns(proc.pid), time.perf_counter()
     for _ in range(n):
-        http.post(f"{url}/v1/segment?format=kitti", content=body, headers=HEADERS)
+        http.post(f"{url}/v1/segment?format={fmt}", content=body, headers=HEADERS)
     wall = (time.perf_counter() - t0) / n * 1e6
     time.sleep(0.3)  # work after the last response (spans ended, access log) lands in this round
     return (cpu_ns(proc.pid) - cpu0) / n / 1e3, wall
@@ -129,7 +129,7 @@ def measure(frame: str, points: int, n: int, rounds: int, weights="random", cr=0
         with httpx.Client(timeout=600) as http:
             for r in range(rounds + 1):  # round 0 warms up
                 for config, (proc, url) in servers.items():
-                    result = one_round(http, proc, url, body, n)
+                    result = one_round(http, proc, url, body, n, common.sensor_of(frame))
                     if r:
                         samples[config].append(result)
     finally:

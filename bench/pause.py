@@ -105,7 +105,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     frame = common.load_frame(args.frame)
     body = np.ascontiguousarray(frame.points, dtype=np.float32).tobytes()
-    path = f"/v1/segment?format={'nuscenes' if args.frame == 'nuscenes' else 'kitti'}"
+    path = f"/v1/segment?format={common.sensor_of(frame.name)}"
     targets = []
     try:
         for text in args.config or DEFAULT_CONFIGS:
