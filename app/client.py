@@ -145,7 +145,8 @@ def main(args) -> int:
         data = r.json()
         print(
             f"frame {args.frame}: {data['num_points']} points, {data['num_voxels']} voxels, "
-            f"{data['ignored_points']} ignored; model {data['model']['name']}:"
+            f"{data['ignored_points']} ignored, {data.get('cleaned_points', 0)} cleaned; "
+            f"model {data['model']['name']}:"
             f"{data['model']['version']} on {data['model']['device']}"
         )
         for name, count in sorted(data["class_counts"].items(), key=lambda t: -t[1]):

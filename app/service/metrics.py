@@ -57,6 +57,12 @@ class Metrics:
         self.in_flight = Gauge(
             "lidarseg_requests_in_flight", "Requests to /v1/* being served", registry=r
         )
+        self.cleaned = Counter(
+            "lidarseg_cleaned_points",
+            "Points whose intensity was clamped to the format's range or whose later columns "
+            "were not finite (zeroed) before inference",
+            registry=r,
+        )
         self.dropped = Counter(
             "lidarseg_deadline_dropped",
             "Queued requests whose deadline passed before they ran (never run)",

@@ -180,3 +180,28 @@ def test_validity_mask_computed_once_per_request(http, monkeypatch):
         http.post("/v1/segment?format=nuscenes", content=small, headers=WANT_BIN).status_code == 200
     )
     assert len(calls) == 1
+
+
+def test_cleaned_points_are_counted_in_the_answer_and_the_metrics(http):
+    """Intensities outside the format's range (an Ouster's 0..255 posted as kitti) are clamped,
+    not refused: the answer says how many points were cleaned, as the metrics do."""
+    points = np.array(load_frame(KITTI))[:2000]
+    points[:300, 3] = np.linspace(2.0, 255.0, 300)  # 300 intensities above kitti's 0..1
+    points[300, 3] = np.nan
+
+    def cleaned_total() -> float:
+        text = http.get("/metrics").text
+        line = next(x for x in text.splitlines() if x.startswith("lidarseg_cleaned_points_total"))
+        return float(line.split()[-1])
+
+    before = cleaned_total()
+    r = http.post("/v1/segment?format=kitti", content=points.tobytes(), headers=BIN)
+    assert r.status_code == 200 and r.json()["cleaned_points"] == 301
+    assert r.headers["x-cleaned-points"] == "301"
+    assert cleaned_total() == before + 301
+    clamped = points.copy()
+    clamped[:300, 3] = 1.0
+    clamped[300, 3] = 0.0
+    same = http.post("/v1/segment?format=kitti", content=clamped.tobytes(), headers=WANT_BIN)
+    assert same.headers["x-cleaned-points"] == "0"
+    np.testing.assert_array_equal(np.frombuffer(same.content, np.uint8), r.json()["labels"])

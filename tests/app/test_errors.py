@@ -127,14 +127,15 @@ def test_the_route_cleans_exactly_the_frames_that_need_it(sensor, top, columns):
     )
     pts = np.random.default_rng(0).uniform(0, top, (1000, columns)).astype(np.float32)
     pts[:, 3] = np.linspace(0, top, len(pts), dtype=np.float32)  # both ends included
-    assert decoding.check_points(service, pts, sensor)[0] is pts
+    checked, _, cleaned = decoding.check_points(service, pts, sensor)
+    assert checked is pts and cleaned == 0
     bads = [(3, -1e-30), (3, np.nextafter(np.float32(top), np.float32(np.inf))), (3, np.nan)]
     bads += [(4, np.inf), (4, np.nan)] if columns == 5 else []
     for column, bad in bads:
         dirty = pts.copy()
         dirty[17, column] = bad
-        out = decoding.check_points(service, dirty, sensor)[0]
-        assert out is not dirty
+        out, _, cleaned = decoding.check_points(service, dirty, sensor)
+        assert out is not dirty and cleaned == 1
         np.testing.assert_array_equal(out, decoding.clean_extra_columns(dirty, np.float32(top)))
         assert np.isfinite(out).all() and out[:, 3].min() >= 0 and out[:, 3].max() <= top
 

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import NamedTuple
 
 import numpy as np
 
 from app.codecs import DecodeError, binary, decode
 from app.codecs.sniff import content_type_format
-from app.inference.voxelize import checked_points
+from app.inference.voxelize import Valid, checked_points
 from app.service.routes.deps import ServiceError, ServiceState
 
 log = logging.getLogger("lidarseg")
@@ -31,20 +32,30 @@ def decodes_inline(fmt: str | None, content_type: str | None, size: int) -> bool
     return name in binary.LAYOUTS
 
 
+class Decoded(NamedTuple):
+    """A request body decoded and checked (decode_frame)."""
+
+    points: np.ndarray  # float32 [N, >=3], extra columns cleaned
+    sensor: str  # the intensity convention
+    valid: Valid  # valid_mask's result, computed once, for the pipeline
+    cleaned: int  # points whose intensity or later columns were clamped or zeroed
+
+
 async def decode_body(
     service: ServiceState, body: bytes, fmt: str | None, content_type: str | None, request_id: str
-):
-    """(points, sensor, valid_mask's result) of a request body: decode_frame, inline or on the
-    decode pool."""
+) -> Decoded:
+    """A request body decoded and checked: decode_frame, inline or on the decode pool."""
     if decodes_inline(fmt, content_type, len(body)):
         return decode_frame(service, body, fmt, content_type, request_id)
     return await decode_in_pool(service, body, fmt, content_type, request_id)
 
 
-def check_points(service: ServiceState, points: np.ndarray, sensor: str):
-    """(points, valid_mask's result): the frame checked against the limits and the range
-    policy, its extra columns cleaned (copied only where the validity pass found a row to clean);
-    the mask goes with it to the pipeline (computed once)."""
+def check_points(
+    service: ServiceState, points: np.ndarray, sensor: str
+) -> tuple[np.ndarray, Valid, int]:
+    """(points, valid_mask's result, how many points were cleaned): the frame checked against
+    the limits and the range policy, its extra columns cleaned (copied only where the validity
+    pass found a row to clean); the mask goes with it to the pipeline (computed once)."""
     settings = service.settings
     if not isinstance(points, np.ndarray) or points.ndim != 2 or points.shape[1] < 3:
         shape = getattr(points, "shape", None)
@@ -71,7 +82,7 @@ def check_points(service: ServiceState, points: np.ndarray, sensor: str):
             f"{ignored['out_of_range']} points lie outside |x|, |y| <= "
             f"{cfg.max_xy} m, z in {list(cfg.z_range)} m (range policy 'reject')",
         )
-    return (clean_extra_columns(points, top) if unclean else points), valid
+    return (clean_extra_columns(points, top) if unclean else points), valid, unclean
 
 
 def clean_extra_columns(points: np.ndarray, top: np.float32) -> np.ndarray:
@@ -105,8 +116,8 @@ def decode_frame(
         raise ServiceError(
             400, "malformed_body", f"the body could not be decoded (request id {request_id})"
         ) from None
-    points, valid = check_points(service, frame.points, frame.sensor)
-    return points, frame.sensor, valid
+    points, valid, cleaned = check_points(service, frame.points, frame.sensor)
+    return Decoded(points, frame.sensor, valid, cleaned)
 
 
 async def decode_in_pool(service: ServiceState, *args):

@@ -172,6 +172,7 @@ async def segment(request: Request, service: Service) -> Response:
         "X-Num-Points": str(result.num_points),
         "X-Num-Voxels": str(result.num_voxels),
         "X-Ignored-Points": str(result.ignored_points),
+        "X-Cleaned-Points": str(frame.cleaned),
         "X-Batch-Size": str(job.batch_size),
     }
     if wants_binary(request.headers.get("accept", "")):
@@ -180,7 +181,9 @@ async def segment(request: Request, service: Service) -> Response:
         timing["total"] = (time.perf_counter() - t0) * 1e3
         media_type = "application/octet-stream"
     else:
-        payload, timing = json_payload(service, result, job, detail, request_id, timing, t0, t_enc)
+        payload, timing = json_payload(
+            service, frame, result, job, detail, request_id, timing, t0, t_enc
+        )
         media_type = "application/json"
     headers["Server-Timing"] = server_timing(timing)
     record(request, service, frame, result, job, timing, t_enc)
@@ -197,6 +200,7 @@ class PostedFrame:
     points: np.ndarray
     sensor: str
     valid: object  # valid_mask's result (routes/decoding.py), for the pipeline
+    cleaned: int  # points whose intensity or later columns were clamped or zeroed
     t_body: float  # when the whole body was in (time.perf_counter)
     decode_ms: float
 
@@ -215,9 +219,9 @@ async def read_frame(
         media = (content_type or "").split(";")[0].strip().lower()
     if media == "application/json" and fmt is None:
         fmt = "json"
-    points, sensor, valid = await decode_body(service, body, fmt, content_type, request_id)
+    decoded = await decode_body(service, body, fmt, content_type, request_id)
     decode_ms = (time.perf_counter() - t_body) * 1e3
-    return PostedFrame(body, content_type, fmt, points, sensor, valid, t_body, decode_ms)
+    return PostedFrame(body, content_type, fmt, *decoded, t_body, decode_ms)
 
 
 def submit(
@@ -249,6 +253,7 @@ def submit(
 
 def json_payload(
     service: ServiceState,
+    frame: PostedFrame,
     result: FrameResult,
     job: Job,
     detail: str | None,
@@ -269,6 +274,7 @@ def json_payload(
         "num_points": result.num_points,
         "num_voxels": result.num_voxels,
         "ignored_points": result.ignored_points,
+        "cleaned_points": frame.cleaned,
         "classes": names,
         "class_counts": class_counts,
         "timing_ms": timing,
@@ -312,3 +318,5 @@ def record(
     metrics.observe_stages(timing, exemplar)
     metrics.points.observe(result.num_points, exemplar)
     metrics.voxels.observe(result.num_voxels, exemplar)
+    if frame.cleaned:
+        metrics.cleaned.inc(frame.cleaned)

@@ -75,6 +75,7 @@ class SegmentResponse(BaseModel):
     num_points: int
     num_voxels: int
     ignored_points: int
+    cleaned_points: int
     classes: list[str]
     class_counts: dict[str, int]
     timing_ms: dict[str, float]
