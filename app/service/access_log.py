@@ -2,8 +2,8 @@
 
 Mode `auto` writes JSON (one object per line, for a container's log collector) unless stderr is
 a terminal, where it writes plain text. Fields: time, request id, trace id, client address,
-method, path (never the query string), status, format, points, voxels, ignored points, batch
-size and every stage in ms. Never point data, never a header (so never an API key).
+method, path (never the query string), status, format, points, voxels, ignored points, cleaned
+points, batch size and every stage in ms. Never point data, never a header (so never an API key).
 
 Probes, /metrics, the dashboard and its JSON are logged only when they fail (status >= 400), so
 a scraper or an open dashboard does not drown the requests that matter.
@@ -26,7 +26,7 @@ QUIET_PREFIXES = (
     "/openapi.json",
     "/favicon.ico",
 )
-FIELDS = ("format", "points", "voxels", "ignored_points", "batch_size")
+FIELDS = ("format", "points", "voxels", "ignored_points", "cleaned_points", "batch_size")
 
 
 class AccessLog:

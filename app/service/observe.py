@@ -104,6 +104,7 @@ def record(
     body: bytes,
     content_type: str | None,
     points,
+    cleaned: int,
     t_body: float,
     t_enc: float,
 ) -> dict | None:
@@ -131,6 +132,7 @@ def record(
         "points": result.num_points,
         "voxels": result.num_voxels,
         "ignored_points": result.ignored_points,
+        "cleaned_points": cleaned,
         "batch_size": batch_size,
     }
     state[RECORD_KEY] = {

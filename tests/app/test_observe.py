@@ -73,6 +73,7 @@ def test_span_tree_and_stage_durations(traced):
     assert attrs["lidarseg.points"] == body["num_points"]
     assert attrs["lidarseg.voxels"] == body["num_voxels"]
     assert attrs["lidarseg.ignored_points"] == body["ignored_points"]
+    assert attrs["lidarseg.cleaned_points"] == body["cleaned_points"]
     assert attrs["lidarseg.batch_size"] == body["batch_size"] == 1
     assert attrs["lidarseg.format"] == "kitti"
     assert attrs["lidarseg.device"] == "cpu" and attrs["lidarseg.model"].startswith("minkunet")

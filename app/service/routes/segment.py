@@ -311,6 +311,7 @@ def record(
         body=frame.body,
         content_type=frame.content_type,
         points=frame.points,
+        cleaned=frame.cleaned,
         t_body=frame.t_body,
         t_enc=t_enc,
     )
