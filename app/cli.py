@@ -29,7 +29,7 @@ import torch
 from kernels.precision import PRECISIONS, PrecisionError
 from models.labels import class_counts
 
-from app.codecs.files import read_frame
+from app.codecs.files import posting_format, read_frame
 from app.inference.builder import build_pipeline
 
 DEFAULT_FRAME = (
@@ -102,6 +102,7 @@ def cmd_serve(args) -> int:
 def cmd_client(args) -> int:
     from app.client import main as client_main
 
+    args.format = posting_format(Path(args.frame), args.format)
     return client_main(args)
 
 

@@ -14,8 +14,6 @@ from pathlib import Path
 import httpx
 import numpy as np
 
-from app.codecs import files
-
 
 class ServiceClient:
     """Thread-safe: one httpx.Client per thread (connection reuse, keep-alive)."""
@@ -101,18 +99,10 @@ def load_run(
     }
 
 
-def format_of(path: Path, fmt: str | None = None) -> str | None:
-    """The format to post a file as: `fmt` if given; a .bin file's raw layout by its name
-    (nuScenes' .pcd.bin, an Ouster's scans, else kitti: app/codecs/files.py); else None, for
-    the service to infer from the bytes."""
-    if fmt is None and path.name.lower().endswith(".bin"):
-        return files.infer_format(path)
-    return fmt
-
-
 def main(args) -> int:
+    """`python -m app client` (app/cli.py): args.format None lets the service infer it."""
     body = Path(args.frame).read_bytes()
-    fmt = format_of(Path(args.frame), args.format)
+    fmt = args.format
     client = ServiceClient(args.url, args.api_key or os.environ.get("LIDARSEG_API_KEY"))
     try:
         if args.repeat > 1 or args.concurrency > 1:

@@ -21,6 +21,15 @@ def infer_format(path: Path) -> str:
     return "kitti"
 
 
+def posting_format(path: Path, fmt: str | None = None) -> str | None:
+    """The format to post a file as: `fmt` if given; a .bin file's raw layout by its name
+    (nuScenes' .pcd.bin, an Ouster's scans, else kitti); else None, for the service to infer
+    from the bytes."""
+    if fmt is None and path.name.lower().endswith(".bin"):
+        return infer_format(path)
+    return fmt
+
+
 def read_frame(path: str | Path, fmt: str | None = None) -> tuple[np.ndarray, str]:
     """(points float32 [N, F], sensor name) from a .bin (KITTI / nuScenes / Ouster xyzr / xyz)
     or .npy file."""

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from app.client import format_of
+from app.codecs.files import posting_format
 from tests.conftest import REPO_ROOT, require_real_data
 
 NUSCENES = "nuscenes/n015-2018-07-24-11-22-45+0800__LIDAR_TOP__1532402927647951.pcd.bin"
@@ -73,5 +73,5 @@ def test_bad_frame_is_a_clear_error(tmp_path):
         ("os1-128_scan0_xyzr.bin", "kitti", "kitti"),
     ],
 )
-def test_the_client_posts_a_file_in_its_raw_layout(name, given, posted):
-    assert format_of(Path("/frames") / name, given) == posted
+def test_the_client_command_posts_a_file_in_its_raw_layout(name, given, posted):
+    assert posting_format(Path("/frames") / name, given) == posted
