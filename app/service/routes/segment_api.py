@@ -43,6 +43,7 @@ REQUEST_BODY = {
     "content": {
         "application/octet-stream": {"schema": _BINARY_SCHEMA},
         "application/x-kitti": {"schema": _BINARY_SCHEMA},
+        "application/x-ouster": {"schema": _BINARY_SCHEMA},
         "multipart/form-data": {
             "schema": {
                 "type": "object",
