@@ -141,6 +141,11 @@ PANELS = [
         [
             (mean("lidarseg_points_per_request"), "points"),
             (mean("lidarseg_voxels_per_request"), "voxels"),
+            (
+                f"sum(rate(lidarseg_cleaned_points_total[{RI}])) / "
+                f"sum(rate(lidarseg_points_per_request_count[{RI}]))",
+                "cleaned points (intensity clamped)",
+            ),
         ],
         False,
         False,
