@@ -105,8 +105,8 @@ def command_line(argv: list[str], env: dict[str, str]) -> str:
     return " ".join([*(f"{k}={v}" for k, v in env.items()), "python", *argv])
 
 
-def run_step(name: str, argv: list[str], env: dict[str, str], out: Path) -> str:
-    """Runs one step, its output into out/<name>.txt; its summary block."""
+def run_step(name: str, argv: list[str], env: dict[str, str], out: Path) -> tuple[str, int]:
+    """Runs one step, its output into out/<name>.txt; (its summary block, its exit status)."""
     shown = command_line(argv, env)
     print(f"== {name}: {shown}", flush=True)
     t = time.monotonic()
@@ -123,7 +123,7 @@ def run_step(name: str, argv: list[str], env: dict[str, str], out: Path) -> str:
     lines = proc.stdout.rstrip().splitlines()
     shown_lines = lines[-3:] if name == "kernels" else lines
     block = f"## {name}: {shown}\n# exit {proc.returncode}, {seconds:.0f} s\n"
-    return block + "\n".join(shown_lines) + "\n"
+    return block + "\n".join(shown_lines) + "\n", proc.returncode
 
 
 def main(argv=None) -> int:
@@ -146,8 +146,8 @@ def main(argv=None) -> int:
     summary = header(features)
     failed = 0
     for name in args.steps:
-        block = run_step(name, *steps[name], out)
-        failed += "# exit 0," not in block
+        block, status = run_step(name, *steps[name], out)
+        failed += status != 0
         summary += "\n" + block
         (out / "summary.txt").write_text(summary)
     print(summary)

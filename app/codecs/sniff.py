@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import re
 
+from app.codecs import binary
+
 CONTENT_TYPES = {
     "application/json": "json",
     "text/json": "json",
@@ -33,10 +35,8 @@ CONTENT_TYPES = {
     "application/las": "las",
     "application/x-ros2-pointcloud2": "pointcloud2",
     "application/x-pointcloud2": "pointcloud2",
-    "application/x-kitti": "kitti",
-    "application/x-ouster": "ouster",
-    "application/x-nuscenes": "nuscenes",
-    "application/x-xyz": "xyz",
+    # the raw float32 layouts' own types (application/x-kitti, x-ouster, x-nuscenes, x-xyz)
+    **{media: fmt for fmt, media in binary.CONTENT_TYPES.items()},
 }
 _PCD = re.compile(rb"\s*(#\s*\.PCD|VERSION\s|FIELDS\s)", re.IGNORECASE)
 _PLY = re.compile(rb"ply\r?\n")

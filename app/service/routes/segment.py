@@ -221,7 +221,9 @@ async def read_frame(
         fmt = "json"
     decoded = await decode_body(service, body, fmt, content_type, request_id)
     decode_ms = (time.perf_counter() - t_body) * 1e3
-    return PostedFrame(body, content_type, fmt, *decoded, t_body, decode_ms)
+    return PostedFrame(
+        body, content_type, fmt, **decoded._asdict(), t_body=t_body, decode_ms=decode_ms
+    )
 
 
 def submit(

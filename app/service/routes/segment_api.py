@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
+from app.codecs import FORMATS
 from app.service.routes.deps import ERROR_RESPONSES
 
 FORMAT_MAX_LENGTH = 32
@@ -15,8 +16,7 @@ PARAMETERS = [
         "name": "format",
         "in": "query",
         "required": False,
-        "description": "Wire format (kitti, ouster, nuscenes, xyz, pcd, ply, npy, las, "
-        "pointcloud2, json); else inferred",
+        "description": f"Wire format ({', '.join(FORMATS)}); else inferred",
         "schema": {
             "anyOf": [{"type": "string", "maxLength": FORMAT_MAX_LENGTH}, {"type": "null"}],
             "title": "Format",
