@@ -7,7 +7,7 @@ Each --config runs its own server (one after the other) with those environment v
   --config glibc=LIDARSEG_TRIM_AFTER_POINTS=0
   --config arena2=MALLOC_ARENA_MAX=2     (the containers' setting before app/heap.py)
   --config shipped=                       (app/heap.py's malloc settings plus the built-in trim)
-Clients post real frames (and slices of them, 1 k to 125 k points) as kitti, nuscenes, pcd
+Clients post real frames (and slices of them, 1 k to 125 k points) as kitti, ouster, nuscenes, pcd
 (binary, binary_compressed, ascii), ply, npy, las, pointcloud2 and json, picked at random with a
 fixed seed. The server's VmRSS is sampled every second. At the end of the warm-up (--warmup, a
 fraction of the run) the clients pause between requests and, once the server has been idle for
@@ -37,6 +37,7 @@ from bench.common import start_server
 TRIM_IDLE_S = "1"
 VARIANTS = [
     "kitti",
+    "ouster",
     "nuscenes",
     "pcd_binary",
     "pcd_binary_compressed",

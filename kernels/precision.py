@@ -200,6 +200,13 @@ def tiles_off():
         amx_tiles(1 if was_on else 0)
 
 
+def tiles_running(precision: str) -> list[str]:
+    """Of `precision` and its fallback (what runs the convs it does not apply to), the ones
+    whose fused kernels run on AMX tiles here: ["int8", "bf16"] for int8 on an AMX CPU, [] for
+    fp32 or without AMX (for /v1/model)."""
+    return [p for p in amx_tiles() if p in (precision, fallback(precision))]
+
+
 def native_bf16() -> bool:
     """Whether this CPU multiplies bf16 natively (our fused kernel or torch's AMX matmul)."""
     return fused_bf16_lanes() > 0 or "AMX_BF16" in cpu_features()

@@ -36,13 +36,14 @@ def test_model_probes_and_docs(http):
         "color": [255, 0, 255],
     }
     assert m["engine"]["device"] == "cpu" and "grouping_plan_file" in m["engine"]
-    from kernels.precision import cpu_features, resolve
+    from kernels.precision import cpu_features, resolve, tiles_running
 
     assert m["engine"]["precision"] == resolve("auto")  # LIDARSEG_PRECISION unset: auto
     assert m["engine"]["precision_requested"] == "auto"
     assert m["engine"]["cpu_features"] == list(cpu_features())
     want_kernel = int8_kernel() if resolve("auto") == "int8" else None
     assert m["engine"]["int8_kernel"] == want_kernel
+    assert m["engine"]["amx_tiles"] == tiles_running(resolve("auto"))
     assert http.get("/healthz").status_code == 200
     assert http.get("/readyz").json()["status"] == "ready"
     spec = http.get("/openapi.json").json()

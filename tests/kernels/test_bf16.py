@@ -213,6 +213,20 @@ def test_auto_follows_the_cpu_features():
         assert precision.resolve("auto") == "fp32"
 
 
+def test_tiles_running_names_the_running_precision_and_its_fallback(monkeypatch):
+    """/v1/model's amx_tiles: on an AMX CPU int8 and its bf16 fallback, never fp32's."""
+    expected = ["int8", "bf16"] if "AMX_INT8" in precision.cpu_features() else []
+    assert precision.tiles_running("int8") == [p for p in precision.amx_tiles() if p in expected]
+    assert precision.tiles_running("fp32") == []
+    monkeypatch.setattr(precision, "amx_tiles", lambda: ("int8", "bf16"))
+    monkeypatch.setattr(precision, "native_bf16", lambda: True)
+    assert precision.tiles_running("int8") == ["int8", "bf16"]
+    assert precision.tiles_running("bf16") == ["bf16"]
+    assert precision.tiles_running("fp32") == []
+    monkeypatch.setattr(precision, "native_bf16", lambda: False)  # int8 falls back to fp32
+    assert precision.tiles_running("int8") == ["int8"]
+
+
 def test_grouping_table_has_a_precision_dimension():
     table = GroupingTable.from_json(
         {

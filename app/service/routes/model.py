@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter
 from pydantic import BaseModel
 
-from kernels.precision import cpu_features, int8_kernel
+from kernels.precision import cpu_features, int8_kernel, tiles_running
 
 from app.service.routes.deps import ERROR_RESPONSES, ApiKey, Service
 from models.labels import IGNORE_LABEL
@@ -28,6 +28,9 @@ class EngineInfo(BaseModel):
     cpu_features: list[str]  # the CPU features auto chose from
     # where precision is int8: its kernel (avx512_vnni, avx_vnni or avx2; the same bits)
     int8_kernel: str | None = None
+    # the precisions among the running one and its fallback whose kernels run on AMX tiles
+    # (CPU only: ["int8", "bf16"] for int8 on an Intel Xeon with AMX; else empty)
+    amx_tiles: list[str] = []
 
 
 class ModelInfo(BaseModel):
@@ -53,6 +56,7 @@ class ModelInfo(BaseModel):
 async def model_info(service: Service) -> ModelInfo:
     service.require_ready()
     engine = service.pipeline.engine
+    precision = service.pipeline.precision
     return ModelInfo(
         name=service.model_name,
         version=service.model_version,
@@ -70,10 +74,11 @@ async def model_info(service: Service) -> ModelInfo:
             device=service.device,
             grouping_plan_file=service.grouping_file,
             deterministic=bool(engine.deterministic),
-            precision=service.pipeline.precision,
+            precision=precision,
             precision_requested=service.pipeline.requested_precision,
             cpu_features=list(cpu_features()),
-            int8_kernel=int8_kernel() if service.pipeline.precision == "int8" else None,
+            int8_kernel=int8_kernel() if precision == "int8" else None,
+            amx_tiles=tiles_running(precision) if service.device == "cpu" else [],
         ),
         ready=service.ready,
     )
