@@ -73,7 +73,7 @@ for py in 3.10 3.11 3.12; do
   run "$py" aarch64 35 requirements.txt &
 done
 # The Orin image: torch comes from the JetPack wheel index, the rest from here.
-run 3.10 aarch64 35 deploy/jetson/requirements.txt &
+run 3.10 aarch64 35 requirements/jetson.txt &
 wait
 cat "$TMP"/out-*
 if ls "$TMP"/failed-* >/dev/null 2>&1; then exit 1; fi

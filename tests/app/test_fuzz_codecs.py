@@ -22,6 +22,7 @@ MAX_POINTS = 5_000
 FRAME_BYTES = MAX_POINTS * 8 * 8  # generous: up to 8 float64 columns
 CASES = [
     "kitti",
+    "ouster",
     "nuscenes",
     "xyz",
     "pcd_ascii",

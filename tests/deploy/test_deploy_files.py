@@ -116,3 +116,27 @@ def test_dockerignore_keeps_data_and_builds_out():
     assert rules[0] == "*", "an allow-list: ignore everything first"
     allowed = {r[1:].rstrip("/") for r in rules if r.startswith("!")}
     assert allowed == {"app", "models", "kernels", "requirements"}
+
+
+@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: str(p.relative_to(REPO_ROOT)))
+def test_every_file_a_dockerfile_copies_is_in_the_build_context(dockerfile):
+    """COPY and ADD sources from the context exist and pass .dockerignore's allow-list (the
+    Jetson image once copied deploy/jetson/requirements.txt, which the allow-list kept out)."""
+    rules = [
+        line.strip()
+        for line in (REPO_ROOT / ".dockerignore").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
+    allowed = [r[1:].rstrip("/") for r in rules if r.startswith("!")]
+    sources = []
+    for line in dockerfile.read_text().splitlines():
+        words = line.split()
+        if words[:1] in (["COPY"], ["ADD"]) and not any(w.startswith("--from=") for w in words):
+            sources += [w for w in words[1:-1] if not w.startswith("--")]
+    assert sources, f"{dockerfile} copies nothing from the context"
+    for source in sources:
+        assert (REPO_ROOT / source).exists(), f"{dockerfile}: COPY {source}: no such file"
+        top = source.rstrip("/")
+        assert any(top == a or top.startswith(a + "/") for a in allowed), (
+            f"{dockerfile}: COPY {source} is outside .dockerignore's allow-list {allowed}"
+        )
