@@ -129,8 +129,8 @@ def add_serve_options(p: argparse.ArgumentParser, default=None) -> None:
 
 
 PRECISION_HELP = (
-    "LIDARSEG_PRECISION on the CPU: auto (int8 where the CPU "
-    "has AVX512_VNNI or AVX_VNNI, else bf16 where it has AVX512_BF16 or AMX, else fp32; the "
+    "LIDARSEG_PRECISION on the CPU: auto (int8 where the CPU has an int8 kernel: AMX, "
+    "AVX512_VNNI, AVX_VNNI or AVX2; else bf16 where it has AVX512_BF16 or AMX; else fp32; the "
     "default), fp32, bf16, int8 (AVX2 at least)"
 )
 

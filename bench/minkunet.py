@@ -1,7 +1,7 @@
 """End-to-end MinkUNet forward, ours vs the spconv twin, on the real frames, side by side.
 
     python -m bench.minkunet [--frames kitti00 nuscenes ouster128] [--weights random]
-                             [--cr 1.0 0.5] [--threads 1 2] [--device cpu|cuda] [--runs 5]
+                             [--cr 1.0 0.5] [--threads 1 2] [--device cpu|cuda] [--runs 3]
                              [--json OUT]
 
 Both networks get the same voxels (our Open3D voxelizer, configured from the weights' meta by

@@ -1,7 +1,13 @@
-"""Network stage in fp32 vs bf16 (kernels/precision.py), side by side in one run, on real frames.
+"""Network stage in fp32, bf16 and int8 (kernels/precision.py), side by side in one run, on
+real frames.
 
-    python -m bench.precision [--weights default] [--frames kitti00 nuscenes ouster128]
-                              [--threads 2] [--runs 9] [--precisions fp32 bf16] [--json OUT]
+    python -m bench.precision [--weights default]
+                              [--frames kitti00 nuscenes ouster128 kitti-spvnas]
+                              [--threads 2] [--runs 9] [--precisions fp32 bf16 int8 ...]
+                              [--json OUT]
+
+--precisions defaults to fp32 bf16; bench.sensor_rate passes every precision and int8 kernel the
+CPU has.
 
 Per frame: the same voxels and maps, the network stage (what the service times as "network":
 the network and its head's argmax, SegmentationPipeline.network_stage) timed alternately in each

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The prepared GPU check. Runs ON THE GPU MACHINE (no network), from the repo root, with the
 # carried .gpu_carry/ (made here by deploy/gpu_check/prepare.sh); deploy/gpu_check/README.md
-# lists the steps and what comes back in $OUT. Budget BUDGET_S (360 s), every step under
+# lists the steps and what comes back in $OUT. Budget BUDGET_S (420 s), every step under
 # `timeout`; a failing step is logged and the script goes on. Exit code: 0 only if every step
 # that ran passed.
 #
