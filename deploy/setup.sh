@@ -1,17 +1,27 @@
 #!/usr/bin/env bash
 # One-time set-up on a fresh Debian machine with Python 3.11 (idempotent, safe to re-run):
-# the Debian package Open3D needs, a virtual environment at .venv, the pinned requirements, and
-# the CPU kernel library (compiled with g++; the CUDA one too where a GPU and nvcc exist).
+# the Debian packages Open3D, the kernel build and the virtual environment need, a virtual
+# environment at .venv, the pinned requirements, and the CPU kernel library (compiled with g++;
+# the CUDA one too where a GPU and nvcc exist).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if ! ldconfig -p 2>/dev/null | grep -q libusb-1.0.so.0 || ! command -v g++ >/dev/null 2>&1; then
-  SUDO=$([ "$(id -u)" = 0 ] && echo "" || echo sudo)
+SUDO=$([ "$(id -u)" = 0 ] && echo "" || echo sudo)
+apt_install() {
   $SUDO apt-get update -qq
-  $SUDO apt-get install -y -qq libusb-1.0-0 g++ >/dev/null
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "$@" >/dev/null
+}
+missing=()
+ldconfig -p 2>/dev/null | grep -q libusb-1.0.so.0 || missing+=(libusb-1.0-0)
+command -v g++ >/dev/null 2>&1 || missing+=(g++)
+# Debian's python3 leaves venv's pip (ensurepip's wheels) to the python3-venv package, which a
+# fresh install lacks: `python3 -m venv` then fails (seen in a bare bookworm root)
+python3 -m ensurepip --version >/dev/null 2>&1 || missing+=(python3-venv)
+if [ "${#missing[@]}" -gt 0 ]; then
+  apt_install "${missing[@]}"
 fi
 bash deploy/setup-observability.sh  # apt: prometheus + chromium for the observability tests
-if [ ! -x .venv/bin/python ]; then
-  python3 -m venv .venv
+if [ ! -x .venv/bin/pip ]; then  # none yet, or one a failed attempt left without pip
+  python3 -m venv --clear .venv
 fi
 # A download cut or corrupted on the way fails pip's hash check (seen once in CI: open3d's
 # 400 MB wheel); pip checks every hash again, so another attempt is safe.
