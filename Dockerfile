@@ -90,10 +90,11 @@ LABEL org.opencontainers.image.title="lidarseg" \
       org.opencontainers.image.version="${VERSION}" \
       org.opencontainers.image.revision="${REVISION}" \
       org.opencontainers.image.licenses="${LICENSE}"
-# libgomp1: the kernels' OpenMP runtime; libusb-1.0-0: Open3D
+# libgomp1: the kernels' OpenMP runtime; libusb-1.0-0 and libegl1: Open3D (without libEGL.so.1
+# it does not load, and the service voxelized with torch.unique: /v1/model's engine.voxelizer)
 # hadolint ignore=DL3008
 RUN apt-get update \
- && apt-get install -y --no-install-recommends libgomp1 libusb-1.0-0 \
+ && apt-get install -y --no-install-recommends libgomp1 libusb-1.0-0 libegl1 \
  && rm -rf /var/lib/apt/lists/* \
  && useradd --system --uid 10001 --user-group --home-dir /tmp --no-create-home \
       --shell /usr/sbin/nologin lidarseg

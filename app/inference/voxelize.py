@@ -16,6 +16,8 @@ joins instead of hash probes, kernels/csrc/sorted_kmap_cpu.cpp), and downsamplin
 from __future__ import annotations
 
 import functools
+import importlib.util
+import logging
 from dataclasses import dataclass
 from types import ModuleType
 
@@ -35,14 +37,29 @@ from models.labels import IGNORE_LABEL
 OPEN3D_THREADS = 1
 
 o3c: ModuleType | None
+OPEN3D_ERROR: str | None = None  # why Open3D did not load, where it did not
 try:  # Open3D is the voxelizer; hosts without it (a bare GPU box) fall back to torch.unique
     import open3d
     import open3d.core as o3c
 
     if hasattr(open3d.utility, "set_max_threads"):  # Open3D >= 0.20; older ones use every core
         open3d.utility.set_max_threads(OPEN3D_THREADS)
-except ImportError:  # pragma: no cover - exercised only where Open3D is missing
+except ImportError as error:  # pragma: no cover - exercised only where Open3D does not load
     o3c = None
+    OPEN3D_ERROR = str(error)
+    if importlib.util.find_spec("open3d") is not None:  # installed, but a library is missing
+        logging.getLogger(__name__).warning(
+            "Open3D is installed but does not load (%s): voxelizing with torch.unique instead, "
+            "several times slower. On Debian: apt-get install libegl1 libgomp1 libusb-1.0-0",
+            error,
+        )
+
+
+def voxelizer() -> str:
+    """Which voxelizer runs (/v1/model): "open3d", or "torch.unique" where Open3D did not load
+    (OPEN3D_ERROR says why)."""
+    return "open3d" if o3c is not None else "torch.unique"
+
 
 # sensor -> intensity factor of our checkpoint format's default normalisation
 INTENSITY_SCALE = intensity_scales(INTENSITY_NORMALISATION)

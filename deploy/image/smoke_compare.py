@@ -1,5 +1,6 @@
 """POSTs a real frame to a running lidarseg container and checks its labels equal the in-process
-pipeline's on this machine (same shipped weights). Used by deploy/image/smoke.sh.
+pipeline's on this machine (same shipped weights), and that it voxelizes with Open3D (the same
+voxels come from the torch.unique fallback, only slower). Used by deploy/image/smoke.sh.
 
     python deploy/image/smoke_compare.py URL FRAME
 """
@@ -31,6 +32,11 @@ def main() -> int:
         return 1
     served = np.frombuffer(r.content, dtype=np.uint8)
     print(f"container: {len(served)} labels in {time.monotonic() - t0:.1f} s")
+    engine = httpx.get(f"{url}/v1/model", timeout=60).json()["engine"]
+    print(f"container engine: {engine}")
+    if engine.get("voxelizer") != "open3d":  # the image lacked a library Open3D loads
+        print("the container does not voxelize with Open3D (its log says why)")
+        return 1
 
     from app.codecs.files import read_frame
     from app.inference.builder import build_pipeline

@@ -44,6 +44,7 @@ def test_model_probes_and_docs(http):
     want_kernel = int8_kernel() if resolve("auto") == "int8" else None
     assert m["engine"]["int8_kernel"] == want_kernel
     assert m["engine"]["amx_tiles"] == tiles_running(resolve("auto"))
+    assert m["engine"]["voxelizer"] == "open3d"  # Open3D is a requirement here
     assert http.get("/healthz").status_code == 200
     assert http.get("/readyz").json()["status"] == "ready"
     spec = http.get("/openapi.json").json()

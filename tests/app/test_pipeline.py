@@ -80,6 +80,19 @@ def test_voxelize_matches_numpy_oracle_bit_for_bit(name, voxel_size):
     assert batch.ignored[0]["non_finite"] == 5  # bad[::2]: rows 0, 2, 4, 6 (NaN x) and 8 (inf z)
 
 
+def test_open3d_loads_where_it_is_installed():
+    """Open3D is the voxelizer. Installed but not loading (libEGL.so.1 missing on a bare Debian,
+    and in the images until 2026-12-06), it fell back to torch.unique without a word: the same
+    voxels, so every other test passed, several times slower."""
+    import importlib.util
+
+    from app.inference import voxelize as voxelize_module
+
+    if importlib.util.find_spec("open3d") is None:
+        pytest.skip("Open3D is not installed here (a bare GPU box)")
+    assert voxelize_module.voxelizer() == "open3d", voxelize_module.OPEN3D_ERROR
+
+
 def test_voxels_come_sorted_so_maps_take_the_merge_path():
     from kernels.kmap import _sorted_submanifold_map_cpu
 

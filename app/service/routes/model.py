@@ -7,6 +7,7 @@ from pydantic import BaseModel
 
 from kernels.precision import cpu_features, int8_kernel, tiles_running
 
+from app.inference.voxelize import voxelizer
 from app.service.routes.deps import ERROR_RESPONSES, ApiKey, Service
 from models.labels import IGNORE_LABEL
 
@@ -31,6 +32,9 @@ class EngineInfo(BaseModel):
     # the precisions among the running one and its fallback whose kernels run on AMX tiles
     # (CPU only: ["int8", "bf16"] for int8 on an Intel Xeon with AMX; else empty)
     amx_tiles: list[str] = []
+    # "open3d", or "torch.unique" where Open3D did not load (several times slower; the server
+    # logs why at start-up): a container missing a system library shows here
+    voxelizer: str = "open3d"
 
 
 class ModelInfo(BaseModel):
@@ -79,6 +83,7 @@ async def model_info(service: Service) -> ModelInfo:
             cpu_features=list(cpu_features()),
             int8_kernel=int8_kernel() if precision == "int8" else None,
             amx_tiles=tiles_running(precision) if service.device == "cpu" else [],
+            voxelizer=voxelizer(),
         ),
         ready=service.ready,
     )
