@@ -79,10 +79,18 @@ def commands(quick: bool, features: Sequence[str]) -> dict[str, tuple[list[str],
     }
 
 
+def commit() -> str:
+    """The checkout's last commit, or why it is unknown (no git: a bare machine, a tarball)."""
+    try:
+        done = subprocess.run(
+            ["git", "log", "-1", "--format=%h %s"], cwd=REPO_ROOT, capture_output=True, text=True
+        )
+    except FileNotFoundError:
+        return "unknown (no git on this machine)"
+    return done.stdout.strip() or f"unknown ({done.stderr.strip() or 'not a git checkout'})"
+
+
 def header(features: Sequence[str]) -> str:
-    commit = subprocess.run(
-        ["git", "log", "-1", "--format=%h %s"], cwd=REPO_ROOT, capture_output=True, text=True
-    ).stdout.strip()
     model = next(
         (line.split(":", 1)[1].strip() for line in cpu_info() if line.startswith("model name")),
         platform.processor() or "unknown",
@@ -90,7 +98,7 @@ def header(features: Sequence[str]) -> str:
     return (
         f"# bench.sensor_rate {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC\n"
         f"# CPU {model}, {os.cpu_count()} logical CPUs; features {' '.join(features)}\n"
-        f"# commit {commit or 'unknown'}\n"
+        f"# commit {commit()}\n"
     )
 
 

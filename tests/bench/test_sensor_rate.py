@@ -52,3 +52,15 @@ def test_a_quick_step_writes_its_output_and_the_summary(tmp_path):
     assert summary.startswith("# bench.sensor_rate ") and "# CPU " in summary
     assert "## voxelize: python -m bench.voxelize --runs 2\n# exit 0," in summary
     assert "voxelize / floor" in (tmp_path / "voxelize.txt").read_text()
+
+
+def test_the_summary_says_when_the_commit_is_unknown(monkeypatch):
+    """A bare machine without git (seen on a fresh Debian root) gets a header, not a crash."""
+    assert sensor_rate.commit() != ""
+
+    def no_git(*args, **kwargs):
+        raise FileNotFoundError(2, "No such file or directory", "git")
+
+    monkeypatch.setattr(sensor_rate.subprocess, "run", no_git)
+    assert sensor_rate.commit() == "unknown (no git on this machine)"
+    assert "# commit unknown (no git on this machine)" in sensor_rate.header(["AVX2"])
