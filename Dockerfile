@@ -90,11 +90,12 @@ LABEL org.opencontainers.image.title="lidarseg" \
       org.opencontainers.image.version="${VERSION}" \
       org.opencontainers.image.revision="${REVISION}" \
       org.opencontainers.image.licenses="${LICENSE}"
-# libgomp1: the kernels' OpenMP runtime; libusb-1.0-0 and libegl1: Open3D (without libEGL.so.1
-# it does not load, and the service voxelized with torch.unique: /v1/model's engine.voxelizer)
+# libgomp1: the kernels' OpenMP runtime; libusb-1.0-0, libegl1 and libgl1: Open3D (without
+# libEGL.so.1 and libGL.so.1 it does not load, and the service voxelized with torch.unique, 75x
+# slower: /v1/model's engine.voxelizer; libgl1 brings Mesa, about 200 MB)
 # hadolint ignore=DL3008
 RUN apt-get update \
- && apt-get install -y --no-install-recommends libgomp1 libusb-1.0-0 libegl1 \
+ && apt-get install -y --no-install-recommends libgomp1 libusb-1.0-0 libegl1 libgl1 \
  && rm -rf /var/lib/apt/lists/* \
  && useradd --system --uid 10001 --user-group --home-dir /tmp --no-create-home \
       --shell /usr/sbin/nologin lidarseg

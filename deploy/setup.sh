@@ -12,7 +12,8 @@ apt_install() {
 }
 missing=()
 ldconfig -p 2>/dev/null | grep -q libusb-1.0.so.0 || missing+=(libusb-1.0-0)  # Open3D
-ldconfig -p 2>/dev/null | grep -q libEGL.so.1 || missing+=(libegl1)  # Open3D (a bare Debian lacks it)
+ldconfig -p 2>/dev/null | grep -q libEGL.so.1 || missing+=(libegl1)  # Open3D (a bare Debian
+ldconfig -p 2>/dev/null | grep -q libGL.so.1 || missing+=(libgl1)  # lacks these two)
 command -v g++ >/dev/null 2>&1 || missing+=(g++)
 # Debian's python3 leaves venv's pip (ensurepip's wheels) to the python3-venv package, which a
 # fresh install lacks: `python3 -m venv` then fails (seen in a bare bookworm root)

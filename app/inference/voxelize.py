@@ -50,7 +50,7 @@ except ImportError as error:  # pragma: no cover - exercised only where Open3D d
     if importlib.util.find_spec("open3d") is not None:  # installed, but a library is missing
         logging.getLogger(__name__).warning(
             "Open3D is installed but does not load (%s): voxelizing with torch.unique instead, "
-            "several times slower. On Debian: apt-get install libegl1 libgomp1 libusb-1.0-0",
+            "75x slower. On Debian: apt-get install libegl1 libgl1 libgomp1 libusb-1.0-0",
             error,
         )
 
