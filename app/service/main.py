@@ -47,6 +47,7 @@ def load_service(service: ServiceState) -> None:
     from kernels.tuning import DEFAULT_PATH
 
     from app.inference.builder import build_pipeline
+    from app.inference.voxelize import voxelizer
     from app.service.worker import InferenceWorker, WorkerStats
     from app.threads import apply_threads
 
@@ -89,6 +90,7 @@ def load_service(service: ServiceState) -> None:
             "version": service.model_version,
             "device": service.device,
             "precision": pipeline.precision,
+            "voxelizer": voxelizer(),  # torch.unique: Open3D did not load (alert on it)
             "voxel_size": str(service.voxel_size),
             "classes": str(len(service.class_names)),
         }

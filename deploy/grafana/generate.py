@@ -246,6 +246,18 @@ def build_alerts() -> dict:
                 "loaded, draining, or not scraped)"
             },
         },
+        {  # an image or host missing a library Open3D loads (libEGL, libGL): the same labels
+            "alert": "LidarsegVoxelizerFallback",
+            "expr": 'lidarseg_model_info{voxelizer!="open3d"} == 1',
+            "for": "1m",
+            "labels": {"severity": "warning"},
+            "annotations": {
+                "summary": "lidarseg {{ $labels.instance }} voxelizes with "
+                "{{ $labels.voxelizer }}, not Open3D (75x slower on a CPU)",
+                "description": "Open3D did not load; the server's start-up log says why "
+                "(on Debian: libegl1 libgl1)",
+            },
+        },
     ]
     return {"groups": [{"name": "lidarseg", "rules": rules}]}
 

