@@ -11,9 +11,11 @@ apt_install() {
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "$@" >/dev/null
 }
 missing=()
-ldconfig -p 2>/dev/null | grep -q libusb-1.0.so.0 || missing+=(libusb-1.0-0)  # Open3D
-ldconfig -p 2>/dev/null | grep -q libEGL.so.1 || missing+=(libegl1)  # Open3D (a bare Debian
-ldconfig -p 2>/dev/null | grep -q libGL.so.1 || missing+=(libgl1)  # lacks these two)
+libs=$(ldconfig -p 2>/dev/null || true)
+# Open3D's libraries (a bare Debian lacks libEGL and libGL; without them Open3D does not load)
+for lib_pkg in libusb-1.0.so.0:libusb-1.0-0 libEGL.so.1:libegl1 libGL.so.1:libgl1; do
+  grep -qF "${lib_pkg%%:*}" <<<"$libs" || missing+=("${lib_pkg#*:}")
+done
 command -v g++ >/dev/null 2>&1 || missing+=(g++)
 # Debian's python3 leaves venv's pip (ensurepip's wheels) to the python3-venv package, which a
 # fresh install lacks: `python3 -m venv` then fails (seen in a bare bookworm root)

@@ -113,24 +113,26 @@ def test_images_share_entrypoint_port_user_and_never_compile_at_start():
         assert "libusb-1.0-0 libegl1 libgl1" in text, dockerfile
 
 
-def test_dockerignore_keeps_data_and_builds_out():
+def dockerignore_rules() -> list[str]:
     lines = (REPO_ROOT / ".dockerignore").read_text().splitlines()
-    rules = [line.strip() for line in lines if line.strip() and not line.startswith("#")]
-    assert rules[0] == "*", "an allow-list: ignore everything first"
-    allowed = {r[1:].rstrip("/") for r in rules if r.startswith("!")}
-    assert allowed == {"app", "models", "kernels", "requirements"}
+    return [line.strip() for line in lines if line.strip() and not line.startswith("#")]
+
+
+def dockerignore_allowed() -> set[str]:
+    """The paths .dockerignore's allow-list lets into the build context ("!path" rules)."""
+    return {r[1:].rstrip("/") for r in dockerignore_rules() if r.startswith("!")}
+
+
+def test_dockerignore_keeps_data_and_builds_out():
+    assert dockerignore_rules()[0] == "*", "an allow-list: ignore everything first"
+    assert dockerignore_allowed() == {"app", "models", "kernels", "requirements"}
 
 
 @pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: str(p.relative_to(REPO_ROOT)))
 def test_every_file_a_dockerfile_copies_is_in_the_build_context(dockerfile):
     """COPY and ADD sources from the context exist and pass .dockerignore's allow-list (the
     Jetson image once copied deploy/jetson/requirements.txt, which the allow-list kept out)."""
-    rules = [
-        line.strip()
-        for line in (REPO_ROOT / ".dockerignore").read_text().splitlines()
-        if line.strip() and not line.startswith("#")
-    ]
-    allowed = [r[1:].rstrip("/") for r in rules if r.startswith("!")]
+    allowed = dockerignore_allowed()
     sources = []
     for line in dockerfile.read_text().splitlines():
         words = line.split()
@@ -141,5 +143,5 @@ def test_every_file_a_dockerfile_copies_is_in_the_build_context(dockerfile):
         assert (REPO_ROOT / source).exists(), f"{dockerfile}: COPY {source}: no such file"
         top = source.rstrip("/")
         assert any(top == a or top.startswith(a + "/") for a in allowed), (
-            f"{dockerfile}: COPY {source} is outside .dockerignore's allow-list {allowed}"
+            f"{dockerfile}: COPY {source} is outside .dockerignore's allow-list {sorted(allowed)}"
         )
