@@ -144,8 +144,8 @@ def uvicorn_config(app, settings: Settings) -> GuardedConfig:
         timeout_keep_alive=max(1, round(settings.idle_timeout_s)),
         timeout_graceful_shutdown=GRACEFUL_S,
         h11_max_incomplete_event_size=64 * 1024,
-        access_log=settings.access_log == "off",
-    )  # else ours (access_log.py)
+        access_log=False,  # ours (access_log.py, LIDARSEG_ACCESS_LOG); off means none at all
+    )
     config.lidarseg_guard = {
         "max_connections": settings.max_connections,
         "read_ahead_bytes": min(READ_AHEAD_BYTES, settings.max_body_bytes),

@@ -171,6 +171,18 @@ def test_access_log_text_and_no_secrets():
     assert AccessLog("auto", stream=Terminal()).mode == "text"
 
 
+@pytest.mark.parametrize("mode", ["auto", "json", "text", "off"])
+def test_access_log_off_means_none_and_uvicorns_is_never_on(mode):
+    """LIDARSEG_ACCESS_LOG=off once turned uvicorn's own access log on (a logging record per
+    request, about 0.1 ms of the event loop's time at 10 Hz): off is none, and uvicorn's log is
+    off with every mode (ours writes one line where a mode asks for it)."""
+    from app.service.config import Settings
+    from app.service.server import uvicorn_config
+
+    assert uvicorn_config(lambda *a: None, Settings(access_log=mode)).access_log is False
+    assert AccessLog(mode, stream=io.StringIO()).enabled == (mode != "off")
+
+
 def test_keys_guard_dashboard_and_its_json():
     require_real_data()
     with app_client(api_keys=KEY) as (client, _, log):
