@@ -1,10 +1,14 @@
 """uvicorn, hardened: header and idle timeouts, a connection cap, one shutdown budget.
 
 GuardedH11 is uvicorn's h11 protocol plus
-  - a header timeout: a connection must deliver a request line and headers within
-    LIDARSEG_HEADER_TIMEOUT_S of opening (or of its previous response), else 408 and closed
-    (slow-header clients cannot hold connections; uvicorn only times out idle keep-alives, which
-    is LIDARSEG_IDLE_TIMEOUT_S here);
+  - a header timeout: a request's line and headers must be in within LIDARSEG_HEADER_TIMEOUT_S
+    of its first byte (of the connection's opening, for its first request), else 408 and closed
+    (slow-header clients cannot hold connections). A connection that sent nothing of a new
+    request is closed without a word: a 408 there would be read as the answer to the request a
+    client sends next. Between requests only uvicorn's keep-alive timeout runs
+    (LIDARSEG_IDLE_TIMEOUT_S, whole seconds);
+  - a JSON body on uvicorn's 400 for a request h11 cannot parse (a bad Content-Length,
+    Transfer-Encoding or request line), like every other error of the service;
   - a connection cap: beyond LIDARSEG_MAX_CONNECTIONS open connections a new one gets a JSON 503
     with Retry-After and is closed;
   - read-ahead (app/service/read_ahead.py): a small declared body streams in while the route
@@ -92,13 +96,31 @@ class GuardedH11(ReadAheadH11):
             transport.close()
             self.connections.discard(self)
             return
+        self._request_bytes = False  # no byte of the next request yet
         self._arm_header_timer()
+
+    def _between_requests(self) -> bool:
+        return self.cycle is None or self.cycle.response_complete
 
     def _arm_header_timer(self) -> None:
         self._waiting_cycle = self.cycle
         self._header_timer = self.loop.call_later(
             self.config.lidarseg_guard["header_timeout_s"], self._header_timeout
         )
+
+    def data_received(self, data: bytes) -> None:
+        if self._between_requests():
+            self._request_bytes = True
+            if getattr(self, "_header_timer", None) is None:
+                self._arm_header_timer()  # a new request's first bytes: its headers' clock
+        super().data_received(data)
+
+    def send_400_response(self, msg: str) -> None:
+        """uvicorn's answer to a request h11 cannot parse, as JSON (connection closed)."""
+        self.transport.write(
+            _raw_response("400 Bad Request", {"error": "bad_request", "detail": msg})
+        )
+        self.transport.close()
 
     def _disarm_header_timer(self) -> None:
         timer = getattr(self, "_header_timer", None)
@@ -109,12 +131,16 @@ class GuardedH11(ReadAheadH11):
     def _header_timeout(self) -> None:
         self._header_timer = None
         if self.cycle is self._waiting_cycle and not self.transport.is_closing():
-            self.transport.write(
-                _raw_response(
-                    "408 Request Timeout",
-                    {"error": "header_timeout", "detail": "request headers did not arrive in time"},
+            if self._request_bytes:  # else nothing was asked: no answer to misread
+                self.transport.write(
+                    _raw_response(
+                        "408 Request Timeout",
+                        {
+                            "error": "header_timeout",
+                            "detail": "request headers did not arrive in time",
+                        },
+                    )
                 )
-            )
             self.transport.close()
 
     def handle_events(self) -> None:
@@ -123,10 +149,12 @@ class GuardedH11(ReadAheadH11):
             self._disarm_header_timer()  # a request's headers arrived
 
     def on_response_complete(self) -> None:
-        super().on_response_complete()
-        if not self.transport.is_closing() and (self.cycle is None or self.cycle.response_complete):
+        super().on_response_complete()  # arms uvicorn's keep-alive timeout
+        if not self.transport.is_closing() and self._between_requests():
             self._disarm_header_timer()
-            self._arm_header_timer()
+            self._request_bytes = bool(self.conn.trailing_data[0])  # a pipelined request's part
+            if self._request_bytes:
+                self._arm_header_timer()
 
     def connection_lost(self, exc) -> None:
         self._disarm_header_timer()

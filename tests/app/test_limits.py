@@ -49,7 +49,7 @@ def srv():
     s = Server(
         body_timeout_s=2,
         header_timeout_s=2,
-        idle_timeout_s=1,
+        idle_timeout_s=3,  # longer than the header timeout: it must still rule between requests
         max_connections=6,
         decode_concurrency=2,
         api_keys=KEY,
@@ -79,10 +79,31 @@ def test_header_timeout_closes(srv):
 
 
 def test_idle_keep_alive_closes(srv):
+    """Between requests the idle timeout rules, not the header timeout, and the close says
+    nothing: a 408 there (the header timer, re-armed after each response) was read by the
+    client as the answer to its next request."""
     with _connect(srv) as s:
         s.sendall(b"GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n")
+        start = time.monotonic()
         raw = _read_all(s)  # the response, then the close after the idle timeout
-    assert raw.startswith(b"HTTP/1.1 200")
+        idle = time.monotonic() - start
+    assert raw.startswith(b"HTTP/1.1 200") and raw.count(b"HTTP/1.1") == 1, raw
+    assert idle > 2.5  # the idle timeout (3 s), not the header timeout (2 s): seconds apart
+
+
+def test_a_connection_that_sends_nothing_is_closed_without_an_answer(srv):
+    with _connect(srv) as s:
+        assert _read_all(s) == b""  # closed at the header timeout, no 408 to misread
+
+
+def test_unparsable_requests_get_a_json_400(srv):
+    for bad in (b"Content-Length: +16", b"Content-Length: 1\r\nContent-Length: 2", b"Bad Name: 1"):
+        with _connect(srv) as s:
+            s.sendall(b"POST /v1/segment HTTP/1.1\r\nHost: t\r\n" + bad + b"\r\n\r\n")
+            status, headers, body = _status_and_body(_read_all(s))
+        assert status == 400 and headers["content-type"] == "application/json", body
+        assert json.loads(body)["error"] == "bad_request" and json.loads(body)["detail"]
+    assert httpx.get(f"{srv.url}/healthz").status_code == 200
 
 
 def test_connection_cap(srv):

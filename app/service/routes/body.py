@@ -1,10 +1,11 @@
 """Reading a request body under the service's limits, and one file part of a multipart body.
 
-read_body: 413 as soon as the body passes LIDARSEG_MAX_BODY_BYTES (by Content-Length before
-reading, else while streaming); 408 when the whole body has not arrived within
-LIDARSEG_BODY_TIMEOUT_S; 503 draining when SIGTERM comes while it is still arriving. Each of these
-closes the connection (Connection: close), so the rest of the body is never read. A client that
-disconnects mid-body ends the request as 499 (never a 500, never a traceback).
+read_body: 415 for a Content-Encoding other than identity; 413 as soon as the body passes
+LIDARSEG_MAX_BODY_BYTES (by Content-Length before reading, else while streaming); 408 when the
+whole body has not arrived within LIDARSEG_BODY_TIMEOUT_S; 503 draining when SIGTERM comes while
+it is still arriving. Each of these closes the connection (Connection: close), so the rest of the
+body is never read. A client that disconnects mid-body ends the request as 499 (never a 500,
+never a traceback).
 """
 
 from __future__ import annotations
@@ -12,10 +13,10 @@ from __future__ import annotations
 import asyncio
 
 from fastapi import Request
-from starlette.datastructures import UploadFile
 from starlette.requests import ClientDisconnect
 
 from app.service.routes.deps import ServiceError, ServiceState
+from app.service.routes.multipart import one_file_part
 
 CLOSE = {"Connection": "close"}
 
@@ -39,10 +40,24 @@ def _declared_length(request: Request, limit: int) -> None:
         )
 
 
+def _identity_encoding(request: Request) -> None:
+    """415 for a compressed body (Content-Encoding): nothing here inflates one, and read as it
+    came it decodes to wrong points (a gzip of float32 rows of the right length did)."""
+    encoding = request.headers.get("content-encoding", "identity").strip().lower()
+    if encoding not in ("", "identity"):
+        raise ServiceError(
+            415,
+            "unsupported_content_encoding",
+            f"Content-Encoding {encoding[:40]!r}: send the body uncompressed",
+            CLOSE,
+        )
+
+
 async def read_body(request: Request, service: ServiceState) -> bytes:
     """The whole body, under the size limit, the body deadline and the drain (see above)."""
     settings = service.settings
     limit = settings.max_body_bytes
+    _identity_encoding(request)
     _declared_length(request, limit)
     task = asyncio.current_task()
     if task is None:  # pragma: no cover - a route always runs in a task
@@ -99,24 +114,7 @@ async def read_body(request: Request, service: ServiceState) -> bytes:
     return b"".join(chunks)
 
 
-async def file_part(request: Request, body: bytes) -> tuple[bytes, str | None]:
-    """(file bytes, its content type) of a multipart body with exactly one file part."""
-
-    async def replay():
-        return {"type": "http.request", "body": body, "more_body": False}
-
-    try:
-        form = await Request(request.scope, replay).form(max_files=1, max_fields=16)
-    except Exception:  # noqa: BLE001 - any parser failure is the client's malformed body
-        raise ServiceError(
-            400,
-            "malformed_multipart",
-            "the multipart body cannot be parsed (one file part expected)",
-        ) from None
-    files = [v for _, v in form.multi_items() if isinstance(v, UploadFile)]
-    if len(files) != 1:
-        raise ServiceError(
-            400, "malformed_multipart", f"expected exactly one file part, got {len(files)}"
-        )
-    data = await files[0].read()
-    return data, files[0].content_type
+def file_part(request: Request, body: bytes) -> tuple[bytes, str | None]:
+    """(file bytes, its content type) of a multipart body with exactly one file part
+    (routes/multipart.py: linear in the body, on the event loop)."""
+    return one_file_part(body, request.headers.get("content-type", ""))

@@ -215,7 +215,7 @@ async def read_frame(
     content_type = request.headers.get("content-type")
     media = (content_type or "").split(";")[0].strip().lower()
     if media == "multipart/form-data":
-        body, content_type = await file_part(request, body)
+        body, content_type = file_part(request, body)
         media = (content_type or "").split(";")[0].strip().lower()
     if media == "application/json" and fmt is None:
         fmt = "json"
