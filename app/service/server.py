@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import sys
 import threading
 import time
@@ -36,7 +37,7 @@ from typing import TypedDict
 import uvicorn
 from pydantic import ValidationError
 
-from app.service.config import Settings
+from app.service.config import Settings, unread_variables
 from app.service.read_ahead import READ_AHEAD_BYTES, ReadAheadH11
 
 CLOSE_RESERVE_S = 5.0  # of the shutdown budget, kept for closing connections and the lifespan
@@ -224,6 +225,8 @@ def serve(overrides: dict) -> int:
     logging.basicConfig(
         level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    for warning in unread_variables(os.environ):
+        logging.getLogger("lidarseg").warning(warning)
     sys.setswitchinterval(GIL_SWITCH_S)
     run(create_app(settings))
     return 0

@@ -81,6 +81,45 @@ def test_deployment_hardening_and_shutdown(path):
     assert ("nvidia.com/gpu" in c["resources"]["limits"]) is gpu
 
 
+def _service_links(service: dict, ip: str = "10.96.0.10") -> dict[str, str]:
+    """The variables kubelet puts in every pod of a Service's namespace (Docker-link style)
+    unless the pod spec says enableServiceLinks: false."""
+    name = service["metadata"]["name"].upper().replace("-", "_")
+    ports = service["spec"]["ports"]
+    env = {
+        f"{name}_SERVICE_HOST": ip,
+        f"{name}_SERVICE_PORT": str(ports[0]["port"]),
+        f"{name}_PORT": f"tcp://{ip}:{ports[0]['port']}",
+    }
+    for p in ports:
+        proto, port = p.get("protocol", "TCP"), p["port"]
+        if "name" in p:
+            env[f"{name}_SERVICE_PORT_{p['name'].upper().replace('-', '_')}"] = str(port)
+        base = f"{name}_PORT_{port}_{proto}"
+        env |= {base: f"{proto.lower()}://{ip}:{port}", f"{base}_PROTO": proto.lower()}
+        env |= {f"{base}_PORT": str(port), f"{base}_ADDR": ip}
+    return env
+
+
+@pytest.mark.parametrize("path", DEPLOYMENTS, ids=lambda p: str(p.relative_to(DEPLOY)))
+def test_service_links_cannot_reach_the_settings(path, monkeypatch):
+    """The Service is named lidarseg, so Kubernetes would set LIDARSEG_PORT=tcp://IP:80 in the
+    pods (over the image's LIDARSEG_PORT=8000) and the server would refuse to start; the pods
+    say enableServiceLinks: false. The settings name the cause if a pod spec lacks it."""
+    from pydantic import ValidationError
+
+    from app.service.config import unread_variables
+
+    pod = yaml.safe_load(path.read_text())["spec"]["template"]["spec"]
+    assert pod.get("enableServiceLinks", True) is False
+    links = _service_links(yaml.safe_load((DEPLOY / "k8s" / "service.yaml").read_text()))
+    for name, value in links.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(ValidationError, match="enableServiceLinks: false"):
+        Settings()
+    assert all("service link" in w for w in unread_variables(links))
+
+
 def test_compose_stack_mounts_what_exists_and_agrees_with_the_image():
     stack = yaml.safe_load((DEPLOY / "compose.yaml").read_text())["services"]
     assert {"lidarseg", "prometheus", "grafana"} <= set(stack)
