@@ -3,14 +3,15 @@
 The header ('ply', 'format ...', 'element NAME COUNT', 'property TYPE NAME',
 'property list COUNT_TYPE ITEM_TYPE NAME', 'end_header') declares elements whose items follow in
 order; the 'vertex' element gives x, y, z[, intensity] (any scalar types). Elements before the
-vertex are skipped (lists included: at most MAX_LIST_ITEMS items in binary, whose sizes are
-only known item by item); whatever follows the vertices is not read. ASCII data has one element
-item per line.
+vertex are skipped (lists included: in binary at most MAX_SKIPPED_LISTS lists in all, whose
+lengths are only known list by list); whatever follows the vertices is not read. ASCII data has
+one element item per line.
 """
 
 from __future__ import annotations
 
 import re
+import struct
 
 import numpy as np
 
@@ -46,7 +47,11 @@ SCALARS = {
 }
 ENCODINGS = {"ascii": None, "binary_little_endian": "<", "binary_big_endian": ">"}
 MAX_HEADER = 64 * 1024
-MAX_LIST_ITEMS = 4096  # binary items with list properties skipped before the vertex element
+# Binary lists before the vertex element (items x list properties, summed over the elements) are
+# skipped one Python step each, as each list's length is only in the data: 65,536 lists (a face
+# element of 65,536 faces, or 4,096 items of 16 lists) take ~20 ms. A 64 KiB header could
+# otherwise declare thousands of list properties on thousands of elements (10 M steps: 13 s).
+MAX_SKIPPED_LISTS = 65_536
 
 
 class _Element:
@@ -116,6 +121,7 @@ def decode(body: bytes, max_points: int | None = None) -> Frame:
 
 
 def _binary(data: memoryview, order: str, before: list, vertex: _Element, wanted: list) -> Frame:
+    _check_skipped_lists(before)
     pos = 0
     for el in before:
         pos = _skip_binary(data, pos, order, el)
@@ -131,35 +137,54 @@ def _binary(data: memoryview, order: str, before: list, vertex: _Element, wanted
     return columns_frame([recs[name] for name in wanted], FMT)
 
 
+def _check_skipped_lists(before: list) -> None:
+    """422 when the elements before the vertices hold more than MAX_SKIPPED_LISTS lists (checked
+    from the header, before any is read)."""
+    lists = sum(el.count * sum(1 for p in el.props if p[2]) for el in before)
+    if lists > MAX_SKIPPED_LISTS:
+        raise unusable(
+            FMT,
+            f"the elements before the vertices hold {lists} lists (items x list properties; "
+            f"at most {MAX_SKIPPED_LISTS}, read one by one; put the vertex element first)",
+        )
+
+
 def _skip_binary(data: memoryview, pos: int, order: str, el: _Element) -> int:
-    if not any(p[2] for p in el.props):  # fixed-size items: one jump
-        size = sum(np.dtype(t).itemsize for _, t, _ in el.props) * el.count
+    lists, tail = _item_layout(el, order)
+    if not lists:  # fixed-size items: one jump
+        size = tail * el.count
         if pos + size > len(data):
             raise malformed(FMT, f"element {el.name} truncated")
         return pos + size
-    if el.count > MAX_LIST_ITEMS:  # each item's size is in its data: one step per item
-        raise unusable(
-            FMT,
-            f"element {el.name} before the vertices has {el.count} items with "
-            f"list properties (at most {MAX_LIST_ITEMS}; put the vertex "
-            "element first)",
-        )
-    for _ in range(el.count):
-        for _, t, count_t in el.props:
-            size = np.dtype(t).itemsize
-            if count_t is not None:
-                cdt = np.dtype(order + count_t)
-                if pos + cdt.itemsize > len(data):
-                    raise malformed(FMT, f"element {el.name} truncated")
-                k = int(np.frombuffer(data, dtype=cdt, count=1, offset=pos)[0])
-                if k < 0:
-                    raise malformed(FMT, f"element {el.name}: negative list length")
-                pos += cdt.itemsize
-                size *= k
-            if pos + size > len(data):
+    for _ in range(el.count):  # each list's size is in its data: one step per list
+        for scalars, length, value_size in lists:
+            pos += scalars
+            if pos + length.size > len(data):
                 raise malformed(FMT, f"element {el.name} truncated")
-            pos += size
+            (k,) = length.unpack_from(data, pos)
+            if k < 0:
+                raise malformed(FMT, f"element {el.name}: negative list length")
+            pos += length.size + k * value_size
+        pos += tail
+    if pos > len(data):
+        raise malformed(FMT, f"element {el.name} truncated")
     return pos
+
+
+def _item_layout(el: _Element, order: str) -> tuple[list[tuple[int, struct.Struct, int]], int]:
+    """One item of `el`: for each list property (the bytes of the scalars before the list, its
+    length's reader, its values' size), then the bytes of the scalars after the last list."""
+    lists, scalars = [], 0
+    for name, t, count_t in el.props:
+        if count_t is None:
+            scalars += np.dtype(t).itemsize
+            continue
+        if np.dtype(count_t).kind not in "iu":
+            raise malformed(FMT, f"element {el.name}: list {name} has a non-integer length type")
+        length = struct.Struct(order + np.dtype(count_t).char)
+        lists.append((scalars, length, np.dtype(t).itemsize))
+        scalars = 0
+    return lists, scalars
 
 
 def _skip_lines(data: bytes, pos: int, lines: int) -> int:

@@ -24,6 +24,7 @@ from app.codecs.base import (
     find_intensity,
     malformed,
     require_xyz,
+    unusable,
 )
 
 FMT = "pointcloud2"
@@ -31,6 +32,14 @@ CONTENT_TYPE = "application/x-ros2-pointcloud2"
 # sensor_msgs/PointField datatypes: INT8 .. FLOAT64
 DATATYPES = {1: "i1", 2: "u1", 3: "i2", 4: "u2", 5: "i4", 6: "u4", 7: "f4", 8: "f8"}
 HEADERS = {b"\x00\x00": ">", b"\x00\x01": "<"}
+# Fields a message may declare: ROS drivers send a handful to a few dozen (x, y, z, intensity,
+# ring, t, ...) and each becomes Python objects, so 1,024 keep a parse (sniffing parses too) to
+# about a millisecond, where a 64 MiB body could declare 2.7 million (8 s and +570 MB, twice
+# the time when sniffed).
+MAX_FIELDS = 1024
+# A field name's bytes, its NUL included: names are identifiers ('x', 'intensity'), and 1,024
+# names of 256 bytes keep the field list (and an error that lists it) within 256 KiB.
+MAX_NAME_BYTES = 256
 
 
 @dataclass
@@ -65,8 +74,11 @@ class _Reader:
     def u32(self) -> int:
         return self._get("I")
 
-    def string(self) -> str:
+    def string(self, limit: int | None = None, what: str = "string") -> str:
+        """A string; 422 for one of more than `limit` bytes (its NUL included)."""
         n = self.u32()
+        if limit is not None and n > limit:
+            raise unusable(FMT, f"{what} at byte {self.pos - 4} has {n} bytes (at most {limit})")
         if n < 1 or self.pos + n > len(self.body) or self.body[self.pos + n - 1] != 0:
             raise malformed(FMT, f"bad string at byte {self.pos - 4} (length {n})")
         raw = self.body[self.pos : self.pos + n - 1]
@@ -89,7 +101,9 @@ def parse(body: bytes) -> Message:
     nfields = r.u32()
     if nfields * 13 > len(body):
         raise malformed(FMT, f"{nfields} fields cannot fit in {len(body)} bytes")
-    fields = [(r.string(), r.u32(), r.u8(), r.u32()) for _ in range(nfields)]
+    if nfields > MAX_FIELDS:  # before any field becomes Python objects
+        raise unusable(FMT, f"{nfields} fields (at most {MAX_FIELDS})")
+    fields = [_field(r) for _ in range(nfields)]
     is_bigendian = bool(r.u8())
     point_step, row_step = r.u32(), r.u32()
     data_size = r.u32()
@@ -103,6 +117,11 @@ def parse(body: bytes) -> Message:
     )
     _check(msg)
     return msg
+
+
+def _field(r: _Reader) -> tuple[str, int, int, int]:
+    """One PointField: (name, offset, datatype, count)."""
+    return r.string(MAX_NAME_BYTES, "field name"), r.u32(), r.u8(), r.u32()
 
 
 def _check(m: Message) -> None:

@@ -37,6 +37,8 @@ class Settings(BaseSettings):
     retry_after_s: int = Field(1, ge=1)  # Retry-After on 503
 
     max_body_bytes: int = Field(64 * 1024 * 1024, ge=1024)
+    # bodies read or held at once (from the first byte to the answer), beyond: 503
+    max_bodies_bytes: int = Field(256 * 1024 * 1024, ge=1024)
     max_points: int = Field(2_000_000, ge=1)
     range_policy: Literal["ignore", "reject"] = "ignore"
     api_keys: Annotated[tuple[str, ...], NoDecode] = ()  # comma-separated in the environment
@@ -98,6 +100,15 @@ class Settings(BaseSettings):
         except FileNotFoundError as e:
             raise ValueError(str(e)) from None
         return str(v)
+
+    @model_validator(mode="after")
+    def _one_body_fits_the_bodies(self):
+        if self.max_bodies_bytes < self.max_body_bytes:
+            raise ValueError(
+                f"max_bodies_bytes ({self.max_bodies_bytes}) must hold at least one body of "
+                f"max_body_bytes ({self.max_body_bytes})"
+            )
+        return self
 
     @model_validator(mode="after")
     def _device_available(self):

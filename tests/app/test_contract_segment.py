@@ -93,6 +93,8 @@ def test_round_trip_matches_in_process_pipeline(http, pipeline, name, fmt, senso
         ("application/json, application/octet-stream;q=0.9", False),
         ("text/html, application/octet-stream;q=0.1", True),
         ("application/octet-stream;q=bogus, application/json;q=0.1", False),
+        ("application/octet-stream;q=0", False),  # not acceptable: JSON, the default
+        ("application/octet-stream;q=abc", False),
     ],
 )
 def test_accept_variants(http, accept, binary):

@@ -52,6 +52,7 @@ def srv():
         idle_timeout_s=3,  # longer than the header timeout: it must still rule between requests
         max_connections=6,
         decode_concurrency=2,
+        max_bodies_bytes=100 * 1024 * 1024,
         api_keys=KEY,
     )
     yield s
@@ -104,6 +105,43 @@ def test_unparsable_requests_get_a_json_400(srv):
         assert status == 400 and headers["content-type"] == "application/json", body
         assert json.loads(body)["error"] == "bad_request" and json.loads(body)["detail"]
     assert httpx.get(f"{srv.url}/healthz").status_code == 200
+
+
+def _declare(s: socket.socket, size: int, sent: bytes = b"") -> None:
+    s.sendall(
+        b"POST /v1/segment?format=xyz HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer "
+        + KEY.encode()
+        + f"\r\nContent-Length: {size}\r\n\r\n".encode()
+        + sent
+    )
+
+
+def test_bodies_held_at_once_are_bounded(srv):
+    """LIDARSEG_MAX_BODIES_BYTES (100 MiB here): a second 60 MiB body while the first is still
+    arriving gets a JSON 503 at once; the first one's bytes are given back when it ends (here
+    its client leaves), and the same body is taken again. Before, 24 connections sending 60 MB
+    bodies each took the server from 618 MB to 2 GB."""
+    big = 60 * 1024 * 1024
+    with _connect(srv) as first:
+        _declare(first, big, b"\0" * 65536)
+        time.sleep(0.3)  # its route holds the declared bytes
+        with _connect(srv) as second:
+            _declare(second, big)
+            status, headers, body = _status_and_body(_read_all(second))
+        assert status == 503 and headers["connection"] == "close" and headers["retry-after"]
+        assert json.loads(body)["error"] == "bodies_busy"
+    for _ in range(50):  # the first route sees its client gone (499) and gives the bytes back
+        with _connect(srv) as again:
+            _declare(again, big)
+            again.settimeout(0.5)
+            try:
+                answer = again.recv(65536)
+            except TimeoutError:
+                break  # waiting for the body: admitted
+        assert b"bodies_busy" in answer, answer
+        time.sleep(0.2)
+    else:
+        raise AssertionError("the first body's bytes were never given back")
 
 
 def test_connection_cap(srv):

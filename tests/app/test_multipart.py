@@ -52,6 +52,8 @@ def test_the_file_part_among_fields_preamble_and_epilogue():
         epilogue=b"\r\nignored epilogue",
     )
     assert one_file_part(posted, TYPE) == (data, "application/octet-stream")
+    named = b'--bnd\r\nContent-Disposition: form-data; name="f"; filename="\xf3\xb2\xbc\x8a.bin"'
+    assert one_file_part(named + b"\r\n\r\n12\r\n--bnd--", TYPE) == (b"12", None)  # UTF-8 name
     assert one_file_part(body(part("f", b"", "e")), 'multipart/form-data; boundary="bnd"') == (
         b"",
         None,

@@ -1,6 +1,8 @@
 """Reading a request body under the service's limits, and one file part of a multipart body.
 
-read_body: 415 for a Content-Encoding other than identity; 413 as soon as the body passes
+read_body: 415 for a Content-Encoding other than identity; 503 when the bodies read or held
+at once would pass LIDARSEG_MAX_BODIES_BYTES (by Content-Length before reading, else while
+streaming; released when the route answers: release_body); 413 as soon as the body passes
 LIDARSEG_MAX_BODY_BYTES (by Content-Length before reading, else while streaming); 408 when the
 whole body has not arrived within LIDARSEG_BODY_TIMEOUT_S; 503 draining when SIGTERM comes while
 it is still arriving. Each of these closes the connection (Connection: close), so the rest of the
@@ -21,10 +23,10 @@ from app.service.routes.multipart import one_file_part
 CLOSE = {"Connection": "close"}
 
 
-def _declared_length(request: Request, limit: int) -> None:
+def _declared_length(request: Request, limit: int) -> int | None:
     length = request.headers.get("content-length")
     if length is None:
-        return
+        return None
     try:
         declared = int(length)
     except ValueError:
@@ -38,6 +40,19 @@ def _declared_length(request: Request, limit: int) -> None:
             f"body of {declared} bytes is over the limit of {limit} bytes",
             CLOSE,
         )
+    return declared
+
+
+def _hold(request: Request, service: ServiceState, size: int) -> None:
+    """`size` bytes more of this request's body held (ServiceState.hold_body: 503 beyond
+    LIDARSEG_MAX_BODIES_BYTES), given back by release_body when the route answers."""
+    service.hold_body(size)
+    request.state.body_held = getattr(request.state, "body_held", 0) + size
+
+
+def release_body(request: Request, service: ServiceState) -> None:
+    service.release_body(getattr(request.state, "body_held", 0))
+    request.state.body_held = 0
 
 
 def _identity_encoding(request: Request) -> None:
@@ -58,7 +73,8 @@ async def read_body(request: Request, service: ServiceState) -> bytes:
     settings = service.settings
     limit = settings.max_body_bytes
     _identity_encoding(request)
-    _declared_length(request, limit)
+    declared = _declared_length(request, limit)
+    _hold(request, service, declared or 0)  # a chunked body: chunk by chunk below
     task = asyncio.current_task()
     if task is None:  # pragma: no cover - a route always runs in a task
         raise RuntimeError("read_body must run in an asyncio task")
@@ -82,6 +98,8 @@ async def read_body(request: Request, service: ServiceState) -> bytes:
                     f"body passed the limit of {limit} bytes while streaming",
                     CLOSE,
                 )
+            if declared is None:
+                _hold(request, service, len(chunk))
             if chunk:  # Starlette's stream ends with b"": a body in one piece is then not copied
                 chunks.append(chunk)
     except asyncio.CancelledError:

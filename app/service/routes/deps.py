@@ -55,6 +55,7 @@ class ServiceState:
     decoding: int = 0  # decodes running or waiting for a decode thread
     decoder: Any = None  # the decode thread pool (LIDARSEG_DECODE_CONCURRENCY)
     uploads: dict = field(default_factory=dict)  # task -> stop(reason): bodies being read
+    body_bytes: int = 0  # of request bodies read or held now (event loop only: hold_body)
     loop: Any = None  # the event loop (set by the lifespan)
     shutdown_deadline: float = 0.0  # time.monotonic() by which the process exits
 
@@ -98,6 +99,24 @@ class ServiceState:
                 else "the model is still loading"
             )
             raise ServiceError(503, "not_ready", detail, self.retry_after(close=True))
+
+    def hold_body(self, size: int) -> None:
+        """`size` more bytes of request bodies held (on the event loop); 503 + Retry-After and
+        Connection: close beyond LIDARSEG_MAX_BODIES_BYTES. The route gives them back
+        (release_body) when it answers."""
+        limit = self.settings.max_bodies_bytes
+        if self.body_bytes + size > limit:
+            raise ServiceError(
+                503,
+                "bodies_busy",
+                f"server busy: {self.body_bytes} bytes of bodies held, {size} more would pass "
+                f"{limit} (LIDARSEG_MAX_BODIES_BYTES)",
+                self.retry_after(close=True),
+            )
+        self.body_bytes += size
+
+    def release_body(self, size: int) -> None:
+        self.body_bytes -= size
 
     @property
     def worker_alive(self) -> bool:

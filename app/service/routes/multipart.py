@@ -83,7 +83,7 @@ def _part_headers(body: bytes, pos: int) -> tuple[dict[str, str], int]:
     if end < 0:
         raise malformed(f"a part's headers do not end within {MAX_PART_HEADER_BYTES} bytes")
     headers = {}
-    for line in body[pos:end].decode("utf-8", "replace").split("\r\n"):
+    for line in body[pos:end].decode("latin-1").split("\r\n"):  # byte for byte, as HTTP's
         name, colon, value = line.partition(":")
         if not colon:
             raise malformed(f"a part's header line has no ':' ({line[:40]!r})")

@@ -24,7 +24,7 @@ from fastapi.responses import Response
 from app.inference.pipeline import PIPELINE_STAGES, FrameResult
 from app.service import observe
 from app.service.admission import DeadlineExceeded, Job, QueueFull, WorkerStopped
-from app.service.routes.body import file_part, read_body
+from app.service.routes.body import file_part, read_body, release_body
 from app.service.routes.decoding import decode_body
 from app.service.routes.deps import ApiKey, Service, ServiceError, ServiceState
 from app.service.routes.segment_api import (
@@ -126,7 +126,8 @@ def query_options(request: Request) -> tuple[str | None, str | None]:
 
 
 def wants_binary(accept: str) -> bool:
-    """Binary when application/octet-stream is acceptable and preferred over JSON."""
+    """Binary when application/octet-stream is acceptable (q > 0; a q that is no number: 0)
+    and preferred over JSON."""
     best, best_q = None, -1.0
     for part in accept.split(","):
         media, *params = [p.strip() for p in part.split(";")]
@@ -138,7 +139,7 @@ def wants_binary(accept: str) -> bool:
                 except ValueError:
                     q = 0.0
         if media in BINARY_TYPES or media == "application/json":
-            if q > best_q:
+            if q > max(best_q, 0.0):
                 best, best_q = media, q
     return best in BINARY_TYPES
 
@@ -151,6 +152,13 @@ def wants_binary(accept: str) -> bool:
     openapi_extra={"requestBody": REQUEST_BODY, "parameters": PARAMETERS},
 )
 async def segment(request: Request, service: Service) -> Response:
+    try:
+        return await _segment(request, service)
+    finally:
+        release_body(request, service)  # the frame's body is dropped with the answer
+
+
+async def _segment(request: Request, service: ServiceState) -> Response:
     t0 = time.perf_counter()
     fmt, detail = query_options(request)
     request_id = request.state.request_id
