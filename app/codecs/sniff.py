@@ -78,8 +78,8 @@ def weak_format(body: bytes) -> str | None:
 
         try:
             pointcloud2.parse(body)
-        except DecodeError:
-            return None
+        except DecodeError as e:  # 422: a message past a limit (its decode says which)
+            return "pointcloud2" if e.status == 422 else None
         return "pointcloud2"
     return None
 
