@@ -10,10 +10,8 @@ import contextlib
 import gc
 import logging
 import os
-import re
 import threading
 import time
-import uuid
 
 import numpy as np
 from fastapi import FastAPI, Request
@@ -23,15 +21,14 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.heap import heap_trim
 from app.service import observe
+from app.service.accounting import RequestAccounting, error_response
 from app.service.config import Settings
 from app.service.routes import ROUTERS
-from app.service.routes.deps import ErrorBody, ServiceError, ServiceState, key_valid, unauthorized
+from app.service.routes.deps import ErrorBody, ServiceError, ServiceState
 
 log = logging.getLogger("lidarseg")
 
 API_VERSION = "1.0.0"
-_REQUEST_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
-DOC_PATHS = ("/docs", "/openapi.json")
 
 
 def warmup_frame(n: int = 4000, seed: int = 0) -> np.ndarray:
@@ -156,100 +153,6 @@ async def lifespan(app: FastAPI):
         log.info("drained; bye")
 
 
-class RequestAccounting:
-    """Pure ASGI middleware: gives every request an id (X-Request-Id when it is sane, else a new
-    one), counts /v1 requests in flight (the SIGTERM drain waits on it) and by status, gives every
-    response a Server-Timing header (at least `total`), closes the connection on an error sent
-    before the body was read (so the rest is never read), and turns an unexpected exception into
-    a fixed 500 (details only in the log, with the request id)."""
-
-    def __init__(self, app, service: ServiceState):
-        self.app, self.service = app, service
-
-    async def __call__(self, scope, receive, send):
-        if scope["type"] != "http":
-            return await self.app(scope, receive, send)
-        t0 = time.perf_counter()
-        rid = next((v.decode("latin-1") for k, v in scope["headers"] if k == b"x-request-id"), "")
-        rid = rid if _REQUEST_ID.match(rid) else uuid.uuid4().hex
-        scope.setdefault("state", {})["request_id"] = rid
-        counted = scope["path"].startswith("/v1/")
-        service = self.service
-        if scope["path"] in DOC_PATHS and not self._docs_allowed(scope):
-            exc = unauthorized()
-            return await _error(exc.status, exc.code, exc.detail, exc.headers)(scope, receive, send)
-        if counted:
-            self._count(+1)
-        state = {"status": 500, "started": False, "body_done": not _has_body(scope)}
-
-        async def receive_wrapper():
-            message = await receive()
-            if message["type"] == "http.request" and not message.get("more_body", False):
-                state["body_done"] = True
-            return message
-
-        async def send_wrapper(message):
-            if message["type"] == "http.response.start":
-                state["status"], state["started"] = message["status"], True
-                message = {**message, "headers": self._headers(message, t0, state)}
-            await send(message)
-
-        try:
-            await self.app(scope, receive_wrapper, send_wrapper)
-        except asyncio.CancelledError:
-            state["status"] = 499  # the server cancelled it (forced exit): not a server error
-            raise
-        except Exception:  # noqa: BLE001 - answered with a fixed message, logged with the id
-            log.exception("request %s: unhandled error", rid)
-            if not state["started"]:
-                await _error(
-                    500,
-                    "internal_error",
-                    f"internal error (request id {rid})",
-                    {"X-Request-Id": rid},
-                )(scope, receive, send_wrapper)
-        finally:
-            if counted:
-                service.metrics.requests.labels(status=str(state["status"])).inc()
-                self._count(-1)
-
-    def _docs_allowed(self, scope) -> bool:
-        settings = self.service.settings
-        if settings.open_docs or not settings.api_keys:
-            return True
-        auth = next((v.decode("latin-1") for k, v in scope["headers"] if k == b"authorization"), "")
-        return key_valid(auth, settings.api_keys)
-
-    def _count(self, step: int) -> None:
-        with self.service.lock:
-            self.service.in_flight += step
-            self.service.metrics.in_flight.set(self.service.in_flight)
-
-    @staticmethod
-    def _headers(message, t0: float, state: dict) -> list:
-        headers = list(message.get("headers", []))
-        names = {k.lower() for k, _ in headers}
-        if b"server-timing" not in names:
-            dur = (time.perf_counter() - t0) * 1e3
-            headers.append((b"server-timing", f"total;dur={dur:.3f}".encode()))
-        if message["status"] >= 400 and not state["body_done"] and b"connection" not in names:
-            headers.append((b"connection", b"close"))
-        return headers
-
-
-def _has_body(scope) -> bool:
-    for k, v in scope["headers"]:
-        if k == b"content-length":
-            return v.strip() not in (b"0", b"")
-        if k == b"transfer-encoding":
-            return True
-    return False
-
-
-def _error(status: int, code: str, detail: str, headers: dict | None = None) -> JSONResponse:
-    return JSONResponse({"error": code, "detail": detail}, status_code=status, headers=headers)
-
-
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or Settings()
     app = FastAPI(
@@ -277,20 +180,20 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     observe.install(app, service)  # traces, access log, /dashboard, /v1/requests, local /docs
 
     @app.exception_handler(ServiceError)
-    async def service_error(_request: Request, exc: ServiceError):
-        return _error(exc.status, exc.code, exc.detail, exc.headers)
+    async def serviceerror_response(_request: Request, exc: ServiceError):
+        return error_response(exc.status, exc.code, exc.detail, exc.headers)
 
     @app.exception_handler(RequestValidationError)
-    async def validation_error(_request: Request, exc: RequestValidationError):
+    async def validationerror_response(_request: Request, exc: RequestValidationError):
         detail = "; ".join(
             f"{'.'.join(map(str, e.get('loc', ())))}: {e.get('msg')}" for e in exc.errors()
         )
-        return _error(400, "invalid_request", detail)
+        return error_response(400, "invalid_request", detail)
 
     @app.exception_handler(StarletteHTTPException)
-    async def http_error(_request: Request, exc: StarletteHTTPException):
+    async def httperror_response(_request: Request, exc: StarletteHTTPException):
         code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
-        return _error(exc.status_code, code, str(exc.detail), getattr(exc, "headers", None))
+        return error_response(exc.status_code, code, str(exc.detail), getattr(exc, "headers", None))
 
     return app
 

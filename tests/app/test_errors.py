@@ -205,3 +205,44 @@ def _npy(array: np.ndarray) -> bytes:
     out = io.BytesIO()
     np.save(out, array)
     return out.getvalue()
+
+
+@pytest.mark.parametrize("draining", [True, False])
+def test_a_request_cancelled_by_the_shutdown_gets_a_json_503(draining):
+    """uvicorn cancels the requests that outlast the drain: a JSON 503 `draining` (it answered
+    a text/plain 500 and logged a traceback); a cancel outside a drain still propagates."""
+    from app.service.accounting import RequestAccounting
+    from app.service.routes.deps import ServiceState
+
+    service = ServiceState(Settings(weights="random", device="cpu"), draining=draining)
+    sent: list[dict] = []
+
+    async def endless(scope, receive, send):
+        await asyncio.Event().wait()
+
+    async def receive():
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message):
+        sent.append(message)
+
+    async def run() -> bool:
+        scope = {"type": "http", "path": "/v1/segment", "headers": [], "method": "POST"}
+        task = asyncio.ensure_future(RequestAccounting(endless, service)(scope, receive, send))
+        await asyncio.sleep(0.01)
+        task.cancel()
+        try:
+            await task
+        except asyncio.CancelledError:
+            return False
+        return True
+
+    ended_normally = asyncio.run(run())
+    assert ended_normally is draining
+    assert service.in_flight == 0
+    if draining:
+        start, body = sent[0], sent[1]
+        assert start["status"] == 503 and (b"connection", b"close") in start["headers"]
+        assert b'"error":"draining"' in body["body"]
+    else:
+        assert sent == []

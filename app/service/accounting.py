@@ -1,0 +1,129 @@
+"""RequestAccounting: the outermost middleware of every request (ids, the /v1 in-flight count the
+SIGTERM drain waits on, status counts, Server-Timing, Connection: close on early errors, fixed
+500s, and a JSON 503 for a request uvicorn's shutdown cancels)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import time
+import uuid
+
+from fastapi.responses import JSONResponse
+
+from app.service.routes.deps import ServiceState, key_valid, unauthorized
+
+log = logging.getLogger("lidarseg")
+
+_REQUEST_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
+DOC_PATHS = ("/docs", "/openapi.json")
+
+
+class RequestAccounting:
+    """Pure ASGI middleware: gives every request an id (X-Request-Id when it is sane, else a new
+    one), counts /v1 requests in flight (the SIGTERM drain waits on it) and by status, gives every
+    response a Server-Timing header (at least `total`), closes the connection on an error sent
+    before the body was read (so the rest is never read), and turns an unexpected exception into
+    a fixed 500 (details only in the log, with the request id)."""
+
+    def __init__(self, app, service: ServiceState):
+        self.app, self.service = app, service
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        t0 = time.perf_counter()
+        rid = next((v.decode("latin-1") for k, v in scope["headers"] if k == b"x-request-id"), "")
+        rid = rid if _REQUEST_ID.match(rid) else uuid.uuid4().hex
+        scope.setdefault("state", {})["request_id"] = rid
+        counted = scope["path"].startswith("/v1/")
+        service = self.service
+        if scope["path"] in DOC_PATHS and not self._docs_allowed(scope):
+            exc = unauthorized()
+            return await error_response(exc.status, exc.code, exc.detail, exc.headers)(
+                scope, receive, send
+            )
+        if counted:
+            self._count(+1)
+        state = {"status": 500, "started": False, "body_done": not _has_body(scope)}
+
+        async def receive_wrapper():
+            message = await receive()
+            if message["type"] == "http.request" and not message.get("more_body", False):
+                state["body_done"] = True
+            return message
+
+        async def send_wrapper(message):
+            if message["type"] == "http.response.start":
+                state["status"], state["started"] = message["status"], True
+                message = {**message, "headers": self._headers(message, t0, state)}
+            await send(message)
+
+        try:
+            await self.app(scope, receive_wrapper, send_wrapper)
+        except asyncio.CancelledError:
+            if not state["started"] and service.draining:
+                # uvicorn's shutdown cancels what outlasts the budget's drain: a JSON 503, and the
+                # task ends (re-raised, uvicorn would answer a text/plain 500 and log a traceback)
+                state["status"] = 503
+                await error_response(
+                    503,
+                    "draining",
+                    f"the server shut down before this request finished (request id {rid})",
+                    service.retry_after(close=True),
+                )(scope, receive, send_wrapper)
+                return
+            state["status"] = 499  # the server cancelled it (forced exit): not a server error
+            raise
+        except Exception:  # noqa: BLE001 - answered with a fixed message, logged with the id
+            log.exception("request %s: unhandled error", rid)
+            if not state["started"]:
+                await error_response(
+                    500,
+                    "internal_error",
+                    f"internal error (request id {rid})",
+                    {"X-Request-Id": rid},
+                )(scope, receive, send_wrapper)
+        finally:
+            if counted:
+                service.metrics.requests.labels(status=str(state["status"])).inc()
+                self._count(-1)
+
+    def _docs_allowed(self, scope) -> bool:
+        settings = self.service.settings
+        if settings.open_docs or not settings.api_keys:
+            return True
+        auth = next((v.decode("latin-1") for k, v in scope["headers"] if k == b"authorization"), "")
+        return key_valid(auth, settings.api_keys)
+
+    def _count(self, step: int) -> None:
+        with self.service.lock:
+            self.service.in_flight += step
+            self.service.metrics.in_flight.set(self.service.in_flight)
+
+    @staticmethod
+    def _headers(message, t0: float, state: dict) -> list:
+        headers = list(message.get("headers", []))
+        names = {k.lower() for k, _ in headers}
+        if b"server-timing" not in names:
+            dur = (time.perf_counter() - t0) * 1e3
+            headers.append((b"server-timing", f"total;dur={dur:.3f}".encode()))
+        if message["status"] >= 400 and not state["body_done"] and b"connection" not in names:
+            headers.append((b"connection", b"close"))
+        return headers
+
+
+def _has_body(scope) -> bool:
+    for k, v in scope["headers"]:
+        if k == b"content-length":
+            return v.strip() not in (b"0", b"")
+        if k == b"transfer-encoding":
+            return True
+    return False
+
+
+def error_response(
+    status: int, code: str, detail: str, headers: dict | None = None
+) -> JSONResponse:
+    return JSONResponse({"error": code, "detail": detail}, status_code=status, headers=headers)
