@@ -34,6 +34,7 @@ import threading
 import time
 from typing import TypedDict
 
+import h11
 import uvicorn
 from pydantic import ValidationError
 
@@ -111,16 +112,24 @@ class GuardedH11(ReadAheadH11):
 
     def data_received(self, data: bytes) -> None:
         if self._between_requests():
-            self._request_bytes = True
+            # After the answer: the rest of the last request's body (a route that answered
+            # without reading it; its timer closes silently), or a new request's first bytes
+            # (their_state IDLE), whose headers get the whole timeout from here.
+            if self.conn.their_state is h11.IDLE and not self._request_bytes:
+                self._request_bytes = True
+                self._disarm_header_timer()
             if getattr(self, "_header_timer", None) is None:
-                self._arm_header_timer()  # a new request's first bytes: its headers' clock
+                self._arm_header_timer()
         super().data_received(data)
 
     def send_400_response(self, msg: str) -> None:
-        """uvicorn's answer to a request h11 cannot parse, as JSON (connection closed)."""
-        self.transport.write(
-            _raw_response("400 Bad Request", {"error": "bad_request", "detail": msg})
-        )
+        """uvicorn's answer to a request h11 cannot parse, as JSON, and the connection closed;
+        only the close where an answer has gone out already (a second one would be read as the
+        next request's)."""
+        if self.conn.our_state in (h11.IDLE, h11.SEND_RESPONSE):
+            self.transport.write(
+                _raw_response("400 Bad Request", {"error": "bad_request", "detail": msg})
+            )
         self.transport.close()
 
     def _disarm_header_timer(self) -> None:
@@ -153,8 +162,10 @@ class GuardedH11(ReadAheadH11):
         super().on_response_complete()  # arms uvicorn's keep-alive timeout
         if not self.transport.is_closing() and self._between_requests():
             self._disarm_header_timer()
-            self._request_bytes = bool(self.conn.trailing_data[0])  # a pipelined request's part
-            if self._request_bytes:
+            # part of a pipelined request (h11 has started the next cycle: their_state IDLE)
+            pipelined = self.conn.their_state is h11.IDLE and bool(self.conn.trailing_data[0])
+            self._request_bytes = pipelined
+            if pipelined:
                 self._arm_header_timer()
 
     def connection_lost(self, exc) -> None:

@@ -97,6 +97,35 @@ def test_a_connection_that_sends_nothing_is_closed_without_an_answer(srv):
         assert _read_all(s) == b""  # closed at the header timeout, no 408 to misread
 
 
+def _read_one(sock: socket.socket) -> bytes:
+    """One response with a Content-Length body, read exactly (the connection stays open)."""
+    raw = b""
+    while b"\r\n\r\n" not in raw:
+        raw += sock.recv(65536)
+    head, _, body = raw.partition(b"\r\n\r\n")
+    _, headers, _ = _status_and_body(head + b"\r\n\r\n")
+    while len(body) < int(headers["content-length"]):
+        body += sock.recv(65536)
+    return head + b"\r\n\r\n" + body
+
+
+def test_no_second_answer_after_an_answer_to_a_request_whose_body_was_not_read(srv):
+    """A route that answers without reading the body (GET /healthz with one): the body's bytes
+    after the answer are no new request, so no 408 comes for them (they drew one once), and
+    garbage in place of a chunk draws no JSON 400 after the 200: the connection just closes."""
+    with _connect(srv) as s:
+        s.sendall(b"GET /healthz HTTP/1.1\r\nHost: t\r\nContent-Length: 1600\r\n\r\n")
+        assert _read_one(s).startswith(b"HTTP/1.1 200")
+        s.sendall(b"\0" * 1600)
+        assert _read_all(s) == b""  # closed without a word
+    with _connect(srv) as s:
+        s.sendall(b"GET /healthz HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n")
+        s.sendall(b"5\r\nhello\r\n")
+        assert _read_one(s).startswith(b"HTTP/1.1 200")
+        s.sendall(b"ZZZ\r\n")
+        assert _read_all(s) == b""
+
+
 def test_unparsable_requests_get_a_json_400(srv):
     for bad in (b"Content-Length: +16", b"Content-Length: 1\r\nContent-Length: 2", b"Bad Name: 1"):
         with _connect(srv) as s:

@@ -76,6 +76,12 @@ def test_the_file_part_among_fields_preamble_and_epilogue():
             TYPE,
             "parts",
         ),
+        (
+            b'--bnd\r\nContent-Disposition: form-data; name="f"; filename="a"\r\n'
+            b"Content-Transfer-Encoding: base64\r\n\r\nAAAAAAAAAAA=\r\n--bnd--",
+            TYPE,
+            "Content-Transfer-Encoding 'base64'",
+        ),
     ],
 )
 def test_malformed_bodies(posted, content_type, why):
@@ -104,11 +110,11 @@ def test_through_the_route_and_a_compressed_body_is_415():
         np.testing.assert_array_equal(
             np.frombuffer(r.content, np.uint8), np.frombuffer(ref.content, np.uint8)
         )
-        for encoding in ("gzip", "deflate", "br"):
+        for encodings in (["gzip"], ["deflate"], ["br"], ["identity", "gzip"], ["identity, br"]):
             r = http.post(
                 "/v1/segment?format=nuscenes",
                 content=gzip.compress(raw[: 16 * 1016], mtime=0),
-                headers={**WANT_BIN, "Content-Encoding": encoding},
+                headers=[*WANT_BIN.items(), *(("Content-Encoding", e) for e in encodings)],
             )
-            assert_error(r, 415, "unsupported_content_encoding")
+            assert_error(r, 415, "unsupported_content_encoding")  # every line counts
         assert_good(http)

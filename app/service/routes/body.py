@@ -58,8 +58,9 @@ def release_body(request: Request, service: ServiceState) -> None:
 def _identity_encoding(request: Request) -> None:
     """415 for a compressed body (Content-Encoding): nothing here inflates one, and read as it
     came it decodes to wrong points (a gzip of float32 rows of the right length did)."""
-    encoding = request.headers.get("content-encoding", "identity").strip().lower()
-    if encoding not in ("", "identity"):
+    lines = request.headers.getlist("content-encoding")  # every line, not only the first
+    encoding = ", ".join(line.strip().lower() for line in lines)
+    if any(coding.strip() not in ("", "identity") for coding in encoding.split(",")):
         raise ServiceError(
             415,
             "unsupported_content_encoding",

@@ -33,11 +33,20 @@ def one_file_part(body: bytes, content_type: str) -> tuple[bytes, str | None]:
     for headers, start, end in _parts(body, _boundary(content_type)):
         disposition, params = parse_options_header(headers.get("content-disposition", ""))
         if b"filename" in params or b"filename*" in params:
+            _as_sent(headers)
             files.append((start, end, headers.get("content-type")))
     if len(files) != 1:
         raise malformed(f"expected exactly one file part, got {len(files)}")
     start, end, part_type = files[0]
     return body[start:end], part_type
+
+
+def _as_sent(headers: dict[str, str]) -> None:
+    """A file part's bytes are its content: a Content-Transfer-Encoding (base64, quoted-printable;
+    RFC 7578 has senders not use one) would be read as points."""
+    encoding = headers.get("content-transfer-encoding", "binary").lower()
+    if encoding not in ("binary", "8bit", "7bit"):
+        raise malformed(f"the file part's Content-Transfer-Encoding {encoding[:40]!r}: send it raw")
 
 
 def _boundary(content_type: str) -> bytes:
