@@ -13,7 +13,7 @@ import pytest
 from uvicorn.server import ServerState
 
 from app.service.config import Settings
-from app.service.read_ahead import READ_AHEAD_BYTES, declared_length
+from app.service.read_ahead import READ_AHEAD_BYTES, ReadAheadH11, declared_length
 from app.service.server import GuardedH11, uvicorn_config
 
 
@@ -103,6 +103,43 @@ def test_a_body_over_the_bound_pauses_as_uvicorn_does():
     assert _pauses(_post(big)) >= 1
     # the service's own body limit bounds read-ahead too
     assert _pauses(_post(FRAME), max_body_bytes=1024 * 1024) >= 1
+
+
+def test_read_ahead_over_every_connection_is_bounded(monkeypatch):
+    """Past ReadAheadH11.read_ahead_total (lowered to one and a half frames here) a second body
+    under way streams under uvicorn's pause; the reservations end with the bodies (whole, or
+    their connections gone). 200 connections reading 8 MiB ahead each took 2.3 GB."""
+    monkeypatch.setattr(ReadAheadH11, "read_ahead_total", len(FRAME) * 3 // 2)
+
+    async def drive() -> tuple[list[int], int, int]:
+        config = uvicorn_config(_app_that_waits, Settings())
+        config.load()
+        state = ServerState()
+        pairs = []
+        for _ in range(2):
+            protocol = GuardedH11(config, state, app_state={})
+            transport = RecordingTransport()
+            protocol.connection_made(transport)
+            pairs.append((protocol, transport))
+        request = _post(FRAME)
+        for protocol, _ in pairs:  # both bodies under way at once: half of each sent
+            for start in range(0, len(request) // 2, 65536):
+                protocol.data_received(request[start : start + 65536])
+        held = ReadAheadH11.held_everywhere
+        first, _ = pairs[0]
+        first.data_received(request[len(request) // 2 // 65536 * 65536 + 65536 :])
+        after_first = ReadAheadH11.held_everywhere  # its body whole: only the refused one left
+        await asyncio.sleep(0)
+        for task in state.tasks:
+            task.cancel()
+        for protocol, _ in pairs:
+            protocol.connection_lost(None)
+        return [t.pauses for _, t in pairs], held - after_first, ReadAheadH11.held_everywhere
+
+    before = ReadAheadH11.held_everywhere
+    pauses, released, left = asyncio.run(drive())
+    assert pauses[0] == 0 and pauses[1] >= 1, pauses
+    assert released == len(FRAME) and left == before
 
 
 def test_a_chunked_body_pauses_as_uvicorn_does():
