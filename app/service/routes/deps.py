@@ -190,7 +190,7 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
         (413, "Body over the size limit, or too many points"),
         (415, "Unknown format, or a compressed body (Content-Encoding)"),
         (422, "Unusable values (no finite point, coordinates out of range)"),
-        (503, "Queue full, decoders busy, starting or draining (see Retry-After)"),
+        (503, "Queue full, decoders or bodies busy, starting or draining (see Retry-After)"),
         (504, "Deadline passed before the frame was segmented"),
     )
 }
