@@ -47,7 +47,7 @@ WEIGHTS_HELP = (
 
 
 def cmd_segment(args) -> int:
-    points, sensor = read_frame(args.frame, args.format)
+    points, sensor = read_frame(args.frame, args.format)  # ValueError: main's one line
     pipeline = build_pipeline(args.weights, args.device, args.cr, precision=args.precision)
     names = pipeline.meta["class_names"]
     pipeline.segment(points[: min(len(points), 5000)], sensor)  # warm-up
@@ -128,11 +128,11 @@ def add_serve_options(p: argparse.ArgumentParser, default=None) -> None:
     add_precision_option(p, default)
 
 
-PRECISION_HELP = (
-    "LIDARSEG_PRECISION on the CPU: auto (int8 where the CPU has an int8 kernel: AMX, "
-    "AVX512_VNNI, AVX_VNNI or AVX2; else bf16 where it has AVX512_BF16 or AMX; else fp32; the "
-    "default), fp32, bf16, int8 (AVX2 at least)"
+PRECISIONS_HELP = (
+    "auto (int8 where the CPU has an int8 kernel: AMX, AVX512_VNNI, AVX_VNNI or AVX2; else bf16 "
+    "where it has AVX512_BF16 or AMX; else fp32; the default), fp32, bf16, int8 (AVX2 at least)"
 )
+PRECISION_HELP = "LIDARSEG_PRECISION on the CPU: " + PRECISIONS_HELP
 
 
 def add_precision_option(p: argparse.ArgumentParser, default=None) -> None:
@@ -155,29 +155,25 @@ def main(argv: list[str] | None = None) -> int:
     client_p.add_argument("frame")
     client_p.add_argument("--url", default="http://127.0.0.1:8000")
     client_p.add_argument("--format", default=None)
-    client_p.add_argument("--repeat", type=int, default=1)
-    client_p.add_argument("--concurrency", type=int, default=1)
+    client_p.add_argument("--repeat", type=_positive, default=1)
+    client_p.add_argument("--concurrency", type=_positive, default=1)
     client_p.add_argument("--api-key", default=None, help="default: env LIDARSEG_API_KEY")
     client_p.add_argument("--binary", action="store_true", help="ask for uint8 labels")
     client_p.set_defaults(func=cmd_client)
-    for name, func in (("segment", cmd_segment), ("crosscheck", cmd_crosscheck)):
-        p = sub.add_parser(name)
+    for name, func, what in (
+        ("segment", cmd_segment, "segment a frame file in process: per-class counts, timing"),
+        ("crosscheck", cmd_crosscheck, "ours against the spconv twin on a frame, one JSON line"),
+    ):
+        p = sub.add_parser(name, help=what)
         p.add_argument("frame", nargs="?", default=str(DEFAULT_FRAME))
-        p.add_argument("--weights", default="default", help=WEIGHTS_HELP)
-        p.add_argument("--format", default=None, help="kitti, nuscenes, ouster, xyz, npy")
-        p.add_argument("--cr", type=float, default=1.0, help="channel ratio of --weights random")
-        p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-        p.add_argument("--layers", action="store_true", help="per-layer network timing")
-        add_precision_option(p, "fp32" if name == "crosscheck" else "auto")
+        add_model_options(p, "fp32" if name == "crosscheck" else "auto")
+        if name == "segment":
+            p.add_argument("--layers", action="store_true", help="per-layer network timing")
         p.set_defaults(func=func)
     eval_p = sub.add_parser("evaluate", help="mIoU on a labelled KITTI frame (.bin + .label)")
     eval_p.add_argument("frame")
     eval_p.add_argument("labels")
-    eval_p.add_argument("--weights", default="default", help=WEIGHTS_HELP)
-    eval_p.add_argument("--format", default=None)
-    eval_p.add_argument("--cr", type=float, default=1.0, help="channel ratio of --weights random")
-    eval_p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    add_precision_option(eval_p, "auto")
+    add_model_options(eval_p, "auto")
     eval_p.set_defaults(func=cmd_evaluate)
     args = parser.parse_args(argv)
     try:
@@ -185,3 +181,47 @@ def main(argv: list[str] | None = None) -> int:
     except PrecisionError as e:  # bf16 or int8 this CPU cannot run, or a name from the environment
         print(f"lidarseg: {e}", file=sys.stderr)
         return 2
+    except (OSError, ValueError) as e:  # a file, a format, a value: the user's to mend
+        print(f"lidarseg {args.command or 'serve'}: {e}", file=sys.stderr)
+        return 1
+
+
+def add_model_options(p: argparse.ArgumentParser, precision: str) -> None:
+    """The options of the in-process commands (segment, crosscheck, evaluate)."""
+    p.add_argument("--weights", default="default", help=WEIGHTS_HELP)
+    p.add_argument(
+        "--format",
+        default=None,
+        help="a wire format (kitti, nuscenes, ouster, xyz, pcd, ply, las, json, npy, ...); "
+        "default: by the file's name (.bin, .npy), else its bytes",
+    )
+    p.add_argument("--cr", type=float, default=1.0, help="channel ratio of --weights random")
+    p.add_argument(
+        "--device",
+        choices=("auto", "cpu", "cuda"),
+        default="auto",
+        type=_device,
+        help="auto: cuda where available",
+    )
+    p.add_argument(
+        "--precision",
+        choices=PRECISIONS,
+        default=precision,
+        help="CPU arithmetic: " + PRECISIONS_HELP,
+    )
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value}: at least 1")
+    return value
+
+
+def _device(name: str) -> str:
+    """--device: auto resolved; cuda refused without a CUDA device (argparse's one line)."""
+    if name == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if name == "cuda" and not torch.cuda.is_available():
+        raise argparse.ArgumentTypeError("cuda: no CUDA device is available")
+    return name

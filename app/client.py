@@ -61,9 +61,10 @@ def server_timing(header: str) -> dict[str, float]:
     return out
 
 
-def percentiles(values_ms: list[float]) -> dict[str, float]:
+def percentiles(values_ms: list[float]) -> dict[str, float | None]:
+    """p50, p95, p99 in ms; None for each when no request succeeded (JSON has no NaN)."""
     a = np.asarray(values_ms)
-    return {f"p{q}": float(np.percentile(a, q)) for q in (50, 95, 99)}
+    return {f"p{q}": float(np.percentile(a, q)) if len(a) else None for q in (50, 95, 99)}
 
 
 def load_run(
@@ -93,10 +94,35 @@ def load_run(
         "requests": repeat,
         "concurrency": concurrency,
         "statuses": statuses,
-        **{k: round(v, 2) for k, v in percentiles(ok or [float("nan")]).items()},
+        **{k: None if v is None else round(v, 2) for k, v in percentiles(ok).items()},
         "throughput_rps": round(len(ok) / wall, 2),
         "wall_s": round(wall, 2),
     }
+
+
+def report_answer(args, r: httpx.Response) -> None:
+    """Prints a 200's labels (binary) or its classes (JSON); ValueError, KeyError or TypeError
+    for an answer that is not the service's (labels not one per point, fields missing)."""
+    if args.binary:
+        labels = np.frombuffer(r.content, np.uint8)
+        if str(len(labels)) != r.headers.get("x-num-points"):
+            raise ValueError(f"{len(labels)} labels, X-Num-Points {r.headers.get('x-num-points')}")
+        print(
+            f"{len(labels)} labels, model {r.headers.get('x-model')}, "
+            f"request {r.headers.get('x-request-id')}"
+        )
+        return
+    data = r.json()
+    if len(data["labels"]) != data["num_points"]:
+        raise ValueError(f"{len(data['labels'])} labels for {data['num_points']} points")
+    print(
+        f"frame {args.frame}: {data['num_points']} points, {data['num_voxels']} voxels, "
+        f"{data['ignored_points']} ignored, {data.get('cleaned_points', 0)} cleaned; "
+        f"model {data['model']['name']}:"
+        f"{data['model']['version']} on {data['model']['device']}"
+    )
+    for name, count in sorted(data["class_counts"].items(), key=lambda t: -t[1]):
+        print(f"  {name:<14} {count:>8}")
 
 
 def main(args) -> int:
@@ -125,22 +151,11 @@ def main(args) -> int:
     if r.status_code != 200:
         print(f"HTTP {r.status_code}: {r.text}", file=sys.stderr)
         return 1
-    if args.binary:
-        labels = np.frombuffer(r.content, np.uint8)
-        print(
-            f"{len(labels)} labels, model {r.headers.get('x-model')}, "
-            f"request {r.headers.get('x-request-id')}"
-        )
-    else:
-        data = r.json()
-        print(
-            f"frame {args.frame}: {data['num_points']} points, {data['num_voxels']} voxels, "
-            f"{data['ignored_points']} ignored, {data.get('cleaned_points', 0)} cleaned; "
-            f"model {data['model']['name']}:"
-            f"{data['model']['version']} on {data['model']['device']}"
-        )
-        for name, count in sorted(data["class_counts"].items(), key=lambda t: -t[1]):
-            print(f"  {name:<14} {count:>8}")
+    try:
+        report_answer(args, r)
+    except (ValueError, KeyError, TypeError) as e:  # JSON, fields, counts: not our answer
+        print(f"lidarseg client: {args.url}: not a lidarseg answer ({e!r:.200})", file=sys.stderr)
+        return 1
     timing = server_timing(r.headers.get("server-timing", ""))
     timing["round_trip"] = round(rtt, 3)
     print("timing_ms " + json.dumps(timing))

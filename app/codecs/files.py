@@ -1,5 +1,6 @@
-"""Reading frames from files for the command line: .npy, and .bin files in the wire's raw float32
-layouts (app/codecs/binary.py)."""
+"""Reading frames from files for the command line: .npy, .bin files in the wire's raw float32
+layouts (app/codecs/binary.py, by the file's name), and every other file through the service's
+decoders (PCD, PLY, LAS, JSON, ...: the format from --format, else from the file's bytes)."""
 
 from __future__ import annotations
 
@@ -7,13 +8,18 @@ from pathlib import Path
 
 import numpy as np
 
-from app.codecs.binary import LAYOUTS as BIN_FORMATS  # the wire's raw float32 layouts
+from app.codecs import decode
+from app.codecs.sniff import magic_format, weak_format
 
 
-def infer_format(path: Path) -> str:
+def infer_format(path: Path) -> str | None:
+    """A format by the file's name: .npy, a .bin file's raw layout (nuScenes' .pcd.bin, an
+    Ouster's scans, else kitti); None for any other name (its bytes tell: read_frame)."""
     name = path.name.lower()
     if name.endswith(".npy"):
         return "npy"
+    if not name.endswith(".bin"):
+        return None
     if name.endswith(".pcd.bin") or "lidar_top" in name:
         return "nuscenes"
     if "os1" in name or "ouster" in name:
@@ -31,8 +37,10 @@ def posting_format(path: Path, fmt: str | None = None) -> str | None:
 
 
 def read_frame(path: str | Path, fmt: str | None = None) -> tuple[np.ndarray, str]:
-    """(points float32 [N, F], sensor name) from a .bin (KITTI / nuScenes / Ouster xyzr / xyz)
-    or .npy file."""
+    """(points float32 [N, F], sensor name) of a frame file: `fmt`, else the format its name
+    says (infer_format), else the one its bytes show (PCD, PLY, LAS, .npy, JSON, PointCloud2);
+    ValueError (the codecs' DecodeError is one) for a file that is none of them, a truncated one
+    or one without points."""
     path = Path(path)
     fmt = fmt or infer_format(path)
     if fmt == "npy":
@@ -40,13 +48,12 @@ def read_frame(path: str | Path, fmt: str | None = None) -> tuple[np.ndarray, st
         if points.ndim != 2 or points.shape[1] < 3:
             raise ValueError(f"{path}: expected an [N, 3+] array, got {points.shape}")
         return points, "kitti"
-    if fmt not in BIN_FORMATS:
-        raise ValueError(f"unknown format {fmt!r}; known: {sorted(BIN_FORMATS) + ['npy']}")
-    fields, sensor = BIN_FORMATS[fmt]
-    raw = np.fromfile(path, dtype=np.float32)
-    if raw.size % fields:
-        raise ValueError(
-            f"{path}: {raw.size * 4} bytes is not a whole number of {fmt} points "
-            f"({fields} float32 each)"
-        )
-    return raw.reshape(-1, fields), sensor
+    body = path.read_bytes()
+    fmt = fmt or magic_format(body) or weak_format(body)
+    if fmt is None:
+        raise ValueError(f"{path}: its name and bytes name no format; give one with --format")
+    frame = decode(body, fmt)
+    if not len(frame.points):
+        raise ValueError(f"{path}: no points")
+    points = frame.points if frame.points.flags.writeable else frame.points.copy()  # a view
+    return points, frame.sensor

@@ -10,6 +10,8 @@ ignores (255: out of range, non-finite) counts as a miss for its ground-truth cl
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 
 from models.labels import map_raw_labels
@@ -17,7 +19,10 @@ from models.labels import map_raw_labels
 
 def read_labels(path) -> np.ndarray:
     """uint8 [N] our class ids (255 = ignore) from a SemanticKITTI .label file."""
-    return map_raw_labels(np.fromfile(path, dtype=np.uint32))
+    raw = Path(path).read_bytes()
+    if len(raw) % 4:
+        raise ValueError(f"{path}: {len(raw)} bytes is not a whole number of uint32 labels")
+    return map_raw_labels(np.frombuffer(raw, dtype=np.uint32))
 
 
 def confusion(gt: np.ndarray, pred: np.ndarray, num_classes: int) -> np.ndarray:

@@ -50,17 +50,51 @@ def test_crosscheck_prints_one_json_line():
     assert {"ours", "spconv"} <= set(report["timing_ms"])
 
 
-def test_bad_frame_is_a_clear_error(tmp_path):
-    bad = tmp_path / "broken.bin"
-    bad.write_bytes(b"\x00" * 10)
-    proc = subprocess.run(
-        [sys.executable, "-m", "app", "segment", str(bad)],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode != 0 and "not a whole number of kitti points" in proc.stderr
+def test_user_errors_are_one_line_each(tmp_path):
+    """A wrong file, format or value: one line on stderr and exit status 1 (argparse's: 2),
+    never a traceback; before, each of these but the first ended in one."""
+    (tmp_path / "broken.bin").write_bytes(b"\x00" * 10)
+    (tmp_path / "empty.bin").write_bytes(b"")
+    (tmp_path / "mystery.dat").write_bytes(b"\x01\x02" * 8)
+    cases = [
+        (["segment", str(tmp_path / "broken.bin")], 1, "not a multiple of the point size"),
+        (["segment", str(tmp_path / "missing.bin")], 1, "No such file"),
+        (["segment", str(tmp_path)], 1, "Is a directory"),
+        (["segment", str(tmp_path / "empty.bin")], 1, "no points"),
+        (["segment", str(tmp_path / "mystery.dat")], 1, "give one with --format"),
+        (["segment", str(tmp_path / "broken.bin"), "--format", "foo"], 1, "unknown format"),
+        (["evaluate", str(tmp_path / "broken.bin"), "x.label", "--device", "foo"], 2, "--device"),
+        (["client", str(tmp_path / "broken.bin"), "--repeat", "0"], 2, "at least 1"),
+    ]
+    for args, status, says in cases:
+        proc = subprocess.run(
+            [sys.executable, "-m", "app", *args],
+            cwd=REPO_ROOT,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert proc.returncode == status and says in proc.stderr, (args, proc.stderr)
+        assert "Traceback" not in proc.stderr, (args, proc.stderr)
+
+
+def test_frame_files_of_any_wire_format_are_read_by_their_bytes(tmp_path):
+    """A PLY, PCD or LAS file without a known name was read as KITTI floats (made-up classes,
+    exit 0); the command line reads it as the service does, by its bytes."""
+    import numpy as np
+
+    from app.codecs.encode import encode
+    from app.codecs.files import read_frame
+
+    points = np.random.default_rng(0).uniform(-20, 20, (500, 4)).astype(np.float32)
+    points[:, 3] = 0.5
+    for fmt in ("ply", "pcd", "las"):
+        body, _ = encode(points, fmt)
+        path = tmp_path / f"frame.{fmt}"
+        path.write_bytes(body)
+        read, sensor = read_frame(path)
+        np.testing.assert_allclose(read[:, :3], points[:, :3], atol=0.01)
+        assert read.flags.writeable and sensor in ("kitti", "ouster")  # LAS: 16-bit intensity
 
 
 @pytest.mark.parametrize(
@@ -75,3 +109,26 @@ def test_bad_frame_is_a_clear_error(tmp_path):
 )
 def test_the_client_command_posts_a_file_in_its_raw_layout(name, given, posted):
     assert posting_format(Path("/frames") / name, given) == posted
+
+
+def test_the_client_refuses_an_answer_that_is_not_the_services():
+    """A 200 from something else (labels not one per point, JSON without our fields) is an
+    error, not a report of made-up labels with exit status 0."""
+    from types import SimpleNamespace
+
+    import httpx
+
+    from app.client import percentiles, report_answer
+
+    binary = SimpleNamespace(binary=True, frame="f")
+    with pytest.raises(ValueError, match="X-Num-Points"):
+        report_answer(binary, httpx.Response(200, content=b"x" * 18))
+    with pytest.raises(ValueError, match="X-Num-Points"):
+        report_answer(binary, httpx.Response(200, content=b"x" * 18, headers={"x-num-points": "5"}))
+    report_answer(binary, httpx.Response(200, content=b"x" * 5, headers={"x-num-points": "5"}))
+    as_json = SimpleNamespace(binary=False, frame="f")
+    with pytest.raises(ValueError):
+        report_answer(as_json, httpx.Response(200, content=b"<html>"))
+    with pytest.raises(KeyError):
+        report_answer(as_json, httpx.Response(200, json={"ok": True}))
+    assert percentiles([]) == {"p50": None, "p95": None, "p99": None}  # JSON has no NaN
