@@ -29,6 +29,7 @@ import torch
 from kernels.precision import PRECISIONS, PrecisionError
 from models.labels import class_counts
 
+from app.argtypes import positive_int
 from app.codecs.files import posting_format, read_frame
 from app.inference.builder import build_pipeline
 
@@ -155,8 +156,8 @@ def main(argv: list[str] | None = None) -> int:
     client_p.add_argument("frame")
     client_p.add_argument("--url", default="http://127.0.0.1:8000")
     client_p.add_argument("--format", default=None)
-    client_p.add_argument("--repeat", type=_positive, default=1)
-    client_p.add_argument("--concurrency", type=_positive, default=1)
+    client_p.add_argument("--repeat", type=positive_int, default=1)
+    client_p.add_argument("--concurrency", type=positive_int, default=1)
     client_p.add_argument("--api-key", default=None, help="default: env LIDARSEG_API_KEY")
     client_p.add_argument("--binary", action="store_true", help="ask for uint8 labels")
     client_p.set_defaults(func=cmd_client)
@@ -209,13 +210,6 @@ def add_model_options(p: argparse.ArgumentParser, precision: str) -> None:
         default=precision,
         help="CPU arithmetic: " + PRECISIONS_HELP,
     )
-
-
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value}: at least 1")
-    return value
 
 
 def _device(name: str) -> str:

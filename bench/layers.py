@@ -58,6 +58,7 @@ from kernels.grouping import build_plan
 
 from . import common, layers_spconv
 from .layers_conv import ConvFigures, fmt_s, ratio_text, setting_text
+from app.argtypes import positive_int
 
 
 class Bench:
@@ -223,7 +224,7 @@ def parse_args(argv=None):
     p.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     p.add_argument("--channels", type=int, nargs="+", default=[32, 64, 128])
-    p.add_argument("--runs", type=int, default=5, help="timed runs per figure (median)")
+    p.add_argument("--runs", type=positive_int, default=5, help="timed runs per figure (median)")
     p.add_argument(
         "--warmup",
         type=int,

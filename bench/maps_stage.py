@@ -28,6 +28,7 @@ from app.inference.builder import build_pipeline
 from app.inference.pipeline import SegmentationPipeline
 from bench import common
 from kernels.hashtable import CoordHashTable
+from app.argtypes import positive_int
 
 
 def _before_submanifold_map(coords, table=None, kernel_size=3, dilation=1):
@@ -72,7 +73,7 @@ def main(argv=None) -> int:
     ap.add_argument("--weights", default="default")
     ap.add_argument("--cr", type=float, default=1.0, help="channel ratio of --weights random")
     ap.add_argument("--device", default="cpu")
-    ap.add_argument("--runs", type=int, default=9)
+    ap.add_argument("--runs", type=positive_int, default=9)
     args = ap.parse_args(argv)
     now = build_pipeline(args.weights, args.device, args.cr)
     old = BeforePipeline(now.model, now.voxel_config, args.device, meta=now.meta)

@@ -26,6 +26,7 @@ import torch
 from app.inference.builder import build_pipeline
 from app.inference.voxelize import VoxelizeConfig, voxelize
 from bench import common
+from app.argtypes import positive_int
 
 
 def median_ms(fn, device, runs: int) -> tuple[float, object]:
@@ -77,7 +78,7 @@ def main(argv=None) -> int:
         default="random",
         help="random (with --cr), default, synthetic or a checkpoint (models/weights)",
     )
-    p.add_argument("--runs", type=int, default=3)
+    p.add_argument("--runs", type=positive_int, default=3)
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
     device = torch.device(args.device)

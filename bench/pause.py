@@ -30,6 +30,7 @@ import numpy as np
 
 from app.client import server_timing
 from bench import common
+from app.argtypes import positive_int
 
 BINARY = {"Content-Type": "application/octet-stream", "Accept": "application/octet-stream"}
 DEFAULT_CONFIGS = (
@@ -99,7 +100,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--frame", default="kitti00")
     ap.add_argument("--pauses", type=float, nargs="+", default=[0.0, 1.0, 3.0])
-    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--runs", type=positive_int, default=5)
     ap.add_argument("--weights", default="default")
     ap.add_argument("--config", action="append", default=None, help="NAME=VAR=VALUE,...")
     args = ap.parse_args(argv)

@@ -49,6 +49,7 @@ from app.inference.voxelize import voxelize  # noqa: E402
 from bench import common  # noqa: E402
 from kernels import precision as precision_mod  # noqa: E402
 from models import SparseTensor  # noqa: E402
+from app.argtypes import positive_int  # noqa: E402
 
 LABELLED = {
     "kitti00": "semantickitti/seq00_000000.label",
@@ -115,7 +116,7 @@ def main(argv=None) -> int:
     p.add_argument("--frames", nargs="+", default=list(common.DEFAULT_FRAMES) + ["kitti-spvnas"])
     p.add_argument("--precisions", nargs="+", default=["fp32", "bf16"])
     p.add_argument("--threads", type=int, default=None)
-    p.add_argument("--runs", type=int, default=9)
+    p.add_argument("--runs", type=positive_int, default=9)
     p.add_argument("--data", default=None)
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)

@@ -22,6 +22,7 @@ import torch
 
 from app.inference.builder import build_pipeline
 from bench import common
+from app.argtypes import positive_int
 
 
 def network_run(pipeline, points, sensor) -> tuple[float, dict[str, float]]:
@@ -78,7 +79,7 @@ def main(argv=None) -> int:
     ap.add_argument("--cr", type=float, default=1.0, help="channel ratio of --weights random")
     ap.add_argument("--precision", default="fp32", help="auto, fp32, bf16 or int8")
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
-    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--runs", type=positive_int, default=5)
     ap.add_argument("--top", type=int, default=8)
     ap.add_argument("--json", default=None)
     a = ap.parse_args(argv)

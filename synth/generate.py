@@ -18,6 +18,7 @@ import numpy as np
 from synth.classes import CLASS_NAMES, NUM_CLASSES
 from synth.scene import build_scene
 from synth.sensor import HDL64, PROFILES, SensorProfile, scan
+from app.argtypes import non_negative_int, positive_int
 
 
 @dataclass
@@ -52,8 +53,8 @@ def read_kitti(bin_path, label_path) -> tuple[np.ndarray, np.ndarray]:
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--count", type=int, default=1)
+    ap.add_argument("--seed", type=non_negative_int, default=0)
+    ap.add_argument("--count", type=positive_int, default=1)
     ap.add_argument("--out", required=True)
     ap.add_argument("--profile", choices=sorted(PROFILES), default="hdl64")
     a = ap.parse_args(argv)

@@ -17,7 +17,8 @@ PACKAGES = ("app", "models", "kernels", "train", "bench", "synth")
 
 # layer -> layers it may import (its own layer always allowed)
 ALLOWED: dict[str, set[str]] = {
-    # app/threads.py, app/heap.py: process set-up (thread counts, glibc's heap), nothing of ours
+    # app/threads.py, app/heap.py, app/argtypes.py: process set-up (thread counts, glibc's heap,
+    # command-line argument types), nothing of ours
     "runtime": set(),
     "kernels": set(),
     "models": {"kernels"},
@@ -27,8 +28,8 @@ ALLOWED: dict[str, set[str]] = {
     "client": set(),
     "cli": {"inference", "codecs", "models", "kernels", "client", "runtime"},  # + SERVER_ENTRY
     "app": {"cli", "runtime"},  # app/__main__.py sets up the process, then runs the command line
-    "synth": {"models"},
-    "train": {"inference", "codecs", "models", "kernels", "synth"},
+    "synth": {"models", "runtime"},
+    "train": {"inference", "codecs", "models", "kernels", "synth", "runtime"},
     "bench": {"inference", "codecs", "models", "kernels", "client", "runtime"},
 }
 SERVER_ENTRY = "app.service.server"
@@ -48,6 +49,7 @@ def layer(module: str) -> str:
         "cli": "cli",
         "threads": "runtime",
         "heap": "runtime",
+        "argtypes": "runtime",
     }[parts[1]]
 
 
@@ -167,3 +169,21 @@ def test_the_checker_sees_a_broken_rule_and_a_cycle():
     ]
     assert cycles(edges) == [["kernels.kmap", "models.layers"]]
     assert "app.cli" in graph() and "app.service.main" in graph()["app.service.server"]
+
+
+def test_counts_on_the_command_lines_refuse_what_makes_no_sense():
+    """app/argtypes.py: a count below its floor is argparse's one line, not a traceback deep in
+    (train --steps -3 failed in OneCycleLR, --ckpt-every 0 divided by zero) or a silent clamp
+    (synth --count -3 wrote nothing, exit 0)."""
+    import argparse
+
+    import pytest
+
+    from app.argtypes import non_negative_int, positive_int
+
+    assert positive_int("3") == 3 and non_negative_int("0") == 0
+    for bad in ("0", "-3", "x", "1.5"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            positive_int(bad)
+    with pytest.raises(argparse.ArgumentTypeError):
+        non_negative_int("-1")

@@ -32,6 +32,7 @@ from app.inference.scoring import confusion, iou_metrics, metrics_from_confusion
 
 from .data import HELDOUT_SEED_START, heldout_seeds, synthetic_frame
 from .real import GROUND_CLASSES, ROLES, TRAIN, VALIDATION
+from app.argtypes import positive_int
 
 DEFAULT_REAL_DIR = (
     Path(__file__).resolve().parents[2] / "shared" / "data" / "real" / "semantickitti"
@@ -94,7 +95,7 @@ def main(argv=None) -> int:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     ap.add_argument("--weights", default="default")
-    ap.add_argument("--frames", type=int, default=50, help="held-out synthetic frames")
+    ap.add_argument("--frames", type=positive_int, default=50, help="held-out synthetic frames")
     ap.add_argument("--real-dir", default=str(DEFAULT_REAL_DIR))
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--json", default=None, help="also write the result here")

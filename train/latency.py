@@ -20,6 +20,7 @@ from app.codecs.files import read_frame
 from app.inference.builder import build_pipeline
 
 from .real import REAL_DIR
+from app.argtypes import positive_int
 
 
 def measure(weights: list[str], frame: str, runs: int) -> dict:
@@ -56,7 +57,7 @@ def main(argv=None) -> int:
     )
     ap.add_argument("--weights", nargs="+", default=["default", "synthetic"])
     ap.add_argument("--frame", default=str(REAL_DIR / "seq00_000000.bin"))
-    ap.add_argument("--runs", type=int, default=7)
+    ap.add_argument("--runs", type=positive_int, default=7)
     a = ap.parse_args(argv)
     print(
         json.dumps(

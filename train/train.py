@@ -52,6 +52,7 @@ from .losses import LOSSES, segmentation_loss
 from .real import TRAINING_POOL, load_real
 from .state import load_state, meta_for, save_state
 from .validate import Progress, validate
+from app.argtypes import non_negative_int, positive_int
 
 CLASS_FREQ_FRAMES = 32
 
@@ -201,14 +202,16 @@ def cli_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--out", required=True)
     p.add_argument("--cr", type=float, default=0.5)
-    p.add_argument("--steps", type=int, default=1000)
-    p.add_argument("--batch", type=int, default=2)
+    p.add_argument("--steps", type=positive_int, default=1000)
+    p.add_argument("--batch", type=positive_int, default=2)
     p.add_argument("--lr", type=float, default=2e-3)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--train-seeds", type=int, default=1000, help="frames: seeds 0..N-1")
-    p.add_argument("--max-points", type=int, default=None, help="subsample each frame")
-    p.add_argument("--ckpt-every", type=int, default=100)
-    p.add_argument("--stop-at", type=int, default=None, help="stop after this many steps")
+    p.add_argument("--seed", type=non_negative_int, default=0)
+    p.add_argument(
+        "--train-seeds", type=non_negative_int, default=1000, help="frames: seeds 0..N-1"
+    )
+    p.add_argument("--max-points", type=positive_int, default=None, help="subsample each frame")
+    p.add_argument("--ckpt-every", type=positive_int, default=100)
+    p.add_argument("--stop-at", type=positive_int, default=None, help="stop after this many steps")
     p.add_argument("--resume", action="store_true")
     p.add_argument("--export", default=None, help="write DIR/last.pt's weights here and exit")
     p.add_argument("--voxel-size", type=float, default=0.1)
@@ -219,9 +222,13 @@ def cli_parser() -> argparse.ArgumentParser:
         help="'pool' (the whole training pool) or comma-separated training-pool frame names",
     )
     p.add_argument("--real-share", type=float, default=0.0, help="share of real batch slots")
-    p.add_argument("--paste", type=int, default=0, help="instances pasted into each frame")
+    p.add_argument(
+        "--paste", type=non_negative_int, default=0, help="instances pasted into each frame"
+    )
     p.add_argument("--init", default=None, help="start from this checkpoint's weights")
-    p.add_argument("--val-every", type=int, default=0, help="validate every K steps (0: never)")
+    p.add_argument(
+        "--val-every", type=non_negative_int, default=0, help="validate every K steps (0: never)"
+    )
     p.add_argument(
         "--crop-degrees",
         type=float,
@@ -240,7 +247,7 @@ def cli_parser() -> argparse.ArgumentParser:
         default="ce",
         help="ce: weighted cross-entropy; ce+lovasz: plus the Lovasz-softmax loss",
     )
-    p.add_argument("--threads", type=int, default=None, help="torch.set_num_threads")
+    p.add_argument("--threads", type=positive_int, default=None, help="torch.set_num_threads")
     p.add_argument("--best", action="store_true", help="--export: DIR/best.pt, not last.pt")
     return p
 
