@@ -2,11 +2,11 @@
 
 GuardedH11 is uvicorn's h11 protocol plus
   - a header timeout: a request's line and headers must be in within LIDARSEG_HEADER_TIMEOUT_S
-    of its first byte (of the connection's opening, for its first request), else 408 and closed
-    (slow-header clients cannot hold connections). A connection that sent nothing of a new
-    request is closed without a word: a 408 there would be read as the answer to the request a
-    client sends next. Between requests only uvicorn's keep-alive timeout runs
-    (LIDARSEG_IDLE_TIMEOUT_S, whole seconds);
+    of its first byte, else 408 and closed (slow-header clients cannot hold connections). A new
+    connection that sends nothing for as long, or the unread rest of a body after its answer,
+    is closed without a word: a 408 there would be read as the answer to the request a client
+    sends next. Between requests uvicorn's keep-alive timeout runs (LIDARSEG_IDLE_TIMEOUT_S,
+    whole seconds);
   - a JSON body on uvicorn's 400 for a request h11 cannot parse (a bad Content-Length,
     Transfer-Encoding or request line), like every other error of the service;
   - a connection cap: beyond LIDARSEG_MAX_CONNECTIONS open connections a new one gets a JSON 503
