@@ -153,10 +153,19 @@ def test_bodies_held_at_once_are_bounded(srv):
     big = 60 * 1024 * 1024
     with _connect(srv) as first:
         _declare(first, big, b"\0" * 65536)
-        time.sleep(0.3)  # its route holds the declared bytes
-        with _connect(srv) as second:
-            _declare(second, big)
-            status, headers, body = _status_and_body(_read_all(second))
+        for _ in range(50):  # until the first one's route holds its declared bytes
+            with _connect(srv) as second:
+                _declare(second, big)
+                second.settimeout(0.5)
+                try:
+                    raw = second.recv(65536)
+                except TimeoutError:
+                    continue  # admitted: the first route had not started yet
+                second.settimeout(30)
+                status, headers, body = _status_and_body(raw + _read_all(second))
+                break
+        else:
+            raise AssertionError("a second 60 MiB body was never refused")
         assert status == 503 and headers["connection"] == "close" and headers["retry-after"]
         assert json.loads(body)["error"] == "bodies_busy"
     for _ in range(50):  # the first route sees its client gone (499) and gives the bytes back
