@@ -13,14 +13,18 @@ from tests.conftest import REPO_ROOT, require_real_data
 NUSCENES = "nuscenes/n015-2018-07-24-11-22-45+0800__LIDAR_TOP__1532402927647951.pcd.bin"
 
 
-def run_app(*args: str) -> str:
-    proc = subprocess.run(
+def app_process(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
         [sys.executable, "-m", "app", *args],
         cwd=REPO_ROOT,
         capture_output=True,
         text=True,
         timeout=600,
     )
+
+
+def run_app(*args: str) -> str:
+    proc = app_process(*args)
     assert proc.returncode == 0, proc.stderr
     return proc.stdout
 
@@ -67,13 +71,7 @@ def test_user_errors_are_one_line_each(tmp_path):
         (["client", str(tmp_path / "broken.bin"), "--repeat", "0"], 2, "at least 1"),
     ]
     for args, status, says in cases:
-        proc = subprocess.run(
-            [sys.executable, "-m", "app", *args],
-            cwd=REPO_ROOT,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
+        proc = app_process(*args)
         assert proc.returncode == status and says in proc.stderr, (args, proc.stderr)
         assert "Traceback" not in proc.stderr, (args, proc.stderr)
 

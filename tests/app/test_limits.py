@@ -145,6 +145,20 @@ def _declare(s: socket.socket, size: int, sent: bytes = b"") -> None:
     )
 
 
+def _answer_at_once(srv: Server, size: int) -> bytes | None:
+    """What the server answers within 0.5 s to a request declaring a `size`-byte body (and then
+    to its close), or None when it waits for the body (admitted)."""
+    with _connect(srv) as s:
+        _declare(s, size)
+        s.settimeout(0.5)
+        try:
+            first = s.recv(65536)
+        except TimeoutError:
+            return None
+        s.settimeout(30)
+        return first + _read_all(s)
+
+
 def test_bodies_held_at_once_are_bounded(srv):
     """LIDARSEG_MAX_BODIES_BYTES (100 MiB here): a second 60 MiB body while the first is still
     arriving gets a JSON 503 at once; the first one's bytes are given back when it ends (here
@@ -154,28 +168,18 @@ def test_bodies_held_at_once_are_bounded(srv):
     with _connect(srv) as first:
         _declare(first, big, b"\0" * 65536)
         for _ in range(50):  # until the first one's route holds its declared bytes
-            with _connect(srv) as second:
-                _declare(second, big)
-                second.settimeout(0.5)
-                try:
-                    raw = second.recv(65536)
-                except TimeoutError:
-                    continue  # admitted: the first route had not started yet
-                second.settimeout(30)
-                status, headers, body = _status_and_body(raw + _read_all(second))
+            refused = _answer_at_once(srv, big)
+            if refused is not None:
                 break
         else:
             raise AssertionError("a second 60 MiB body was never refused")
+        status, headers, body = _status_and_body(refused)
         assert status == 503 and headers["connection"] == "close" and headers["retry-after"]
         assert json.loads(body)["error"] == "bodies_busy"
     for _ in range(50):  # the first route sees its client gone (499) and gives the bytes back
-        with _connect(srv) as again:
-            _declare(again, big)
-            again.settimeout(0.5)
-            try:
-                answer = again.recv(65536)
-            except TimeoutError:
-                break  # waiting for the body: admitted
+        answer = _answer_at_once(srv, big)
+        if answer is None:
+            break  # waiting for the body: admitted
         assert b"bodies_busy" in answer, answer
         time.sleep(0.2)
     else:
