@@ -84,11 +84,11 @@ class ReadAheadH11(H11Protocol):
         """Decides once per request whether its body is read ahead, and reserves its length."""
         self._held_cycle = self.cycle
         length = declared_length(self.headers)
-        total = ReadAheadH11.held_everywhere
-        if length is not None and length <= self.read_ahead_bytes:
-            if total + length <= self.read_ahead_total:
-                ReadAheadH11.held_everywhere = total + length
-                self._held = length
+        if length is None or length > self.read_ahead_bytes:
+            return
+        if ReadAheadH11.held_everywhere + length <= self.read_ahead_total:
+            ReadAheadH11.held_everywhere += length
+            self._held = length
 
     def _release(self) -> None:
         ReadAheadH11.held_everywhere -= self._held

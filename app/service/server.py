@@ -79,6 +79,7 @@ class GuardedH11(ReadAheadH11):
 
     config: GuardedConfig  # uvicorn_config's: the protocol gets the server's config
     _header_timer: asyncio.TimerHandle | None
+    _request_bytes = False  # a byte of the next request has come (else a timeout says nothing)
 
     def connection_made(self, transport) -> None:
         guard = self.config.lidarseg_guard
@@ -98,7 +99,6 @@ class GuardedH11(ReadAheadH11):
             transport.close()
             self.connections.discard(self)
             return
-        self._request_bytes = False  # no byte of the next request yet
         self._arm_header_timer()
 
     def _between_requests(self) -> bool:

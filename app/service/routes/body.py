@@ -1,4 +1,4 @@
-"""Reading a request body under the service's limits, and one file part of a multipart body.
+"""Reading a request body under the service's limits (a multipart body's file part: multipart.py).
 
 read_body: 415 for a Content-Encoding other than identity; 503 when the bodies read or held
 at once would pass LIDARSEG_MAX_BODIES_BYTES (by Content-Length before reading, else while
@@ -18,7 +18,6 @@ from fastapi import Request
 from starlette.requests import ClientDisconnect
 
 from app.service.routes.deps import ServiceError, ServiceState
-from app.service.routes.multipart import one_file_part
 
 CLOSE = {"Connection": "close"}
 
@@ -59,7 +58,7 @@ def _identity_encoding(request: Request) -> None:
     """415 for a compressed body (Content-Encoding): nothing here inflates one, and read as it
     came it decodes to wrong points (a gzip of float32 rows of the right length did)."""
     lines = request.headers.getlist("content-encoding")  # every line, not only the first
-    encoding = ", ".join(line.strip().lower() for line in lines)
+    encoding = ", ".join(lines).lower()
     if any(coding.strip() not in ("", "identity") for coding in encoding.split(",")):
         raise ServiceError(
             415,
@@ -131,9 +130,3 @@ async def read_body(request: Request, service: ServiceState) -> bytes:
         timer.cancel()
         service.uploads.pop(task, None)
     return b"".join(chunks)
-
-
-def file_part(request: Request, body: bytes) -> tuple[bytes, str | None]:
-    """(file bytes, its content type) of a multipart body with exactly one file part
-    (routes/multipart.py: linear in the body, on the event loop)."""
-    return one_file_part(body, request.headers.get("content-type", ""))

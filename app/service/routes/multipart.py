@@ -31,7 +31,7 @@ def one_file_part(body: bytes, content_type: str) -> tuple[bytes, str | None]:
     400 malformed_multipart when there is not exactly one or the body is not well formed."""
     files = []
     for headers, start, end in _parts(body, _boundary(content_type)):
-        disposition, params = parse_options_header(headers.get("content-disposition", ""))
+        _, params = parse_options_header(headers.get("content-disposition", ""))
         if b"filename" in params or b"filename*" in params:
             _as_sent(headers)
             files.append((start, end, headers.get("content-type")))

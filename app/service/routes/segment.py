@@ -24,9 +24,10 @@ from fastapi.responses import Response
 from app.inference.pipeline import PIPELINE_STAGES, FrameResult
 from app.service import observe
 from app.service.admission import DeadlineExceeded, Job, QueueFull, WorkerStopped
-from app.service.routes.body import file_part, read_body, release_body
+from app.service.routes.body import read_body, release_body
 from app.service.routes.decoding import decode_body
 from app.service.routes.deps import ApiKey, Service, ServiceError, ServiceState
+from app.service.routes.multipart import one_file_part
 from app.service.routes.segment_api import (
     DETAILS,
     FORMAT_MAX_LENGTH,
@@ -223,7 +224,7 @@ async def read_frame(
     content_type = request.headers.get("content-type")
     media = (content_type or "").split(";")[0].strip().lower()
     if media == "multipart/form-data":
-        body, content_type = file_part(request, body)
+        body, content_type = one_file_part(body, content_type or "")  # linear in the body
         media = (content_type or "").split(";")[0].strip().lower()
     if media == "application/json" and fmt is None:
         fmt = "json"
