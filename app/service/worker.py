@@ -186,8 +186,8 @@ class InferenceWorker:
         while len(batch) < self.max_batch:
             if self._grow(batch):
                 continue
-            if self._jobs or not self._wait_more(batch, taken):
-                return
+            if self._jobs or self.max_wait_s <= 0 or not self._wait_more(batch, taken):
+                return  # (max_wait_s 0, the default: no estimate made for a wait never taken)
 
     def _grow(self, batch: list[Job]) -> bool:
         """Adds one waiting job that every frame of the batch can afford; False when none."""
