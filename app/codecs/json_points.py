@@ -1,7 +1,9 @@
 """JSON: {"points": [[x, y, z, intensity, ...], ...]} or the bare list [[x, y, z, ...], ...].
 
-Every row needs the same number (3 or more) of numbers; NaN / Infinity literals are accepted,
-and so are integers of any size (read as numbers, like any other value). Non-numeric values
+Every row needs the same number (3 or more) of numbers in JSON's syntax (no `+1`, `.5`, `01`,
+`nan` or `1_0`, which Python's float() would take); NaN / Infinity / -Infinity literals are
+accepted, and so are integers of any size (read as floats: one of over 308 digits is infinite,
+whichever shape the body has). Non-numeric values
 (strings, null, booleans, nested lists where a number belongs...) are a syntax error for this
 format (400); a well-formed list of the wrong shape is 422.
 
@@ -38,6 +40,8 @@ _LEAD = re.compile(rb"[ \t\r\n]*")
 _TO_SPACE = bytes.maketrans(b"[],", b"   ")
 _NOT_SKELETON = bytes(sorted(set(range(256)) - set(b"[],")))
 _EMPTY_SLOT = (b"[,", b",,", b",]", b"[]")
+_NUMBER = rb"-?+(?:0|[1-9][0-9]*+)(?:\.[0-9]++)?+(?:[eE][+-]?+[0-9]++)?+|NaN|-?+Infinity"
+_NUMBERS = re.compile(rb"(?:[\[\],]|(?:" + _NUMBER + rb")(?=[\],]))*+")  # values end at a separator
 
 
 def decode(body: bytes, max_points: int | None = None) -> Frame:
@@ -102,6 +106,7 @@ def _fast(body: bytes, max_points: int | None) -> Frame | None:
             return None
     if width < 3:
         raise unusable(FMT, f"points have {width} values; need at least x, y, z")
+    _check_numbers(text)
     spaced = b"".join(
         text[k : k + _CHUNK].translate(_TO_SPACE) for k in range(0, len(text), _CHUNK)
     )
@@ -110,9 +115,28 @@ def _fast(body: bytes, max_points: int | None) -> Frame | None:
     return Frame(points, sensor_for(points), FMT)
 
 
+def _check_numbers(text: bytes) -> None:
+    """400 naming the first value of the compacted array text that is no JSON number. Checked a
+    chunk at a time, each ending after a comma, so that no match holds the GIL for long."""
+    start = 0
+    while start < len(text):
+        end = len(text)
+        if end - start > _CHUNK:
+            end = text.rfind(b",", start, start + _CHUNK) + 1
+            if end <= start:  # a value longer than a chunk
+                end = text.find(b",", start + _CHUNK) + 1 or len(text)
+        part = text[start:end]
+        valid = _NUMBERS.match(part)  # always matches (possibly the empty string)
+        at = valid.end() if valid else 0
+        if at != len(part):
+            token = re.split(rb"[\[\],]", part[at : at + 40])[0]
+            raise malformed(FMT, f"not a JSON number: {token[:20]!r}")
+        start = end
+
+
 def _slow(body: bytes, max_points: int | None) -> Frame:
     try:
-        doc = json.loads(body)
+        doc = json.loads(body, parse_int=float)
     except (ValueError, UnicodeDecodeError, RecursionError) as e:
         raise malformed(FMT, f"invalid JSON: {e}") from None
     if isinstance(doc, dict):

@@ -74,6 +74,17 @@ def test_json_errors():
     ):
         assert decode_error(body, "json").status == 422, body
     assert decode(b'{"points": []}').points.shape == (0, 3)
+    not_json = (b"+1", b".5", b"1.", b"01", b"-01", b"nan", b"inf", b"-NaN", b"1_0", b"0x1", b"3e")
+    for value in not_json:  # Python's float() reads them all
+        for shape in (b"[[1,2,%s]]", b'{"points": [[1, 2, %s]], "more": 1}'):
+            assert decode_error(shape % value, "json").status == 400, (shape, value)
+    rows = b",".join([b"[1.5e-3,-0,2E+2,NaN]"] * 60_000)  # over a chunk: checked in several
+    assert len(decode(b"[" + rows + b"]").points) == 60_000
+    err = decode_error(b"[" + rows + b",[1,2,3,+4]]", "json")
+    assert err.status == 400 and "'+4'" in err.detail
+    huge = b"1" * 5000  # an integer of any size is a number: infinite as a float, either shape
+    for shape in (b"[[%s,2,3]]", b'{"points": [[%s, 2, 3]], "more": 1}'):
+        assert decode(shape % huge, "json").points[0, 0] == np.inf
     frame = decode(b'{"points": [[1, 2, 3, 200, 7]]}')
     assert frame.points.shape == (1, 5) and frame.sensor == "ouster"
 
