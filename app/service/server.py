@@ -195,8 +195,9 @@ def uvicorn_config(app, settings: Settings) -> GuardedConfig:
     return config
 
 
-def run(app) -> None:
-    """Serves `app` (create_app's) until a signal, within the shutdown budget."""
+def run(app) -> int:
+    """Serves `app` (create_app's) until a signal, within the shutdown budget; exit status 0, or
+    3 when the model failed to load (the server stops as soon as the loader says so)."""
     service = app.state.service
     settings = service.settings
 
@@ -218,14 +219,22 @@ def run(app) -> None:
                 time.sleep(0.02)
             self.should_exit = True
 
+        async def on_tick(self, counter: int) -> bool:
+            if service.load_error is not None and not self.should_exit:
+                logging.getLogger("lidarseg").error("exiting: the model could not be loaded")
+                self.should_exit = True  # fail fast: a restart, not a pod that is never ready
+            return await super().on_tick(counter)
+
     DrainingServer(uvicorn_config(app, settings)).run()
+    return 3 if service.load_error is not None else 0
 
 
 def serve(overrides: dict) -> int:
     """Runs uvicorn on create_app(Settings(env + overrides)): the one entry the command line
     (`python -m app serve`) starts the service through. SIGTERM / SIGINT: readiness turns 503
     and new work is refused, in-flight requests finish, all within LIDARSEG_SHUTDOWN_BUDGET_S;
-    exit status 0. A second signal exits at once. Bad settings: exit status 2."""
+    exit status 0. A second signal exits at once. Bad settings: exit status 2; a model that
+    fails to load (a corrupt weights file, a failed warm-up): exit status 3."""
     from app.service.main import create_app
 
     try:
@@ -239,5 +248,4 @@ def serve(overrides: dict) -> int:
     for warning in unread_variables(os.environ):
         logging.getLogger("lidarseg").warning(warning)
     sys.setswitchinterval(GIL_SWITCH_S)
-    run(create_app(settings))
-    return 0
+    return run(create_app(settings))

@@ -259,3 +259,26 @@ def test_bad_settings_fail_fast():
     assert proc.returncode == 2
     assert "queue_size" in proc.stderr and "range_policy" in proc.stderr
     assert "precision" in proc.stderr and "'fp8'" in proc.stderr
+
+
+def test_a_model_that_fails_to_load_exits_3(tmp_path):
+    """A corrupt weights file passes the settings (it exists) but fails in the loader: the server
+    stops with status 3 and says why, instead of staying up never ready."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO_ROOT
+
+    weights = tmp_path / "bad.pt"
+    weights.write_bytes(np.random.default_rng(0).bytes(3000))
+    proc = subprocess.run(
+        [sys.executable, "-m", "app", "serve", "--port", "0", "--weights", str(weights)],
+        cwd=REPO_ROOT,
+        env={**os.environ, "LIDARSEG_DEVICE": "cpu"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 3, proc.stderr[-2000:]
+    assert "model load failed" in proc.stderr and "could not be loaded" in proc.stderr
