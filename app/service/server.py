@@ -197,11 +197,14 @@ def uvicorn_config(app, settings: Settings) -> GuardedConfig:
 
 def run(app) -> int:
     """Serves `app` (create_app's) until a signal, within the shutdown budget; exit status 0, or
-    3 when the model failed to load (the server stops as soon as the loader says so)."""
+    3 when the service can never serve (ServiceState.fatal_error: the model failed to load, the
+    worker's thread ended), noticed within uvicorn's 0.1 s tick."""
     service = app.state.service
     settings = service.settings
 
     class DrainingServer(uvicorn.Server):
+        fatal: str | None = None  # ServiceState.fatal_error, once seen
+
         def handle_exit(self, sig, frame):
             if service.draining:  # second signal: stop now
                 self.should_exit = self.force_exit = True
@@ -220,13 +223,15 @@ def run(app) -> int:
             self.should_exit = True
 
         async def on_tick(self, counter: int) -> bool:
-            if service.load_error is not None and not self.should_exit:
-                logging.getLogger("lidarseg").error("exiting: the model could not be loaded")
+            if self.fatal is None and service.fatal_error is not None:
+                self.fatal = service.fatal_error
+                logging.getLogger("lidarseg").error("exiting: %s", self.fatal)
                 self.should_exit = True  # fail fast: a restart, not a pod that is never ready
             return await super().on_tick(counter)
 
-    DrainingServer(uvicorn_config(app, settings)).run()
-    return 3 if service.load_error is not None else 0
+    server = DrainingServer(uvicorn_config(app, settings))
+    server.run()
+    return 0 if server.fatal is None else 3
 
 
 def serve(overrides: dict) -> int:
@@ -234,7 +239,8 @@ def serve(overrides: dict) -> int:
     (`python -m app serve`) starts the service through. SIGTERM / SIGINT: readiness turns 503
     and new work is refused, in-flight requests finish, all within LIDARSEG_SHUTDOWN_BUDGET_S;
     exit status 0. A second signal exits at once. Bad settings: exit status 2; a model that
-    fails to load (a corrupt weights file, a failed warm-up): exit status 3."""
+    fails to load (a corrupt weights file, a failed warm-up) or a worker thread that ends:
+    exit status 3."""
     from app.service.main import create_app
 
     try:

@@ -115,10 +115,13 @@ def test_readyz_checks_the_worker_is_alive():
         async with httpx.AsyncClient(transport=transport, base_url="http://t") as c:
             return await c.get("/readyz")
 
-    assert asyncio.run(readyz()).status_code == 200
+    assert asyncio.run(readyz()).status_code == 200 and service.fatal_error is None
     service.worker.stop(30)
     r = asyncio.run(readyz())
     assert r.status_code == 503 and r.json()["status"] == "worker_dead"
+    assert "worker" in service.fatal_error  # the server exits on it (status 3)
+    service.draining = True
+    assert service.fatal_error is None  # a worker stopped by the drain is no failure
 
 
 def test_heap_trim_waits_for_a_pause_and_counts_points_over_batches(monkeypatch):

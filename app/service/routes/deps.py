@@ -122,6 +122,15 @@ class ServiceState:
     def worker_alive(self) -> bool:
         return self.worker is not None and self.worker.alive
 
+    @property
+    def fatal_error(self) -> str | None:
+        """Why this process can never serve again (the server exits on it), or None."""
+        if self.load_error is not None:
+            return "the model could not be loaded"
+        if self.ready and not self.draining and not self.worker_alive:
+            return "the inference worker's thread has ended"
+        return None
+
 
 async def get_service(request: Request) -> ServiceState:  # async: no pool thread
     return request.app.state.service
