@@ -322,6 +322,12 @@ def call(op: str, device, *args) -> None:
     return _call_cuda(op, _device_of(device), args)
 
 
+def refuse(op: str, device: torch.device, why: str) -> None:
+    """The KernelError a C twin's kStatusBadArgument gives, for an op's torch twin (CUDA paths
+    written with torch ops keep the C twin's checks)."""
+    raise KernelError(f"ls_{op}_{device.type}: {STATUS_MESSAGES[Status.BAD_ARGUMENT]} ({why})")
+
+
 def _raise_for(name: str, status: int, device: torch.device) -> None:
     if status == Status.OK:
         return

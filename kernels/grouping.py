@@ -215,10 +215,17 @@ def csr_by_key(keys: torch.Tensor, num_keys: int) -> tuple[torch.Tensor, torch.T
         rows = torch.empty(int((keys >= 0).sum()), dtype=torch.int32)
         backend.call("csr_by_key", keys.device, keys, keys.numel(), num_keys, ptr, rows)
         return ptr, rows
+    return _csr_by_key_torch(keys, num_keys)
+
+
+def _csr_by_key_torch(keys: torch.Tensor, num_keys: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """csr_by_key on CUDA, in torch ops (on any device: the tests run it on the CPU too)."""
     valid = keys >= 0
+    kept, over = torch.stack([valid.sum(), (keys >= num_keys).sum()]).tolist()  # one sync
+    if over:
+        backend.refuse("csr_by_key", keys.device, f"{over} keys not below {num_keys}")
     sort_keys = torch.where(valid, keys.long(), num_keys)
     order = torch.sort(sort_keys, stable=True).indices
-    kept = int(valid.sum())
     counts = torch.bincount(keys[valid].long(), minlength=num_keys)
     ptr = torch.zeros(num_keys + 1, dtype=torch.int64, device=keys.device)
     ptr[1:] = counts.cumsum(0)

@@ -26,6 +26,7 @@ BATCH_MAX = (1 << BATCH_BITS) - 2
 COORD_MIN = -(1 << (COORD_BITS - 1))
 COORD_MAX = (1 << (COORD_BITS - 1)) - 1
 MAX_PROBES = 512
+MAX_OFFSETS = 343  # per lookup: up to a 7x7x7 kernel
 EMPTY = -1  # an empty slot's key word and a missing value (kEmptyKey, kMiss)
 ERROR_ROW_BITS = 48  # err = (status << ERROR_ROW_BITS) | row, or NO_ERROR
 NO_ERROR = -1
@@ -170,6 +171,8 @@ class CoordHashTable:
         check_coords(query)
         if offsets is None:
             offsets = torch.zeros(1, 3, dtype=torch.int32)
+        if len(offsets) > MAX_OFFSETS:
+            raise ValueError(f"{len(offsets)} offsets; a lookup takes at most {MAX_OFFSETS}")
         offsets = offsets.to(device=self.device, dtype=torch.int32).contiguous()
         query = query.contiguous()
         nbr = torch.empty(len(offsets), len(query), dtype=torch.int32, device=self.device)

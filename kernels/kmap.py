@@ -119,9 +119,19 @@ def sort_by_out(
             out_sorted,
         )
         return in_sorted, out_sorted
+    return _sort_by_out_torch(in_idx, out_idx, bounds, num_out)
+
+
+def _sort_by_out_torch(
+    in_idx: torch.Tensor, out_idx: torch.Tensor, bounds: tuple[int, ...], num_out: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """sort_by_out on CUDA, in torch ops (on any device: the tests run it on the CPU too)."""
     counts = torch.tensor([b - a for a, b in zip(bounds[:-1], bounds[1:])], device=in_idx.device)
     segment = torch.repeat_interleave(torch.arange(len(counts), device=in_idx.device), counts)
-    order = torch.sort(segment * max(num_out, 1) + out_idx.long(), stable=True).indices
+    keys, order = torch.sort(segment * max(num_out, 1) + out_idx.long(), stable=True)
+    outside = (out_idx < 0) | (out_idx >= num_out)  # the C twin's checks, one sync for both
+    if bool(outside.any() | (keys[1:] == keys[:-1]).any()):
+        backend.refuse("sort_entries_by_out", in_idx.device, "an output out of range or twice")
     return in_idx[order], out_idx[order]
 
 

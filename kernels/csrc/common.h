@@ -34,6 +34,7 @@ constexpr int32_t kBatchMax = (1 << kBatchBits) - 2;         //  1022
 constexpr uint64_t kEmptyKey = ~0ull;
 constexpr int32_t kMiss = -1;
 constexpr int kMaxProbes = 512;
+constexpr int64_t kMaxOffsets = 343;  // per kernel-map lookup: up to a 7x7x7 kernel
 
 // Status codes returned by every entry point (0 = success).
 constexpr int kStatusOk = 0;
@@ -57,17 +58,18 @@ struct Slot {
   int32_t reserved;
 };
 
-LS_HD bool coord_in_range(int32_t b, int32_t x, int32_t y, int32_t z) {
+// 64-bit coordinates: a query computed as c * stride + d is checked before it could wrap.
+LS_HD bool coord_in_range(int32_t b, int64_t x, int64_t y, int64_t z) {
   return b >= 0 && b <= kBatchMax && x >= kCoordMin && x <= kCoordMax && y >= kCoordMin &&
          y <= kCoordMax && z >= kCoordMin && z <= kCoordMax;
 }
 
 // Requires coord_in_range(b, x, y, z).
-LS_HD uint64_t pack_key(int32_t b, int32_t x, int32_t y, int32_t z) {
+LS_HD uint64_t pack_key(int32_t b, int64_t x, int64_t y, int64_t z) {
   const uint64_t mask = (1ull << kCoordBits) - 1;
-  const uint64_t ux = (uint64_t)(int64_t)(x - kCoordMin) & mask;
-  const uint64_t uy = (uint64_t)(int64_t)(y - kCoordMin) & mask;
-  const uint64_t uz = (uint64_t)(int64_t)(z - kCoordMin) & mask;
+  const uint64_t ux = (uint64_t)(x - kCoordMin) & mask;
+  const uint64_t uy = (uint64_t)(y - kCoordMin) & mask;
+  const uint64_t uz = (uint64_t)(z - kCoordMin) & mask;
   return ((uint64_t)b << (3 * kCoordBits)) | (ux << (2 * kCoordBits)) | (uy << kCoordBits) | uz;
 }
 
@@ -161,8 +163,8 @@ LS_HD int32_t find_value(const Slot* table, uint64_t mask, uint64_t key) {
 }
 
 // Looks up (b, x, y, z); anything outside the key layout is a miss, never an alias.
-LS_HD int32_t find_coord(const Slot* table, uint64_t mask, int32_t b, int32_t x, int32_t y,
-                         int32_t z) {
+LS_HD int32_t find_coord(const Slot* table, uint64_t mask, int32_t b, int64_t x, int64_t y,
+                         int64_t z) {
   if (!coord_in_range(b, x, y, z)) return kMiss;
   return find_value(table, mask, pack_key(b, x, y, z));
 }

@@ -12,7 +12,6 @@ using namespace lidarseg;
 namespace {
 
 constexpr int64_t kBatch = 8;          // outputs whose probes are in flight together
-constexpr int64_t kMaxOffsets = 343;    // up to a 7x7x7 kernel
 
 bool valid_capacity(int64_t capacity) { return capacity > 0 && (capacity & (capacity - 1)) == 0; }
 
@@ -93,8 +92,8 @@ LS_API int ls_kmap_lookup_cpu(const Slot* table, int64_t capacity, const int32_t
         const int32_t* c = out_coords + 4 * (q0 + j);
         for (int64_t k = 0; k < num_offsets; ++k) {
           const int32_t* d = offsets + 3 * k;
-          const int32_t x = c[1] * stride + d[0], y = c[2] * stride + d[1];
-          const int32_t z = c[3] * stride + d[2];
+          const int64_t x = (int64_t)c[1] * stride + d[0], y = (int64_t)c[2] * stride + d[1];
+          const int64_t z = (int64_t)c[3] * stride + d[2];
           uint64_t key = kEmptyKey;  // out of range: a miss, never an alias
           if (coord_in_range(c[0], x, y, z)) {
             key = pack_key(c[0], x, y, z);

@@ -42,6 +42,7 @@ SHARED = {  # common.h name -> the Python value that must equal it
     "kEmptyKey": hashtable.EMPTY,
     "kMiss": hashtable.EMPTY,
     "kMaxProbes": hashtable.MAX_PROBES,
+    "kMaxOffsets": hashtable.MAX_OFFSETS,
     "kErrorRowBits": hashtable.ERROR_ROW_BITS,
     "kNoError": hashtable.NO_ERROR,
     "kStatusOk": backend.Status.OK,

@@ -8,7 +8,13 @@ import torch
 from kernels import CoordHashTable, downsample, submanifold_map
 from kernels.engine import EngineConfig, sparse_conv
 from kernels.rows import gather_rows, scatter_add_rows
-from kernels.grouping import _fill_at_once, _fill_by_offset, build_plan, csr_by_key
+from kernels.grouping import (
+    _csr_by_key_torch,
+    _fill_at_once,
+    _fill_by_offset,
+    build_plan,
+    csr_by_key,
+)
 from kernels.reference import conv_from_entries, map_entries
 from kernels import reference
 from kernels.tuning import GroupingTable
@@ -161,6 +167,17 @@ def test_result_does_not_depend_on_thread_count():
             torch.set_num_threads(before)
         # Each output row adds its offsets in plan order whatever the thread count.
         assert torch.equal(one, two)
+
+
+@pytest.mark.parametrize("twin", [csr_by_key, _csr_by_key_torch])  # the C kernel, CUDA's torch
+def test_csr_by_key_twins_agree_and_refuse_keys_past_the_end(twin):
+    from kernels.backend import KernelError
+
+    keys = torch.tensor([3, -1, 0, 3, 2, -1, 0], dtype=torch.int32)
+    ptr, rows = twin(keys, 5)
+    assert ptr.tolist() == [0, 2, 2, 3, 5, 5] and rows.tolist() == [2, 6, 4, 0, 3]
+    with pytest.raises(KernelError, match="bad argument"):
+        twin(torch.tensor([0, 5, 1], dtype=torch.int32), 5)
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -191,13 +191,51 @@ def test_transposed_maps_are_sorted_by_output_per_offset(kernel):
         assert bool((outs[1:] > outs[:-1]).all()), f"offset {k} not ascending"
 
 
-def test_sort_by_out_refuses_an_output_out_of_range_or_twice():
+@pytest.mark.parametrize("twin", ["c", "torch"])  # the C kernel (CPU), the torch ops (CUDA)
+def test_sort_by_out_refuses_an_output_out_of_range_or_twice(twin):
     from kernels.backend import KernelError
-    from kernels.kmap import sort_by_out
+    from kernels.kmap import _sort_by_out_torch, sort_by_out
 
+    sort = sort_by_out if twin == "c" else _sort_by_out_torch
     ins = torch.tensor([5, 6, 7], dtype=torch.int32)
     for outs in ([0, 1, 9], [2, 0, 2]):  # 9 >= num_out; 2 twice (not ascending: the slow path)
         with pytest.raises(KernelError, match="bad argument"):
-            sort_by_out(ins, torch.tensor(outs, dtype=torch.int32), (0, 3), 4)
-    got = sort_by_out(ins, torch.tensor([3, 0, 1], dtype=torch.int32), (0, 3), 4)
+            sort(ins, torch.tensor(outs, dtype=torch.int32), (0, 3), 4)
+    with pytest.raises(KernelError, match="bad argument"):  # 5 >= 3 would have moved to offset 1
+        sort(torch.arange(4, dtype=torch.int32), torch.tensor([0, 5, 1, 2]).int(), (0, 2, 4), 3)
+    got = sort(ins, torch.tensor([3, 0, 1], dtype=torch.int32), (0, 3), 4)
     assert got[0].tolist() == [6, 7, 5] and got[1].tolist() == [0, 1, 3]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_lookup_takes_at_most_max_offsets_on_every_twin(device):
+    from kernels import backend
+    from kernels.hashtable import MAX_OFFSETS
+
+    table = CoordHashTable.build(coords_tensor([(0, 0, 0, 0)], device))
+    query = coords_tensor([(0, 0, 0, 0)], device)
+    offsets = torch.zeros(MAX_OFFSETS + 1, 3, dtype=torch.int32, device=device)
+    nbr, counts = table.lookup(query, 1, offsets[:MAX_OFFSETS])
+    assert counts.tolist() == [1] * MAX_OFFSETS
+    with pytest.raises(ValueError, match=f"at most {MAX_OFFSETS}"):
+        table.lookup(query, 1, offsets)
+    nbr = torch.empty(len(offsets), 1, dtype=torch.int32, device=device)
+    counts = torch.empty(len(offsets), dtype=torch.int64, device=device)
+    with pytest.raises(backend.KernelError, match="bad argument"):  # the C twins' own check
+        backend.call(
+            "kmap_lookup", table.device, table.slots, table.capacity, query, 1, 1, offsets,
+            len(offsets), nbr, counts,
+        )  # fmt: skip
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_lookup_at_a_large_stride_misses_instead_of_wrapping(device):
+    """x * stride + d beyond 32 bits: a miss, not the voxel it wraps to (65,536 * 65,536 is
+    2^32, which an int32 product wrapped to 0 and found (0, 0, 0, 0))."""
+    table = CoordHashTable.build(coords_tensor([(0, 0, 0, 0), (0, 1, 0, 0)], device))
+    query = coords_tensor([(0, 65536, 0, 0), (0, 0, 65536, 0), (0, 0, 0, 0)], device)
+    nbr, counts = table.lookup(query, 65536)
+    assert nbr.tolist() == [[-1, -1, 0]] and counts.tolist() == [1]
+    offsets = torch.tensor([[1, 0, 0]], dtype=torch.int32)
+    nbr, _ = table.lookup(coords_tensor([(0, 65536, 0, 0)], device), 65536, offsets)
+    assert nbr.tolist() == [[-1]]  # 2^32 + 1 wrapped to row 1

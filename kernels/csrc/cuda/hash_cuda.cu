@@ -75,13 +75,14 @@ __global__ void kmap_lookup_kernel(const Slot* table, uint64_t mask, const int32
   for (int64_t base = (int64_t)blockIdx.x * blockDim.x; base < n_out; base += step) {
     const int64_t q = base + threadIdx.x;
     const bool active = q < n_out;
-    int32_t b = 0, bx = 0, by = 0, bz = 0;
+    int32_t b = 0;
+    int64_t bx = 0, by = 0, bz = 0;  // 64 bits: no wrap-around before the range check
     if (active) {
       const int32_t* c = out_coords + 4 * q;
       b = c[0];
-      bx = c[1] * stride;
-      by = c[2] * stride;
-      bz = c[3] * stride;
+      bx = (int64_t)c[1] * stride;
+      by = (int64_t)c[2] * stride;
+      bz = (int64_t)c[3] * stride;
     }
     for (int64_t k = 0; k < num_offsets; ++k) {
       bool hit = false;
@@ -128,7 +129,8 @@ LS_API int ls_kmap_lookup_cuda(const Slot* table, int64_t capacity, const int32_
                                int64_t n_out, int32_t stride, const int32_t* offsets,
                                int64_t num_offsets, int32_t* nbr, int64_t* counts,
                                void* stream) {
-  if (!valid_capacity(capacity) || n_out < 0 || num_offsets < 0 || stride < 1) {
+  if (!valid_capacity(capacity) || n_out < 0 || num_offsets < 0 || num_offsets > kMaxOffsets ||
+      stride < 1) {
     return kStatusBadArgument;
   }
   const cudaStream_t s = cuda::as_stream(stream);
