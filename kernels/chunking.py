@@ -10,7 +10,9 @@ smaller matmuls may round differently (a bmm's rows computed as mm).
 
 The cap (EngineConfig.memory_cap, bytes) defaults to LIDARSEG_ENGINE_SCRATCH_MB when set, else a
 quarter of the CUDA device's free memory (read at most every FREE_MEMORY_TTL_S, rounded down to a
-power of two), or 256 MiB on the CPU.
+power of two), or 256 MiB on the CPU. A deterministic engine's default on CUDA is an eighth of the
+device's total memory instead: a cap that followed free memory could split the same conv into other
+matmuls from one frame to the next (torch's cache grows after the first), and so round differently.
 """
 
 from __future__ import annotations
@@ -27,37 +29,40 @@ from .grouping import ExecutionPlan
 
 CPU_DEFAULT_CAP = 256 << 20
 CUDA_FREE_SHARE = 4  # the cap is 1/4 of the free device memory
+CUDA_TOTAL_SHARE = 8  # deterministic: 1/8 of the device's memory, whatever is free
 MIN_CAP = 1 << 20  # never plan for less than 1 MiB of scratch by default
 
 
-def default_cap(device: torch.device) -> int:
+def default_cap(device: torch.device, deterministic: bool = False) -> int:
     """Scratch bytes a conv may use on `device` when EngineConfig.memory_cap is None."""
     env = os.environ.get("LIDARSEG_ENGINE_SCRATCH_MB")
     if env:
         return int(float(env) * (1 << 20))
     if device.type == "cuda":
+        free, total = _cuda_memory(device)
+        share = total // CUDA_TOTAL_SHARE if deterministic else free // CUDA_FREE_SHARE
         # a power of two, so the chunking (cached per plan and cap) stays put while free
         # memory drifts from call to call
-        return 1 << max(_cuda_free(device) // CUDA_FREE_SHARE, MIN_CAP).bit_length() - 1
+        return 1 << max(share, MIN_CAP).bit_length() - 1
     return CPU_DEFAULT_CAP
 
 
 FREE_MEMORY_TTL_S = 0.5  # how long one reading of the device's free memory serves
-_free_readings: dict[torch.device, tuple[float, int]] = {}
+_free_readings: dict[torch.device, tuple[float, tuple[int, int]]] = {}
 
 
-def _cuda_free(device: torch.device) -> int:
-    """Free bytes on a CUDA device, read at most once per FREE_MEMORY_TTL_S: every conv asks, and
-    on the H200 one reading (cudaMemGetInfo) cost 34 us, 1.7 ms of a 54 ms MinkUNet forward."""
+def _cuda_memory(device: torch.device) -> tuple[int, int]:
+    """(free, total) bytes of a CUDA device, read at most once per FREE_MEMORY_TTL_S: every conv
+    asks, and on the H200 one reading (cudaMemGetInfo) cost 34 us, 1.7 ms of a 54 ms forward."""
     device = torch.device(
         "cuda", torch.cuda.current_device() if device.index is None else device.index
     )
     now = time.monotonic()
-    read_at, free = _free_readings.get(device, (-FREE_MEMORY_TTL_S, 0))
+    read_at, memory = _free_readings.get(device, (-FREE_MEMORY_TTL_S, (0, 0)))
     if now - read_at >= FREE_MEMORY_TTL_S:
-        free, _ = torch.cuda.mem_get_info(device)
-        _free_readings[device] = (now, free)
-    return free
+        memory = tuple(torch.cuda.mem_get_info(device))  # type: ignore[assignment]
+        _free_readings[device] = (now, memory)
+    return memory
 
 
 def rows_under_cap(cap_bytes: int, cin: int, cout: int, dtype: torch.dtype) -> int:

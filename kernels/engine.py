@@ -66,7 +66,9 @@ class EngineConfig:
 
     def scratch_cap(self, device: torch.device) -> int:
         """Scratch bytes a conv may use on `device`: memory_cap, else chunking.default_cap."""
-        return self.memory_cap if self.memory_cap is not None else default_cap(device)
+        if self.memory_cap is not None:
+            return self.memory_cap
+        return default_cap(device, self.deterministic)
 
     def max_rows(self, cin: int, cout: int, dtype: torch.dtype, device: torch.device) -> int:
         """Buffer rows per chunk under the memory cap."""

@@ -120,3 +120,9 @@ def test_cuda_free_memory_is_read_once_per_interval(monkeypatch):
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda d: readings.append(d) or (1 << 30, 0))
     assert default_cap(gpu) == 1 << 28  # read again: a quarter of 1 GiB
     assert len(readings) == 2
+    # deterministic: an eighth of the total, however much is free (chunks, so rounding, fixed)
+    deterministic = EngineConfig(grouping=DENSE, deterministic=True)
+    for free in (8 << 30, 1 << 30):
+        clock[0] += chunking.FREE_MEMORY_TTL_S
+        monkeypatch.setattr(torch.cuda, "mem_get_info", lambda d, f=free: (f, 16 << 30))
+        assert deterministic.scratch_cap(gpu) == 2 << 30
