@@ -33,6 +33,7 @@ import functools
 import hashlib
 import json
 import os
+import platform
 import re
 import shutil
 import subprocess
@@ -223,15 +224,17 @@ def build_cuda(archs: tuple[str, ...] | None = None) -> Path:
     )
     flags = cuda_flags(archs)
     sources = sources_digest(CUDA_SOURCES)
+    machine = platform.machine()  # nvcc builds the host code for the machine it runs on
     manifest = {
         "kind": "cuda",
+        "machine": machine,
         "sources": sources,
         "archs": list(archs),
         "ptx": archs[-1],
         "compiler": f"nvcc {nvcc_version(nvcc)}",
         "flags": flags,
     }
-    key = _hash(sources, " ".join(flags), nvcc_version(nvcc))
+    key = _hash(sources, " ".join(flags), nvcc_version(nvcc), machine)
     return _build(
         "liblidarseg_cuda",
         key,
@@ -293,8 +296,6 @@ def library_path(device_type: str) -> Path:
     if device_type == "cpu":
         if not prebuilt_only():
             return build_cpu()
-        import platform
-
         machine = platform.machine()
         libs = targets.cached(cache_dir(), "cpu", sources_digest(CPU_SOURCES))
         found = targets.best_cpu(libs, machine, targets.host_cpu_flags())
@@ -302,7 +303,7 @@ def library_path(device_type: str) -> Path:
     elif device_type == "cuda":
         cap = _device_capability() or (0, 0)
         libs = targets.cached(cache_dir(), "cuda", sources_digest(CUDA_SOURCES))
-        found = targets.best_cuda(libs, cap)
+        found = targets.best_cuda(libs, platform.machine(), cap)
         if found is None and not prebuilt_only():
             return build_cuda()
         what = f"this GPU (sm_{cap[0]}{cap[1]})"

@@ -136,9 +136,15 @@ def best_cpu(libs: list[Built], machine: str, flags: set[str]) -> Built | None:
     return max(usable, key=lambda b: (len(b.manifest["requires"]), b.path.name), default=None)
 
 
-def best_cuda(libs: list[Built], capability: tuple[int, int]) -> Built | None:
-    """A CUDA library that covers the device, preferring machine code over PTX."""
-    usable = [b for b in libs if covers(b.manifest["archs"], b.manifest.get("ptx"), capability)]
+def best_cuda(libs: list[Built], machine: str, capability: tuple[int, int]) -> Built | None:
+    """A CUDA library built on this machine's architecture (a cache shared by an x86 server and
+    an aarch64 Orin holds both) that covers the device, preferring machine code over PTX."""
+    usable = [
+        b
+        for b in libs
+        if b.manifest.get("machine") == machine
+        and covers(b.manifest["archs"], b.manifest.get("ptx"), capability)
+    ]
     native = [b for b in usable if covers(b.manifest["archs"], None, capability)]
     chosen = native or usable
     return chosen[0] if chosen else None

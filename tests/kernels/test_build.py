@@ -146,16 +146,20 @@ def test_prebuilt_only_fails_clearly_and_finds_a_fitting_library(tmp_path, monke
     with pytest.raises(targets.LibraryMissing, match=r"no prebuilt CUDA .*sm_87.*found: none"):
         build.library_path("cuda")
     sources = build.sources_digest(build.CUDA_SOURCES)
-    for name, archs, ptx, digest in (
-        ("a", ["90"], "90", sources),
-        ("b", ["87"], "87", "stale"),
-        ("c", ["75", "86"], "86", sources),
+    here, other = platform.machine(), "aarch64" if platform.machine() != "aarch64" else "x86_64"
+    for name, archs, ptx, digest, machine in (
+        ("0", ["87"], "87", sources, other),  # an Orin's library in a shared cache, say
+        ("a", ["90"], "90", sources, here),
+        ("b", ["87"], "87", "stale", here),
+        ("c", ["75", "86"], "86", sources, here),
     ):
         (tmp_path / f"liblidarseg_cuda-{name}.so").write_bytes(b"")
+        manifest = {"kind": "cuda", "archs": archs, "ptx": ptx, "sources": digest}
         (tmp_path / f"liblidarseg_cuda-{name}.json").write_text(
-            json.dumps({"kind": "cuda", "archs": archs, "ptx": ptx, "sources": digest})
+            json.dumps({**manifest, "machine": machine})
         )
-    assert build.library_path("cuda").name == "liblidarseg_cuda-c.so"  # b is stale, a is sm_90
+    # 0 is for another machine, b is stale, a is sm_90
+    assert build.library_path("cuda").name == "liblidarseg_cuda-c.so"
     monkeypatch.setattr(build, "_device_capability", lambda: (7, 0))
     with pytest.raises(targets.LibraryMissing, match=r"sm_70.*liblidarseg_cuda-a\.so \(sm_90"):
         build.library_path("cuda")
