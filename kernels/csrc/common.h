@@ -58,6 +58,16 @@ struct Slot {
   int32_t reserved;
 };
 
+// A table's capacity is a power of two; it holds at most capacity / 2 rows (load factor 0.5), and
+// at most INT32_MAX: rows are stored as int32 values (more would wrap to misses).
+LS_HD bool valid_capacity(int64_t capacity) {
+  return capacity > 0 && (capacity & (capacity - 1)) == 0;
+}
+
+LS_HD bool valid_table_rows(int64_t n, int64_t capacity) {
+  return valid_capacity(capacity) && n >= 0 && n <= capacity / 2 && n <= INT32_MAX;
+}
+
 // 64-bit coordinates: a query computed as c * stride + d is checked before it could wrap.
 LS_HD bool coord_in_range(int32_t b, int64_t x, int64_t y, int64_t z) {
   return b >= 0 && b <= kBatchMax && x >= kCoordMin && x <= kCoordMax && y >= kCoordMin &&

@@ -11,15 +11,13 @@ using namespace lidarseg;
 
 namespace {
 
-constexpr int64_t kBatch = 8;          // outputs whose probes are in flight together
-
-bool valid_capacity(int64_t capacity) { return capacity > 0 && (capacity & (capacity - 1)) == 0; }
+constexpr int64_t kBatch = 8;  // outputs whose probes are in flight together
 
 }  // namespace
 
 LS_API int ls_hash_build_cpu(const int32_t* coords, int64_t n, Slot* table, int64_t capacity,
                              int64_t* err) {
-  if (!valid_capacity(capacity) || n < 0 || n > capacity / 2) return kStatusBadArgument;
+  if (!valid_table_rows(n, capacity)) return kStatusBadArgument;
   const uint64_t mask = (uint64_t)capacity - 1;
 #pragma omp parallel for schedule(static) if (n >= kParallelRows)
   for (int64_t i = 0; i < n; ++i) {
@@ -43,7 +41,7 @@ LS_API int ls_hash_build_cpu(const int32_t* coords, int64_t n, Slot* table, int6
 
 LS_API int ls_hash_insert_min_cpu(const int32_t* coords, int64_t n, int32_t stride, Slot* table,
                                   int64_t capacity, int64_t* slot_of_row, int64_t* err) {
-  if (!valid_capacity(capacity) || n < 0 || n > capacity / 2 || stride < 1) {
+  if (!valid_table_rows(n, capacity) || stride < 1) {
     return kStatusBadArgument;
   }
   const uint64_t mask = (uint64_t)capacity - 1;

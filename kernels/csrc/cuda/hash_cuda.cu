@@ -13,8 +13,6 @@ using namespace lidarseg;
 namespace lidarseg {
 namespace {
 
-bool valid_capacity(int64_t capacity) { return capacity > 0 && (capacity & (capacity - 1)) == 0; }
-
 __global__ void hash_build_kernel(const int32_t* coords, int64_t n, Slot* table, uint64_t mask,
                                   int64_t* err) {
   const int64_t step = (int64_t)gridDim.x * blockDim.x;
@@ -103,7 +101,7 @@ __global__ void kmap_lookup_kernel(const Slot* table, uint64_t mask, const int32
 
 LS_API int ls_hash_build_cuda(const int32_t* coords, int64_t n, Slot* table, int64_t capacity,
                               int64_t* err, void* stream) {
-  if (!valid_capacity(capacity) || n < 0 || n > capacity / 2) return kStatusBadArgument;
+  if (!valid_table_rows(n, capacity)) return kStatusBadArgument;
   if (n == 0) return kStatusOk;
   const uint64_t mask = (uint64_t)capacity - 1;
   hash_build_kernel<<<cuda::num_blocks(n, cuda::kThreads), cuda::kThreads, 0,
@@ -114,7 +112,7 @@ LS_API int ls_hash_build_cuda(const int32_t* coords, int64_t n, Slot* table, int
 LS_API int ls_hash_insert_min_cuda(const int32_t* coords, int64_t n, int32_t stride, Slot* table,
                                    int64_t capacity, int64_t* slot_of_row, int64_t* err,
                                    void* stream) {
-  if (!valid_capacity(capacity) || n < 0 || n > capacity / 2 || stride < 1) {
+  if (!valid_table_rows(n, capacity) || stride < 1) {
     return kStatusBadArgument;
   }
   if (n == 0) return kStatusOk;
