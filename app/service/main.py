@@ -80,6 +80,7 @@ def load_service(service: ServiceState) -> None:
             on_run=service.observe.on_run if service.observe else None,
         ),
         **heap_trim(settings.trim_after_points, settings.trim_idle_s),
+        max_batch_points=settings.max_points,  # a batch's memory: that of one largest frame
     )
     metrics.model.info(
         {

@@ -71,11 +71,13 @@ class InferenceWorker:
         after_batch=None,
         on_idle=None,
         idle_s: float | None = None,  # with on_idle: the settings' trim_idle_s (app/heap.py)
+        max_batch_points: int | None = None,  # a batch's points in all (a lone job always runs)
     ):
         if on_idle is not None and idle_s is None:
             raise ValueError("on_idle needs idle_s: how long the queue stays empty first")
         self.pipeline, self.queue_size = pipeline, queue_size
         self.max_batch, self.max_wait_s = max_batch, max_wait_s
+        self.max_batch_points = max_batch_points
         self.stats = stats or WorkerStats()
         self.cost = CostModel()
         self.after_batch = after_batch  # callback(points in the batch): counts for the trim
@@ -190,10 +192,12 @@ class InferenceWorker:
                 return  # (max_wait_s 0, the default: no estimate made for a wait never taken)
 
     def _grow(self, batch: list[Job]) -> bool:
-        """Adds one waiting job that every frame of the batch can afford; False when none."""
+        """Adds one waiting job that every frame of the batch can afford and that keeps the
+        batch within max_batch_points; False when none."""
         now = time.monotonic()
+        room = self.max_batch_points - sum(j.size for j in batch) if self.max_batch_points else -1
         for job in list(self._jobs):
-            if job.layer_timing != batch[0].layer_timing:
+            if job.layer_timing != batch[0].layer_timing or 0 <= room < job.size:
                 continue
             if refuse(self.cost, job, now, self._dropped):
                 self._jobs.remove(job)

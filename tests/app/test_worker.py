@@ -285,3 +285,22 @@ def test_a_frame_cancelled_while_its_batch_waits_never_runs():
     assert kept.future.result(30) == 10
     assert pipe.ran == [2] and sizes == [1] and drops == [1]
     w.stop(30)
+
+
+def test_a_batch_holds_at_most_max_batch_points():
+    """Four queued frames of 40 points under a 100-point bound run as batches of 2, 2 (the
+    service passes LIDARSEG_MAX_POINTS: a batch's peak memory is that of one frame at the limit,
+    where four 2 M-point frames in one forward took 6 GB); a frame alone over it still runs."""
+    sizes: list[int] = []
+    pipe = FakePipeline()
+    pipe.gate.clear()  # hold the first run while the rest queue up
+    w = InferenceWorker(
+        pipe, 8, max_batch=4, stats=WorkerStats(on_batch=sizes.append), max_batch_points=100
+    )
+    jobs = [w.submit(frame(0, 150), "kitti", time.monotonic() + 30)]
+    wait_until_taken(w)
+    jobs += [w.submit(frame(k, 40), "kitti", time.monotonic() + 30) for k in range(1, 5)]
+    pipe.gate.set()
+    assert [j.future.result(30) for j in jobs] == [150, 40, 40, 40, 40]
+    assert sizes == [1, 2, 2] and pipe.ran == [0, 1, 2, 3, 4]
+    w.stop(30)
