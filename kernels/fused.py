@@ -29,7 +29,7 @@ def walk_args(
     """The map, offset order, identity offset, epilogue and output arguments of a fused conv
     (kmap: the plan's map, or its transpose; entries sorted by output row). dst None (NULL:
     the int8 conv that only quantizes its output) needs num_dst, its rows."""
-    order = plan.kernel_order
+    order = plan.fused_order
     return (
         kmap.in_idx,
         kmap.out_idx,

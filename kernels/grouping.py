@@ -129,9 +129,17 @@ class ExecutionPlan:
 
     @functools.cached_property
     def kernel_order(self) -> torch.Tensor:
-        """int32 offsets in launch order (what the fused CPU path walks)."""
+        """int32 offsets in launch order (the grouped dataflow's weight stack)."""
         order = [k for launch in self.launches for k in launch.kernel_indices]
         return torch.tensor(order, dtype=torch.int32)
+
+    @functools.cached_property
+    def fused_order(self) -> torch.Tensor:
+        """int32 offsets in kernel order: what the fused CPU kernels walk, adding each output
+        row's offsets in this order. Not launch order: that follows the maps' sizes, which a
+        batch sums over its frames, so a frame's rounding (and, in bf16 or int8, some of its
+        labels) depended on the frames batched with it."""
+        return torch.sort(self.kernel_order).values
 
     def kernel_order_on(self, device: torch.device) -> torch.Tensor:
         """kernel_order on `device`, uploaded once per plan (the grouped dataflow stacks a
