@@ -7,6 +7,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+# The intensity conventions a frame is read in (Frame.sensor): kitti 0..1, nuscenes and ouster
+# 0..255 (a model's checkpoint scales each to its feature).
+SENSORS = ("kitti", "nuscenes", "ouster")
+# A self-describing frame is on the 0..255 scale when at least this share of its finite
+# intensities exceeds 1.0: one stray value above 1 (a corrupt point in a 0..1 frame) no longer
+# rescales the other points (it is clamped, and counted as cleaned).
+BYTE_SCALE_SHARE = 0.01
 # Intensity names a point cloud may use for its reflectance channel, in order of preference.
 INTENSITY_NAMES = ("intensity", "i", "reflectivity")
 # Text values are parsed this many bytes at a time: bounded scratch memory, and no single C call
@@ -50,13 +57,15 @@ def check_count(n: int, max_points: int | None, fmt: str) -> None:
 
 def sensor_for(points: np.ndarray) -> str:
     """The intensity convention of a self-describing frame (pcd, ply, npy, las, pointcloud2,
-    json): "kitti" (intensity in 0..1) unless some finite intensity (column 3) exceeds 1.0, then
-    "ouster" (0..255). Frames without an intensity column are "kitti"."""
+    json): "ouster" (0..255) when at least BYTE_SCALE_SHARE of its finite intensities (column 3)
+    exceed 1.0, else "kitti" (0..1). Frames without an intensity column are "kitti". A client
+    that knows its sensor says so (the service's `sensor` parameter) instead."""
     if points.ndim != 2 or points.shape[1] < 4 or not len(points):
         return "kitti"
     col = points[:, 3]
-    col = col[np.isfinite(col)]
-    return "ouster" if col.size and float(col.max()) > 1.0 else "kitti"
+    finite = np.count_nonzero(np.isfinite(col))
+    over = np.count_nonzero((col > 1.0) & (col < np.inf))
+    return "ouster" if finite and over >= BYTE_SCALE_SHARE * finite else "kitti"
 
 
 def columns_frame(columns: list[np.ndarray], fmt: str) -> Frame:

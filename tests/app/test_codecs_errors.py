@@ -157,3 +157,19 @@ def test_damaged_bodies_never_crash(case):
                 assert e.status in (400, 413, 415, 422)
             else:
                 assert frame.points.ndim == 2 and frame.points.shape[1] >= 3
+
+
+def test_the_intensity_scale_is_a_share_not_one_value():
+    from app.codecs.base import sensor_for
+
+    unit = np.random.default_rng(0).random((1000, 4)).astype(np.float32)
+    assert sensor_for(unit) == "kitti"
+    unit[:9, 3] = 200.0  # 0.9 % of the points: strays in a 0..1 frame
+    unit[9, 3] = np.inf
+    assert sensor_for(unit) == "kitti"
+    unit[10, 3] = 2.0  # 1 %: a 0..255 frame
+    assert sensor_for(unit) == "ouster"
+    body = unit.astype("<f4").tobytes()
+    assert decode(body, "kitti", sensor="ouster").sensor == "ouster"
+    err = decode_error(body, "kitti", sensor="lidar")
+    assert (err.status, err.code) == (422, "unknown_sensor")

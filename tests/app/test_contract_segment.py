@@ -72,6 +72,7 @@ def test_round_trip_matches_in_process_pipeline(http, pipeline, name, fmt, senso
     assert r.headers["x-request-id"] == data["request_id"]
     assert r.headers["x-num-points"] == str(len(points))
     assert r.headers["x-num-voxels"] == str(data["num_voxels"])
+    assert r.headers["x-sensor"] == data["sensor"] == sensor
 
     # binary out agrees with JSON out
     rb = http.post(f"/v1/segment?format={fmt}", content=frame_bytes(name), headers=WANT_BIN)
@@ -207,3 +208,33 @@ def test_cleaned_points_are_counted_in_the_answer_and_the_metrics(http):
     same = http.post("/v1/segment?format=kitti", content=clamped.tobytes(), headers=WANT_BIN)
     assert same.headers["x-cleaned-points"] == "0"
     np.testing.assert_array_equal(np.frombuffer(same.content, np.uint8), r.json()["labels"])
+
+
+def test_one_stray_intensity_does_not_rescale_a_frame_and_sensor_pins_it(http, pipeline):
+    """A PCD of the KITTI frame (0..1) with one intensity at 1.0001 was read on the 0..255 scale
+    (a third of a real frame's labels changed, nothing said so): it stays 0..1, that point is
+    clamped and counted; `sensor` pins the convention for any format, and the answer names it."""
+    from app.codecs.encode import encode
+
+    points = np.array(load_frame(KITTI))
+    expected = pipeline.segment(points.copy(), "kitti").labels
+    stray = points.copy()
+    stray[0, 3] = 1.0001
+    body, content_type = encode(stray, "pcd_binary")
+    r = http.post("/v1/segment", content=body, headers={"Content-Type": content_type})
+    assert r.status_code == 200, r.text
+    data = r.json()
+    assert data["sensor"] == r.headers["x-sensor"] == "kitti" and data["cleaned_points"] == 1
+    np.testing.assert_array_equal(np.asarray(data["labels"], np.uint8), expected)
+    pinned = http.post(
+        "/v1/segment?sensor=ouster", content=body, headers={"Content-Type": content_type}
+    )
+    assert pinned.status_code == 200 and pinned.json()["sensor"] == "ouster"
+    as_ouster = pipeline.segment(points.copy(), "ouster").labels
+    np.testing.assert_array_equal(np.asarray(pinned.json()["labels"], np.uint8), as_ouster)
+    raw = http.post(
+        "/v1/segment?format=kitti&sensor=nuscenes", content=frame_bytes(KITTI), headers=BIN
+    )
+    assert raw.status_code == 200 and raw.headers["x-sensor"] == "nuscenes"
+    bad = http.post("/v1/segment?sensor=velodyne", content=frame_bytes(KITTI), headers=BIN)
+    assert "sensor" in assert_error(bad, 400, "invalid_request")["detail"]

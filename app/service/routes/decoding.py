@@ -42,12 +42,18 @@ class Decoded(NamedTuple):
 
 
 async def decode_body(
-    service: ServiceState, body: bytes, fmt: str | None, content_type: str | None, request_id: str
+    service: ServiceState,
+    body: bytes,
+    fmt: str | None,
+    content_type: str | None,
+    request_id: str,
+    sensor: str | None = None,
 ) -> Decoded:
     """A request body decoded and checked: decode_frame, inline or on the decode pool."""
+    args = (body, fmt, content_type, request_id, sensor)
     if decodes_inline(fmt, content_type, len(body)):
-        return decode_frame(service, body, fmt, content_type, request_id)
-    return await decode_in_pool(service, body, fmt, content_type, request_id)
+        return decode_frame(service, *args)
+    return await decode_in_pool(service, *args)
 
 
 def check_points(
@@ -103,12 +109,19 @@ def clean_extra_columns(points: np.ndarray, top: np.float32) -> np.ndarray:
 
 
 def decode_frame(
-    service: ServiceState, body: bytes, fmt: str | None, content_type: str | None, request_id: str
+    service: ServiceState,
+    body: bytes,
+    fmt: str | None,
+    content_type: str | None,
+    request_id: str,
+    sensor: str | None = None,
 ):
     if not body:
         raise ServiceError(400, "empty_body", "the request body is empty: post one frame")
     try:
-        frame = decode(body, fmt, content_type, max_points=service.settings.max_points)
+        frame = decode(
+            body, fmt, content_type, max_points=service.settings.max_points, sensor=sensor
+        )
     except DecodeError as e:
         raise ServiceError(e.status, e.code, e.detail) from None
     except Exception:  # noqa: BLE001 - a codec that trips on bad input is still bad input

@@ -21,6 +21,7 @@ import numpy as np
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
+from app.codecs import SENSORS
 from app.inference.pipeline import PIPELINE_STAGES, FrameResult
 from app.service import observe
 from app.service.admission import DeadlineExceeded, Job, QueueFull, WorkerStopped
@@ -108,12 +109,12 @@ def server_timing(timing_ms: dict[str, float]) -> str:
     return ", ".join(f"{k};dur={v:.3f}" for k, v in timing_ms.items())
 
 
-def query_options(request: Request) -> tuple[str | None, str | None]:
-    """(format, detail) from the query, checked as PARAMETERS documents them: read here rather
-    than as FastAPI query parameters, whose per-request validation cost about 90 us a request
-    on a Zen 1 core (bench: a POST through the app in process, 420 -> 330 us)."""
+def query_options(request: Request) -> tuple[str | None, str | None, str | None]:
+    """(format, detail, sensor) from the query, checked as PARAMETERS documents them: read here
+    rather than as FastAPI query parameters, whose per-request validation cost about 90 us a
+    request on a Zen 1 core (bench: a POST through the app in process, 420 -> 330 us)."""
     query = request.query_params
-    fmt, detail = query.get("format"), query.get("detail")
+    fmt, detail, sensor = query.get("format"), query.get("detail"), query.get("sensor")
     if fmt is not None and len(fmt) > FORMAT_MAX_LENGTH:
         raise ServiceError(
             400,
@@ -123,7 +124,10 @@ def query_options(request: Request) -> tuple[str | None, str | None]:
     if detail is not None and detail not in DETAILS:
         wanted = " or ".join(repr(d) for d in DETAILS)
         raise ServiceError(400, "invalid_request", f"query.detail: Input should be {wanted}")
-    return fmt, detail
+    if sensor is not None and sensor not in SENSORS:
+        wanted = ", ".join(repr(s) for s in SENSORS)
+        raise ServiceError(400, "invalid_request", f"query.sensor: Input should be one of {wanted}")
+    return fmt, detail, sensor
 
 
 def wants_binary(accept: str) -> bool:
@@ -161,11 +165,11 @@ async def segment(request: Request, service: Service) -> Response:
 
 async def _segment(request: Request, service: ServiceState) -> Response:
     t0 = time.perf_counter()
-    fmt, detail = query_options(request)
+    fmt, detail, sensor = query_options(request)
     request_id = request.state.request_id
     admit(service)
     deadline = time.monotonic() + service.settings.deadline_s
-    frame = await read_frame(request, service, fmt, request_id)
+    frame = await read_frame(request, service, fmt, request_id, sensor)
     job = submit(request, service, frame, deadline, detail)
     result = await wait_result(request, service, job, deadline)
 
@@ -182,6 +186,7 @@ async def _segment(request: Request, service: ServiceState) -> Response:
         "X-Num-Voxels": str(result.num_voxels),
         "X-Ignored-Points": str(result.ignored_points),
         "X-Cleaned-Points": str(frame.cleaned),
+        "X-Sensor": frame.sensor,
         "X-Batch-Size": str(job.batch_size),
     }
     if wants_binary(request.headers.get("accept", "")):
@@ -215,10 +220,11 @@ class PostedFrame:
 
 
 async def read_frame(
-    request: Request, service: ServiceState, fmt: str | None, request_id: str
+    request: Request, service: ServiceState, fmt: str | None, request_id: str, sensor: str | None
 ) -> PostedFrame:
     """The body (a multipart file part's, where the request is multipart/form-data), decoded
-    and checked; a JSON body is read as the json format unless `format` says otherwise."""
+    and checked; a JSON body is read as the json format unless `format` says otherwise; its
+    intensities in the `sensor` convention when the query names one."""
     body = await read_body(request, service)
     t_body = time.perf_counter()
     content_type = request.headers.get("content-type")
@@ -228,7 +234,7 @@ async def read_frame(
         media = (content_type or "").split(";")[0].strip().lower()
     if media == "application/json" and fmt is None:
         fmt = "json"
-    decoded = await decode_body(service, body, fmt, content_type, request_id)
+    decoded = await decode_body(service, body, fmt, content_type, request_id, sensor)
     decode_ms = (time.perf_counter() - t_body) * 1e3
     return PostedFrame(
         body, content_type, fmt, **decoded._asdict(), t_body=t_body, decode_ms=decode_ms
@@ -286,6 +292,7 @@ def json_payload(
         "num_voxels": result.num_voxels,
         "ignored_points": result.ignored_points,
         "cleaned_points": frame.cleaned,
+        "sensor": frame.sensor,
         "classes": names,
         "class_counts": class_counts,
         "timing_ms": timing,

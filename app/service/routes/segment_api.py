@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
-from app.codecs import FORMATS
+from app.codecs import FORMATS, SENSORS
 from app.service.routes.deps import ERROR_RESPONSES
 
 FORMAT_MAX_LENGTH = 32
@@ -20,6 +20,18 @@ PARAMETERS = [
         "schema": {
             "anyOf": [{"type": "string", "maxLength": FORMAT_MAX_LENGTH}, {"type": "null"}],
             "title": "Format",
+        },
+    },
+    {
+        "name": "sensor",
+        "in": "query",
+        "required": False,
+        "description": "The intensity convention of the frame: kitti (0..1), nuscenes or "
+        "ouster (0..255). Default: the raw format's, else 0..255 when at least 1 % of the "
+        "intensities exceed 1. The answer says which was used (X-Sensor, `sensor`).",
+        "schema": {
+            "anyOf": [{"type": "string", "enum": list(SENSORS)}, {"type": "null"}],
+            "title": "Sensor",
         },
     },
     {
@@ -77,6 +89,7 @@ class SegmentResponse(BaseModel):
     num_voxels: int
     ignored_points: int
     cleaned_points: int
+    sensor: str  # the intensity convention it was read in: kitti 0..1, nuscenes / ouster 0..255
     classes: list[str]
     class_counts: dict[str, int]
     timing_ms: dict[str, float]
@@ -89,7 +102,7 @@ class SegmentResponse(BaseModel):
 RESPONSES = {
     200: {
         "description": "Labels: JSON (default), or N uint8 bytes with Accept: "
-        "application/octet-stream (headers X-Num-Points, X-Request-Id, X-Model)",
+        "application/octet-stream (headers X-Num-Points, X-Request-Id, X-Model, X-Sensor)",
         "content": {
             "application/json": {"schema": SegmentResponse.model_json_schema()},
             "application/octet-stream": {"schema": _BINARY_SCHEMA},
