@@ -30,6 +30,7 @@ from kernels.precision import PRECISIONS, PrecisionError
 from models.labels import class_counts
 
 from app.argtypes import positive_int
+from app.codecs import SENSORS
 from app.codecs.files import posting_format, read_frame
 from app.inference.builder import build_pipeline
 
@@ -48,7 +49,7 @@ WEIGHTS_HELP = (
 
 
 def cmd_segment(args) -> int:
-    points, sensor = read_frame(args.frame, args.format)  # ValueError: main's one line
+    points, sensor = read_frame(args.frame, args.format, args.sensor)  # ValueError: one line
     pipeline = build_pipeline(args.weights, args.device, args.cr, precision=args.precision)
     names = pipeline.meta["class_names"]
     pipeline.segment(points[: min(len(points), 5000)], sensor)  # warm-up
@@ -69,7 +70,7 @@ def cmd_segment(args) -> int:
 def cmd_crosscheck(args) -> int:
     from app.inference.crosscheck import crosscheck
 
-    points, sensor = read_frame(args.frame, args.format)
+    points, sensor = read_frame(args.frame, args.format, args.sensor)
     pipeline = build_pipeline(args.weights, args.device, args.cr, precision=args.precision)
     print(json.dumps(crosscheck(pipeline, points, sensor)))
     return 0
@@ -79,7 +80,7 @@ def cmd_evaluate(args) -> int:
     """mIoU, per-class IoU and accuracy of one labelled frame, one JSON line."""
     from app.inference.scoring import iou_metrics, read_labels
 
-    points, sensor = read_frame(args.frame, args.format)
+    points, sensor = read_frame(args.frame, args.format, args.sensor)
     gt = read_labels(args.labels)
     if len(gt) != len(points):
         raise ValueError(f"{args.frame}: {len(points)} points but {args.labels}: {len(gt)} labels")
@@ -156,6 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     client_p.add_argument("frame")
     client_p.add_argument("--url", default="http://127.0.0.1:8000")
     client_p.add_argument("--format", default=None)
+    add_sensor_option(client_p)
     client_p.add_argument("--repeat", type=positive_int, default=1)
     client_p.add_argument("--concurrency", type=positive_int, default=1)
     client_p.add_argument("--api-key", default=None, help="default: env LIDARSEG_API_KEY")
@@ -196,6 +198,7 @@ def add_model_options(p: argparse.ArgumentParser, precision: str) -> None:
         help="a wire format (kitti, nuscenes, ouster, xyz, pcd, ply, las, json, npy, ...); "
         "default: by the file's name (.bin, .npy), else its bytes",
     )
+    add_sensor_option(p)
     p.add_argument("--cr", type=float, default=1.0, help="channel ratio of --weights random")
     p.add_argument(
         "--device",
@@ -209,6 +212,16 @@ def add_model_options(p: argparse.ArgumentParser, precision: str) -> None:
         choices=PRECISIONS,
         default=precision,
         help="CPU arithmetic: " + PRECISIONS_HELP,
+    )
+
+
+def add_sensor_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--sensor",
+        choices=SENSORS,
+        default=None,
+        help="the frame's intensity convention (kitti 0..1; nuscenes, ouster 0..255); default: "
+        "the raw format's, else 0..255 when at least 1%% of the intensities exceed 1",
     )
 
 

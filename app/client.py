@@ -16,10 +16,17 @@ import numpy as np
 
 
 class ServiceClient:
-    """Thread-safe: one httpx.Client per thread (connection reuse, keep-alive)."""
+    """Thread-safe: one httpx.Client per thread (connection reuse, keep-alive). `sensor`: the
+    intensity convention of the frames it posts (the service's `sensor` parameter), if known."""
 
-    def __init__(self, url: str, api_key: str | None = None, timeout: float = 120.0):
-        self.url, self.timeout = url.rstrip("/"), timeout
+    def __init__(
+        self,
+        url: str,
+        api_key: str | None = None,
+        timeout: float = 120.0,
+        sensor: str | None = None,
+    ):
+        self.url, self.timeout, self.sensor = url.rstrip("/"), timeout, sensor
         self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._local = threading.local()
 
@@ -38,6 +45,8 @@ class ServiceClient:
         content_type: str = "application/octet-stream",
     ) -> httpx.Response:
         params = {"format": fmt} if fmt else {}
+        if self.sensor:
+            params["sensor"] = self.sensor
         accept = "application/octet-stream" if binary else "application/json"
         return self.http.post(
             f"{self.url}/v1/segment",
@@ -129,7 +138,8 @@ def main(args) -> int:
     """`python -m app client` (app/cli.py): args.format None lets the service infer it."""
     body = Path(args.frame).read_bytes()
     fmt = args.format
-    client = ServiceClient(args.url, args.api_key or os.environ.get("LIDARSEG_API_KEY"))
+    key = args.api_key or os.environ.get("LIDARSEG_API_KEY")
+    client = ServiceClient(args.url, key, sensor=args.sensor)
     try:
         if args.repeat > 1 or args.concurrency > 1:
             report = load_run(

@@ -36,23 +36,22 @@ def posting_format(path: Path, fmt: str | None = None) -> str | None:
     return fmt
 
 
-def read_frame(path: str | Path, fmt: str | None = None) -> tuple[np.ndarray, str]:
-    """(points float32 [N, F], sensor name) of a frame file: `fmt`, else the format its name
-    says (infer_format), else the one its bytes show (PCD, PLY, LAS, .npy, JSON, PointCloud2);
-    ValueError (the codecs' DecodeError is one) for a file that is none of them, a truncated one
-    or one without points."""
+def read_frame(
+    path: str | Path, fmt: str | None = None, sensor: str | None = None
+) -> tuple[np.ndarray, str]:
+    """(points float32 [N, F], sensor name) of a frame file, decoded as the service decodes a
+    body: `fmt`, else the format its name says (infer_format), else the one its bytes show
+    (PCD, PLY, LAS, .npy, JSON, PointCloud2); ValueError (the codecs' DecodeError is one) for a
+    file that is none of them, a truncated one or one without points. (Until 2026-12-06 an .npy
+    was read as KITTI's 0..1 intensities whatever its values: an Ouster scan's labels agreed
+    with the service's on 2.7 % of its points.) `sensor` pins the intensity convention."""
     path = Path(path)
     fmt = fmt or infer_format(path)
-    if fmt == "npy":
-        points = np.load(path).astype(np.float32)
-        if points.ndim != 2 or points.shape[1] < 3:
-            raise ValueError(f"{path}: expected an [N, 3+] array, got {points.shape}")
-        return points, "kitti"
     body = path.read_bytes()
     fmt = fmt or magic_format(body) or weak_format(body)
     if fmt is None:
         raise ValueError(f"{path}: its name and bytes name no format; give one with --format")
-    frame = decode(body, fmt)
+    frame = decode(body, fmt, sensor=sensor)
     if not len(frame.points):
         raise ValueError(f"{path}: no points")
     points = frame.points if frame.points.flags.writeable else frame.points.copy()  # a view

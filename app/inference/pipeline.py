@@ -27,6 +27,7 @@ from models.fold import classes_in_last_conv, fold_batchnorm, head_blocks, runs_
 from models.labels import IGNORE_LABEL
 from models.minkunet import MinkUNet
 
+from app.inference.cleaning import clean_frame
 from app.inference.voxelize import VoxelizeConfig, devoxelize, voxelize
 
 # Every stage a request goes through, in order: the single source of the names the service's
@@ -179,10 +180,13 @@ class SegmentationPipeline:
     ) -> list[FrameResult]:
         """Segments several frames as one batch (`sensor`: one name, or one per frame); one
         result per frame, N labels each. `valid`: per frame, valid_mask's result if the caller
-        has it already (the service checks it before queueing), else None."""
+        has it already (the service checks and cleans frames before queueing), else None: the
+        frames are cleaned here (cleaning.clean_frame), in the voxelize stage."""
         self.release()  # the last frame's maps go before this one's are made: peak as before
         clock = StageClock(self.device)
         with clock.stage("voxelize"):
+            if valid is None:
+                frames, valid = self._cleaned(frames, sensor)
             batch = voxelize(frames, self.voxel_config, sensor, self.device, valid)
         dtype = next(self.model.parameters()).dtype  # fp16 models (CUDA) take fp16 features
         x = SparseTensor(batch.feats.to(dtype), batch.coords, engine=self.engine)
@@ -277,6 +281,17 @@ class SegmentationPipeline:
             except AssumptionFailed:
                 self.engine.workspace.memo().clear()  # records of the run that failed
         return features(x).feats
+
+    def _cleaned(self, frames: list[np.ndarray], sensor: str | list[str]) -> tuple[list, list]:
+        """(frames, their valid_mask results): each frame cleaned as the service cleans it."""
+        sensors = [sensor] * len(frames) if isinstance(sensor, str) else list(sensor)
+        if len(sensors) != len(frames):
+            raise ValueError(f"{len(frames)} frames but {len(sensors)} sensor names")
+        done = [
+            clean_frame(np.ascontiguousarray(f, np.float32), self.voxel_config, s)
+            for f, s in zip(frames, sensors)
+        ]
+        return [d[0] for d in done], [d[1] for d in done]
 
     def segment(self, points: np.ndarray, sensor: str = "kitti", **kwargs) -> FrameResult:
         return self.run([points], sensor, **kwargs)[0]

@@ -93,6 +93,12 @@ def test_frame_files_of_any_wire_format_are_read_by_their_bytes(tmp_path):
         read, sensor = read_frame(path)
         np.testing.assert_allclose(read[:, :3], points[:, :3], atol=0.01)
         assert read.flags.writeable and sensor in ("kitti", "ouster")  # LAS: 16-bit intensity
+    points[:, 3] = np.linspace(0, 255, len(points))  # an Ouster's reflectivity, saved as .npy
+    np.save(tmp_path / "scan.npy", points)
+    read, sensor = read_frame(tmp_path / "scan.npy")  # was KITTI's 0..1 whatever the values
+    np.testing.assert_array_equal(read, points)
+    assert sensor == "ouster" and read.flags.writeable
+    assert read_frame(tmp_path / "scan.npy", sensor="nuscenes")[1] == "nuscenes"  # --sensor
 
 
 @pytest.mark.parametrize(

@@ -19,6 +19,7 @@ from app.codecs import decode
 from app.inference.voxelize import VoxelizeConfig
 from app.service.config import Settings
 from app.service.main import create_app
+from app.inference import cleaning
 from app.service.routes import decoding
 from tests.conftest import REPO_ROOT
 
@@ -136,7 +137,7 @@ def test_the_route_cleans_exactly_the_frames_that_need_it(sensor, top, columns):
         dirty[17, column] = bad
         out, _, cleaned = decoding.check_points(service, dirty, sensor)
         assert out is not dirty and cleaned == 1
-        np.testing.assert_array_equal(out, decoding.clean_extra_columns(dirty, np.float32(top)))
+        np.testing.assert_array_equal(out, cleaning.clean_extra_columns(dirty, np.float32(top)))
         assert np.isfinite(out).all() and out[:, 3].min() >= 0 and out[:, 3].max() <= top
 
 
@@ -145,20 +146,20 @@ def test_intensity_clamped_to_the_sensor_range(sensor, top):
     pts = np.zeros((5, 5), np.float32)
     pts[:, 3] = [-7.0, 0.5, 3e38, np.nan, np.inf]
     pts[:, 4] = [1, 2, 3, np.nan, 5]
-    out = decoding.clean_extra_columns(pts, np.float32(top))
+    out = cleaning.clean_extra_columns(pts, np.float32(top))
     np.testing.assert_array_equal(out[:, 3], [0.0, min(0.5, top), top, 0.0, 0.0])  # inf: 0
     np.testing.assert_array_equal(out[:, 4], [1, 2, 3, 0, 5])
     assert np.isinf(pts[4, 3])  # the caller's array is not changed
     ok = np.ones((3, 4), np.float32)
-    assert decoding.clean_extra_columns(ok, np.float32(top)) is ok
-    assert decoding.clean_extra_columns(ok[:0], np.float32(top)).shape == (0, 4)
+    assert cleaning.clean_extra_columns(ok, np.float32(top)) is ok
+    assert cleaning.clean_extra_columns(ok[:0], np.float32(top)).shape == (0, 4)
     for bad in (np.nan, -np.inf, -1e-30):  # the intensity alone, then a later column alone
         one = np.ones((3, 4), np.float32)
         one[1, 3] = bad
-        assert decoding.clean_extra_columns(one, np.float32(top))[1, 3] == 0.0
+        assert cleaning.clean_extra_columns(one, np.float32(top))[1, 3] == 0.0
         two = np.ones((3, 5), np.float32)
         two[2, 4] = bad
-        assert decoding.clean_extra_columns(two, np.float32(top))[2, 4] == (bad if bad > -1 else 0)
+        assert cleaning.clean_extra_columns(two, np.float32(top))[2, 4] == (bad if bad > -1 else 0)
 
 
 def test_large_json_integers_are_numbers():

@@ -15,7 +15,8 @@ import numpy as np
 
 from app.codecs import DecodeError, binary, decode
 from app.codecs.sniff import content_type_format
-from app.inference.voxelize import Valid, checked_points
+from app.inference.cleaning import clean_frame
+from app.inference.voxelize import Valid
 from app.service.routes.deps import ServiceError, ServiceState
 
 log = logging.getLogger("lidarseg")
@@ -74,8 +75,7 @@ def check_points(
         )
     points = np.ascontiguousarray(points, dtype=np.float32)
     cfg = service.pipeline.voxel_config
-    top = np.float32(1.0 / dict(cfg.intensity_scale).get(sensor, 1.0))
-    valid, unclean = checked_points(points, cfg, float(top))
+    points, valid, unclean = clean_frame(points, cfg, sensor)
     ignored = valid[1]
     if ignored["non_finite"] == len(points):
         raise ServiceError(
@@ -88,24 +88,7 @@ def check_points(
             f"{ignored['out_of_range']} points lie outside |x|, |y| <= "
             f"{cfg.max_xy} m, z in {list(cfg.z_range)} m (range policy 'reject')",
         )
-    return (clean_extra_columns(points, top) if unclean else points), valid, unclean
-
-
-def clean_extra_columns(points: np.ndarray, top: np.float32) -> np.ndarray:
-    """Non-finite values after x, y, z become 0; intensity (column 3) is clamped to the
-    sensor's range 0..top, 0..1 (kitti) or 0..255 (nuscenes, ouster) under the model's intensity
-    normalisation: a frame with absurd values (3e38) is segmented as if they were the range's
-    ends. Copies only when something changes."""
-    if points.shape[1] <= 3 or len(points) == 0:
-        return points
-    inten = points[:, 3]  # min / max are NaN when a value is: the comparisons then fail
-    in_range = bool(inten.min() >= 0 and inten.max() <= top)
-    if in_range and (points.shape[1] == 4 or np.isfinite(points[:, 4:]).all()):
-        return points
-    points = points.copy()
-    np.nan_to_num(points[:, 3:], copy=False, nan=0.0, posinf=0.0, neginf=0.0)
-    np.clip(points[:, 3], 0.0, top, out=points[:, 3])
-    return points
+    return points, valid, unclean
 
 
 def decode_frame(
