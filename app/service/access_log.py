@@ -26,7 +26,15 @@ QUIET_PREFIXES = (
     "/openapi.json",
     "/favicon.ico",
 )
-FIELDS = ("format", "points", "voxels", "ignored_points", "cleaned_points", "batch_size")
+FIELDS = (
+    "error",  # an error answer's code (the JSON body's 'error': queue_full, bodies_busy, ...)
+    "format",
+    "points",
+    "voxels",
+    "ignored_points",
+    "cleaned_points",
+    "batch_size",
+)
 
 
 class AccessLog:
@@ -75,6 +83,7 @@ class AccessLog:
             }
             return json.dumps(entry, separators=(",", ":"))
         stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime())
+        path = json.dumps(path)[1:-1]  # a decoded %0a or '"' in a path cannot forge a line
         extra = " ".join(f"{k}={info[k]}" for k in FIELDS if info.get(k) is not None)
         stages = " ".join(f"{k}={v:.1f}" for k, v in stages_ms.items())
         return (

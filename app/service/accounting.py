@@ -1,6 +1,7 @@
 """RequestAccounting: the outermost middleware of every request (ids, the /v1 in-flight count the
-SIGTERM drain waits on, status counts, Server-Timing, Connection: close on early errors, fixed
-500s, and a JSON 503 for a request uvicorn's shutdown cancels)."""
+SIGTERM drain waits on, counts by route, status and error code, the segment route's time for
+every outcome, Server-Timing and X-Request-Id on every answer, Connection: close on early errors,
+fixed 500s, and a JSON 503 for a request uvicorn's shutdown cancels)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,8 @@ log = logging.getLogger("lidarseg")
 
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 DOC_PATHS = ("/docs", "/openapi.json")
+SEGMENT_ROUTE = "/v1/segment"
+ERROR_KEY = "error_code"  # scope["state"][ERROR_KEY]: the error code of an error answer
 
 
 class RequestAccounting:
@@ -46,7 +49,7 @@ class RequestAccounting:
             )
         if counted:
             self._count(+1)
-        state = {"status": 500, "started": False, "body_done": not _has_body(scope)}
+        state = {"status": 500, "started": False, "body_done": not _has_body(scope), "rid": rid}
 
         async def receive_wrapper():
             message = await receive()
@@ -67,6 +70,7 @@ class RequestAccounting:
                 # uvicorn's shutdown cancels what outlasts the budget's drain: a JSON 503, and the
                 # task ends (re-raised, uvicorn would answer a text/plain 500 and log a traceback)
                 state["status"] = 503
+                scope["state"][ERROR_KEY] = "draining"
                 await error_response(
                     503,
                     "draining",
@@ -78,6 +82,7 @@ class RequestAccounting:
             raise
         except Exception:  # noqa: BLE001 - answered with a fixed message, logged with the id
             log.exception("request %s: unhandled error", rid)
+            scope["state"][ERROR_KEY] = "internal_error"
             if not state["started"]:
                 await error_response(
                     500,
@@ -87,8 +92,21 @@ class RequestAccounting:
                 )(scope, receive, send_wrapper)
         finally:
             if counted:
-                service.metrics.requests.labels(status=str(state["status"])).inc()
+                self._account(scope, str(state["status"]), time.perf_counter() - t0)
                 self._count(-1)
+
+    def _account(self, scope, status: str, seconds: float) -> None:
+        """The /v1 request's counts: by route (its template: bounded, whatever the paths
+        clients send), status and error code; the segment route's time whatever its outcome
+        (the stage histograms see only answered frames)."""
+        metrics = self.service.metrics
+        route = getattr(scope.get("route"), "path", None) or "other"
+        metrics.requests.labels(route=route, status=status).inc()
+        code = scope["state"].get(ERROR_KEY)
+        if code is not None:
+            metrics.errors.labels(route=route, code=code).inc()
+        if route == SEGMENT_ROUTE:
+            metrics.segment_seconds.labels(status=status).observe(seconds)
 
     def _docs_allowed(self, scope) -> bool:
         settings = self.service.settings
@@ -109,6 +127,8 @@ class RequestAccounting:
         if b"server-timing" not in names:
             dur = (time.perf_counter() - t0) * 1e3
             headers.append((b"server-timing", f"total;dur={dur:.3f}".encode()))
+        if b"x-request-id" not in names:  # errors too: the id a client quotes in a report
+            headers.append((b"x-request-id", state["rid"].encode()))
         if message["status"] >= 400 and not state["body_done"] and b"connection" not in names:
             headers.append((b"connection", b"close"))
         return headers

@@ -60,6 +60,9 @@ class CostModel:
         return 0.0 if per is None else per * points / 1e3
 
 
+DEADLINE, CLIENT_GONE = "deadline", "client_gone"  # why a frame was dropped or its run wasted
+
+
 @dataclass
 class Job:
     points: np.ndarray
@@ -72,6 +75,12 @@ class Job:
     batch_size: int = 0
     trace: object = None  # the request's trace (the pipeline run links to it)
     valid: object = None  # valid_mask's result from the route (computed once)
+    abandoned: str | None = None  # why its caller gave up: DEADLINE or CLIENT_GONE
+
+    @property
+    def given_up_for(self) -> str:
+        """The reason a cancelled job was dropped (a cancel without one: its deadline)."""
+        return self.abandoned or DEADLINE
 
     @property
     def size(self) -> int:
@@ -94,7 +103,7 @@ def check_at_submit(
     queued: Collection[Job],
     busy: bool,
     busy_until: float,
-    dropped: Callable[[], object],
+    dropped: Callable[[str], object],
 ) -> None:
     """At submit: raises DeadlineExceeded (after dropped()) when, under contention (busy: work
     queued or running), the work queued ahead and `job` cannot finish by its deadline, starting
@@ -104,7 +113,7 @@ def check_at_submit(
     start = max(time.monotonic(), busy_until)
     need = estimated_end(cost, [*queued, job], start) - time.monotonic()
     if need > job.deadline - time.monotonic():
-        dropped()
+        dropped(DEADLINE)
         raise DeadlineExceeded(
             f"cannot finish before the deadline: the work queued "
             f"ahead and this frame are estimated at {need:.1f} s"
@@ -112,35 +121,37 @@ def check_at_submit(
 
 
 def refuse(
-    cost: CostModel, job: Job, now: float, dropped: Callable[[], object], contended: bool = True
+    cost: CostModel, job: Job, now: float, dropped: Callable[[str], object], contended: bool = True
 ) -> bool:
-    """When the worker takes a job: True (the job failed or was cancelled, and dropped() called)
+    """When the worker takes a job: True (the job failed or was cancelled, and dropped(reason)
+    called)
     when it cannot finish by its deadline if started now. Estimates refuse work only under
     contention: a job alone runs (and so refreshes the estimate; a stale one cannot refuse work
     forever)."""
     if job.future.cancelled():
-        dropped()
+        dropped(job.given_up_for)
         return True
     if now < job.deadline and (not contended or can_finish(cost, (job,), now)):
         return False
     what = "passed while queued" if now >= job.deadline else "cannot be met"
     job.future.set_exception(DeadlineExceeded(f"deadline {what}"))
-    dropped()
+    dropped(DEADLINE)
     return True
 
 
-def start_jobs(batch: list[Job], now: float, dropped: Callable[[], object]) -> list[Job]:
+def start_jobs(batch: list[Job], now: float, dropped: Callable[[str], object]) -> list[Job]:
     """The jobs of a batch that start now, marked running with their time in the queue; the
     others never run: a job cancelled while the batch formed, or whose deadline passed while
-    queued (it fails with DeadlineExceeded). dropped() is called for each job dropped unrun."""
+    queued (it fails with DeadlineExceeded). dropped(reason) is called for each job dropped
+    unrun."""
     live = []
     for job in batch:
-        if job.future.cancelled():  # the client gave up while the batch formed
-            dropped()
+        if job.future.cancelled():  # its caller gave up while the batch formed
+            dropped(job.given_up_for)
             continue
         if now >= job.deadline:  # expired while queued: never run
             job.future.set_exception(DeadlineExceeded("deadline passed while queued"))
-            dropped()
+            dropped(DEADLINE)
             continue
         if not job.future.set_running_or_notify_cancel():
             continue

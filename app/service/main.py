@@ -21,7 +21,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.heap import heap_trim
 from app.service import observe
-from app.service.accounting import RequestAccounting, error_response
+from app.service.accounting import ERROR_KEY, RequestAccounting, error_response
 from app.service.config import Settings
 from app.service.routes import ROUTERS
 from app.service.routes.deps import ErrorBody, ServiceError, ServiceState
@@ -75,7 +75,7 @@ def load_service(service: ServiceState) -> None:
         WorkerStats(
             on_batch=metrics.batch_size.observe,
             on_depth=metrics.queue_depth.set,
-            on_drop=metrics.dropped.inc,
+            on_drop=lambda reason: metrics.dropped.labels(reason=reason).inc(),
             on_restart=metrics.worker_restarts.inc,
             on_run=service.observe.on_run if service.observe else None,
         ),
@@ -181,19 +181,22 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     observe.install(app, service)  # traces, access log, /dashboard, /v1/requests, local /docs
 
     @app.exception_handler(ServiceError)
-    async def serviceerror_response(_request: Request, exc: ServiceError):
+    async def serviceerror_response(request: Request, exc: ServiceError):
+        setattr(request.state, ERROR_KEY, exc.code)  # counted by RequestAccounting
         return error_response(exc.status, exc.code, exc.detail, exc.headers)
 
     @app.exception_handler(RequestValidationError)
-    async def validationerror_response(_request: Request, exc: RequestValidationError):
+    async def validationerror_response(request: Request, exc: RequestValidationError):
         detail = "; ".join(
             f"{'.'.join(map(str, e.get('loc', ())))}: {e.get('msg')}" for e in exc.errors()
         )
+        setattr(request.state, ERROR_KEY, "invalid_request")
         return error_response(400, "invalid_request", detail)
 
     @app.exception_handler(StarletteHTTPException)
-    async def httperror_response(_request: Request, exc: StarletteHTTPException):
+    async def httperror_response(request: Request, exc: StarletteHTTPException):
         code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+        setattr(request.state, ERROR_KEY, code)
         return error_response(exc.status_code, code, str(exc.detail), getattr(exc, "headers", None))
 
     return app

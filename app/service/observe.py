@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from app.codecs import infer_format
 from app.inference.pipeline import STAGES
 from app.service.access_log import AccessLog
+from app.service.accounting import ERROR_KEY, SEGMENT_ROUTE
 from app.service.recent import RequestRing
 from app.service.tracing import RequestTrace, Tracing, provider_from_env
 
@@ -22,7 +23,8 @@ if TYPE_CHECKING:
     from app.service.routes.deps import ServiceState
 
 TRACE_KEY, RECORD_KEY = "lidarseg_trace", "lidarseg_record"
-SEGMENT_PATH = "/v1/segment"
+SEGMENT_PATH = SEGMENT_ROUTE
+HTTP_METHODS = frozenset(("GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS", "TRACE"))
 
 
 class Observability:
@@ -63,6 +65,8 @@ class Observability:
         else:
             timing, info = {"total": round((end - rt.start_perf) * 1e3, 3)}, {}
         request_id = state.get("request_id")
+        if state.get(ERROR_KEY) is not None:
+            info = {**info, "error": state[ERROR_KEY]}
         if rt.span is not None:
             route = scope.get("route")
             if route is not None and hasattr(rt.span, "update_name"):
@@ -164,8 +168,11 @@ class Observe:
                 traceparent = value.decode("latin-1")
                 break
         method, path = scope["method"], scope["path"]
+        # named by the method alone until a route matches (done() adds its template): a path or
+        # method a client makes up never becomes a span name (bounded names, as Tempo keys on)
+        name = method if method in HTTP_METHODS else "HTTP"
         rt = self.obs.tracing.start(
-            f"{method} {path}", traceparent, {"http.request.method": method, "url.path": path}
+            name, traceparent, {"http.request.method": method, "url.path": path}
         )
         scope.setdefault("state", {})[TRACE_KEY] = rt
         header = (b"traceparent", rt.traceparent().encode())

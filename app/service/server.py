@@ -32,7 +32,7 @@ import os
 import sys
 import threading
 import time
-from typing import TypedDict
+from typing import Callable, TypedDict
 
 import h11
 import uvicorn
@@ -65,6 +65,7 @@ class Guard(TypedDict):
     read_ahead_bytes: int
     header_timeout_s: float
     retry_after_s: int
+    on_reject: Callable[[str], object]  # reason: counted as lidarseg_connection_rejects
 
 
 class GuardedConfig(uvicorn.Config):
@@ -86,6 +87,7 @@ class GuardedH11(ReadAheadH11):
         self.read_ahead_bytes = guard["read_ahead_bytes"]
         super().connection_made(transport)
         if len(self.connections) > guard["max_connections"]:
+            guard["on_reject"]("too_many_connections")
             transport.write(
                 _raw_response(
                     "503 Service Unavailable",
@@ -127,6 +129,7 @@ class GuardedH11(ReadAheadH11):
         only the close where an answer has gone out already (a second one would be read as the
         next request's)."""
         if self.conn.our_state in (h11.IDLE, h11.SEND_RESPONSE):
+            self.config.lidarseg_guard["on_reject"]("bad_request")
             self.transport.write(
                 _raw_response("400 Bad Request", {"error": "bad_request", "detail": msg})
             )
@@ -142,6 +145,7 @@ class GuardedH11(ReadAheadH11):
         self._header_timer = None
         if self.cycle is self._waiting_cycle and not self.transport.is_closing():
             if self._request_bytes:  # else nothing was asked: no answer to misread
+                self.config.lidarseg_guard["on_reject"]("header_timeout")
                 self.transport.write(
                     _raw_response(
                         "408 Request Timeout",
@@ -173,7 +177,11 @@ class GuardedH11(ReadAheadH11):
         super().connection_lost(exc)
 
 
-def uvicorn_config(app, settings: Settings) -> GuardedConfig:
+def uvicorn_config(
+    app, settings: Settings, on_reject: Callable[[str], object] = lambda reason: None
+) -> GuardedConfig:
+    """uvicorn's config for `app`, with GuardedH11's limits; on_reject(reason) for every
+    connection answered before any route."""
     config = GuardedConfig(
         app,
         host=settings.host,
@@ -191,6 +199,7 @@ def uvicorn_config(app, settings: Settings) -> GuardedConfig:
         "read_ahead_bytes": min(READ_AHEAD_BYTES, settings.max_body_bytes),
         "header_timeout_s": settings.header_timeout_s,
         "retry_after_s": settings.retry_after_s,
+        "on_reject": on_reject,
     }
     return config
 
@@ -229,7 +238,10 @@ def run(app) -> int:
                 self.should_exit = True  # fail fast: a restart, not a pod that is never ready
             return await super().on_tick(counter)
 
-    server = DrainingServer(uvicorn_config(app, settings))
+    rejects = service.metrics.connection_rejects
+    server = DrainingServer(
+        uvicorn_config(app, settings, lambda reason: rejects.labels(reason=reason).inc())
+    )
     server.run()
     return 0 if server.fatal is None else 3
 

@@ -25,6 +25,7 @@ import numpy as np
 
 from app.inference.pipeline import FrameResult, SegmentationPipeline
 from app.service.admission import (
+    DEADLINE,
     CostModel,
     Job,
     QueueFull,
@@ -54,7 +55,8 @@ WAIT_SLACK_SHARE = 0.5
 class WorkerStats:
     on_batch: Callable[[int], object] | None = None  # callback(batch_size) for metrics
     on_depth: Callable[[int], object] | None = None  # callback(queue depth)
-    on_drop: Callable[[], object] | None = None  # callback() per job dropped unrun (deadline)
+    # callback(reason) per job dropped unrun: admission.DEADLINE or CLIENT_GONE
+    on_drop: Callable[[str], object] | None = None
     # callback(jobs) -> context manager around a run
     on_run: Callable[[list[Job]], ContextManager[object]] | None = None
     on_restart: Callable[[], object] | None = None  # callback() per restart of the loop
@@ -114,16 +116,20 @@ class InferenceWorker:
             self._cond.notify()
         return job
 
-    def cancel(self, job: Job) -> None:
-        """The caller gave up (deadline): drop the job if it still waits."""
+    def cancel(self, job: Job, reason: str = DEADLINE) -> bool:
+        """The caller gave up (reason: admission.DEADLINE or CLIENT_GONE): the job is dropped
+        if it still waits in the queue (True); False when a batch holds it already (cancelling
+        its future drops it as the batch starts) or it runs or ran (then its run is wasted)."""
+        job.abandoned = reason
         with self._cond:
             try:
                 self._jobs.remove(job)
             except ValueError:
-                return
+                return False
             self._depth()
         job.future.cancel()
-        self._dropped()
+        self._dropped(reason)
+        return True
 
     @property
     def depth(self) -> int:
@@ -146,9 +152,9 @@ class InferenceWorker:
         self._thread.join(timeout)
 
     # ---- worker thread -------------------------------------------------------------------
-    def _dropped(self):
+    def _dropped(self, reason: str):
         if self.stats.on_drop:
-            self.stats.on_drop()
+            self.stats.on_drop(reason)
 
     def _depth(self):
         if self.stats.on_depth:

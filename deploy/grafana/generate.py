@@ -32,14 +32,22 @@ PROM = DataSourceRef(type_val="prometheus", uid="prometheus")
 RI = "$__rate_interval"
 
 P99_BUDGET_S = 2.0  # end-to-end p99 over this for 10 min fires LidarsegP99OverBudget
-ERROR_RATIO_MAX = 0.05  # 5xx share of /v1 requests over this for 5 min fires LidarsegErrors
+ERROR_RATIO_MAX = 0.05  # 5xx share of segment requests over this for 5 min fires LidarsegErrors
+GAVE_UP_RATIO_MAX = 0.05  # 499 + 504 share over this for 5 min fires LidarsegClientsGivingUp
+# The sensor's period (10 Hz: 0.1 s, one of the segment histogram's bucket bounds): more than
+# SLOW_SHARE_MAX of the segment requests slower than this for 10 min fires LidarsegSlowerThanSensor
+FRAME_PERIOD_S = 0.1
+SLOW_SHARE_MAX = 0.05
+SCRAPE_JOB = "lidarseg"  # deploy/prometheus/prometheus.yml's job (set yours under Kubernetes)
 
 STAGE = "lidarseg_stage_duration_seconds"
+SEGMENT = "lidarseg_segment_duration_seconds"  # every outcome, by status
 REQ = "lidarseg_requests_total"
+ON_SEGMENT = 'route="/v1/segment"'  # dashboard polls and probes of /v1/model are not frames
 
 
-def quantile(q: float, by: str, match: str, window: str = RI) -> str:
-    return f"histogram_quantile({q}, sum by ({by}) (rate({STAGE}_bucket{{{match}}}[{window}])))"
+def quantile(q: float, by: str, match: str, window: str = RI, metric: str = STAGE) -> str:
+    return f"histogram_quantile({q}, sum by ({by}) (rate({metric}_bucket{{{match}}}[{window}])))"
 
 
 def mean(metric: str, by: str = "", match: str = "") -> str:
@@ -51,36 +59,46 @@ def mean(metric: str, by: str = "", match: str = "") -> str:
 
 
 def ratio(status: str, window: str = RI) -> str:
+    """The share of segment requests answered with a status matching `status`."""
     return (
-        f'(sum(rate({REQ}{{status=~"{status}"}}[{window}])) or vector(0)) / '
-        f"sum(rate({REQ}[{window}]))"
+        f'(sum(rate({REQ}{{{ON_SEGMENT},status=~"{status}"}}[{window}])) or vector(0)) / '
+        f"sum(rate({REQ}{{{ON_SEGMENT}}}[{window}]))"
+    )
+
+
+def slower_than(seconds: float, window: str) -> str:
+    """The share of segment requests (every outcome) that took longer than `seconds`."""
+    return (
+        f'1 - sum(rate({SEGMENT}_bucket{{le="{seconds}"}}[{window}])) / '
+        f"sum(rate({SEGMENT}_count[{window}]))"
     )
 
 
 # (title, unit, [(expr, legend)], exemplars, stacked, kind, width)
 PANELS = [
     (
-        "Requests per second by status",
+        "Segment requests per second by status",
         "reqps",
-        [(f"sum by (status) (rate({REQ}[{RI}]))", "{{status}}")],
+        [(f"sum by (status) (rate({REQ}{{{ON_SEGMENT}}}[{RI}]))", "{{status}}")],
         False,
         False,
         "ts",
         8,
     ),
     (
-        "End-to-end latency p50 / p95 / p99",
+        "End-to-end latency p50 / p95 / p99 (answered), p99 of every outcome",
         "s",
-        [(quantile(q, "le", 'stage="total"'), f"p{round(q * 100)}") for q in (0.5, 0.95, 0.99)],
+        [(quantile(q, "le", 'stage="total"'), f"p{round(q * 100)}") for q in (0.5, 0.95, 0.99)]
+        + [(quantile(0.99, "le", "", metric=SEGMENT), "p99, 4xx / 499 / 503 / 504 too")],
         True,
         False,
         "ts",
         8,
     ),
     (
-        "Error ratio (4xx, 5xx)",
+        "Segment error ratio (4xx, 5xx; clients giving up: 499, 504)",
         "percentunit",
-        [(ratio("4.."), "4xx"), (ratio("5.."), "5xx")],
+        [(ratio("4.."), "4xx"), (ratio("5.."), "5xx"), (ratio("499|504"), "499 + 504")],
         False,
         False,
         "ts",
@@ -113,7 +131,14 @@ PANELS = [
         [
             ("sum(lidarseg_queue_depth)", "queued"),
             ("sum(lidarseg_requests_in_flight)", "in flight"),
-            (f"sum(rate(lidarseg_deadline_dropped_total[{RI}]))", "dropped at deadline /s"),
+            (
+                f"sum by (reason) (rate(lidarseg_dropped_total[{RI}]))",
+                "never run ({{reason}}) /s",
+            ),
+            (
+                f"sum by (reason) (rate(lidarseg_wasted_runs_total[{RI}]))",
+                "run for nobody ({{reason}}) /s",
+            ),
         ],
         False,
         False,
@@ -123,13 +148,7 @@ PANELS = [
     (
         "Batch size (frames per pipeline run)",
         "short",
-        [
-            (mean("lidarseg_batch_size"), "mean"),
-            (
-                f"histogram_quantile(0.95, sum by (le) (rate(lidarseg_batch_size_bucket[{RI}])))",
-                "p95",
-            ),
-        ],
+        [(mean("lidarseg_batch_size"), "mean")],  # (a p95 interpolated 0.95 for batches of 1)
         False,
         False,
         "ts",
@@ -232,13 +251,36 @@ def build_alerts() -> dict:
             "for": "5m",
             "labels": {"severity": "critical"},
             "annotations": {
-                "summary": f"over {ERROR_RATIO_MAX:.0%} of lidarseg requests fail with 5xx",
+                "summary": f"over {ERROR_RATIO_MAX:.0%} of lidarseg segment requests fail with 5xx",
                 "description": "5xx ratio {{ $value | humanizePercentage }}",
+            },
+        },
+        {  # a robot's client times out (499) or the deadline passes (504): answers nobody gets
+            "alert": "LidarsegClientsGivingUp",
+            "expr": f"{ratio('499|504', '5m')} > {GAVE_UP_RATIO_MAX}",
+            "for": "5m",
+            "labels": {"severity": "warning"},
+            "annotations": {
+                "summary": f"over {GAVE_UP_RATIO_MAX:.0%} of lidarseg segment requests end "
+                "with the client gone (499) or past the deadline (504)",
+                "description": "share {{ $value | humanizePercentage }}; "
+                "lidarseg_wasted_runs_total counts the frames run for nobody",
+            },
+        },
+        {
+            "alert": "LidarsegSlowerThanSensor",
+            "expr": f"{slower_than(FRAME_PERIOD_S, '10m')} > {SLOW_SHARE_MAX}",
+            "for": "10m",
+            "labels": {"severity": "warning"},
+            "annotations": {
+                "summary": f"over {SLOW_SHARE_MAX:.0%} of lidarseg segment requests take "
+                f"longer than the sensor's period ({FRAME_PERIOD_S} s)",
+                "description": "share {{ $value | humanizePercentage }}",
             },
         },
         {
             "alert": "LidarsegNotReady",
-            "expr": 'lidarseg_ready == 0 or up{job="lidarseg"} == 0',
+            "expr": f'lidarseg_ready == 0 or up{{job="{SCRAPE_JOB}"}} == 0',
             "for": "5m",
             "labels": {"severity": "critical"},
             "annotations": {

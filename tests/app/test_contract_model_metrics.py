@@ -10,6 +10,7 @@ from tests.app.contract_helpers import (
     NUSCENES,
     TIMED,
     WANT_BIN,
+    assert_error,
     assert_good,
     frame_bytes,
     limited_serving,
@@ -92,10 +93,11 @@ def test_metrics_move(http):
     assert f'precision="{resolve("auto")}"' in before.split("lidarseg_model_info{", 1)[1]
     assert_good(http)
     after = http.get("/metrics").text
-    assert (
-        metric_value(after, "lidarseg_requests_total", 'status="200"')
-        == metric_value(before, "lidarseg_requests_total", 'status="200"') + 1
-    )
+    ok = 'route="/v1/segment",status="200"'
+    for name in ("lidarseg_requests_total", "lidarseg_segment_duration_seconds_count"):
+        key = ok if name == "lidarseg_requests_total" else 'status="200"'
+        assert metric_value(after, name, key) == metric_value(before, name, key) + 1, name
+    assert metric_value(after, "process_resident_memory_bytes") > 0
     for stage in TIMED:
         key = f'stage="{stage}"'
         assert (
@@ -106,3 +108,24 @@ def test_metrics_move(http):
         metric_value(after, "lidarseg_points_per_request_sum")
         == metric_value(before, "lidarseg_points_per_request_sum") + 34688
     )
+
+
+def test_error_answers_are_counted_by_route_and_code_and_carry_the_request_id(http):
+    """Every outcome of /v1/segment is timed (the stage histograms see only answered frames);
+    error codes are counted (503s of four kinds looked alike); a made-up path is route 'other'
+    (bounded labels); error answers carry X-Request-Id too."""
+    before = http.get("/metrics").text
+    r = http.post("/v1/segment", content=b"", headers={"X-Request-Id": "err-req-7"})
+    assert_error(r, 400, "empty_body")
+    assert r.headers["x-request-id"] == "err-req-7"
+    assert http.get("/v1/no-such-thing/123").status_code == 404
+    after = http.get("/metrics").text
+    moved = {
+        ("lidarseg_errors_total", 'code="empty_body",route="/v1/segment"'): 1,
+        ("lidarseg_segment_duration_seconds_count", 'status="400"'): 1,
+        ("lidarseg_requests_total", 'route="other",status="404"'): 1,
+        ("lidarseg_errors_total", 'code="not_found",route="other"'): 1,
+    }
+    for (name, key), step in moved.items():
+        assert metric_value(after, name, key) == metric_value(before, name, key) + step, key
+    assert "/v1/no-such-thing" not in after

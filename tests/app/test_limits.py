@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from app.codecs.encode import encode
-from tests.app.service_helpers import Server, metric_value
+from tests.app.service_helpers import Server
 
 KEY = "limits-key-0123456789"
 
@@ -293,4 +293,4 @@ def test_sigterm_answers_an_arriving_upload_and_exits_within_budget():
 
 def test_metrics_count_no_500(srv):
     text = httpx.get(f"{srv.url}/metrics").text
-    assert metric_value(text, "lidarseg_requests_total", 'status="500"') == 0
+    assert 'status="500"' not in text  # no route answered a 500

@@ -138,7 +138,9 @@ def test_deadline_gives_504_and_frees_the_slot():
             for r in responses:
                 assert_error(r, 504, "deadline_exceeded")
             text = c.get("/metrics").text
-            assert metric_value(text, "lidarseg_deadline_dropped_total") >= 1
+            assert metric_value(text, "lidarseg_dropped_total", 'reason="deadline"') >= 1
+            # the running frame's answer went nowhere: counted as a wasted run
+            assert metric_value(text, "lidarseg_wasted_runs_total", 'reason="deadline"') == 1
             assert metric_value(text, "lidarseg_batch_size_count") - runs_before <= 1
             time.sleep(3)  # let the running frame finish
             small = np.array(load_frame(NUSCENES))[:200].tobytes()

@@ -275,15 +275,15 @@ def test_a_frame_cancelled_while_its_batch_waits_never_runs():
     starts, and the frame that filled the batch runs."""
     sizes, drops = [], []
     pipe = FakePipeline()
-    stats = WorkerStats(on_batch=sizes.append, on_drop=lambda: drops.append(1))
+    stats = WorkerStats(on_batch=sizes.append, on_drop=drops.append)
     w = InferenceWorker(pipe, 4, max_batch=2, max_wait_s=60.0, stats=stats)
     gone = w.submit(frame(1, 10), "kitti", time.monotonic() + 600)
     wait_until_taken(w)
-    w.cancel(gone)  # as the route: not queued any more, nothing to remove
+    assert not w.cancel(gone, "client_gone")  # as the route: not queued any more
     assert gone.future.cancel()
     kept = w.submit(frame(2, 10), "kitti", time.monotonic() + 600)  # fills the batch
     assert kept.future.result(30) == 10
-    assert pipe.ran == [2] and sizes == [1] and drops == [1]
+    assert pipe.ran == [2] and sizes == [1] and drops == ["client_gone"]
     w.stop(30)
 
 

@@ -11,6 +11,7 @@ import json
 import shutil
 import subprocess
 import sys
+import threading
 import time
 
 import httpx
@@ -133,7 +134,35 @@ def _load(srv) -> set[str]:
             assert r.status_code == 200, r.text
             traces.add(r.headers["traceparent"].split("-")[1])
             time.sleep(0.25)
+    _clients_give_up(srv)
     return traces
+
+
+def _clients_give_up(srv) -> None:
+    """Three whole frames at once from clients that wait 50 ms: the running one's answer goes
+    nowhere (a wasted run), the queued ones are dropped unrun (client_gone)."""
+    body = np.ascontiguousarray(load_frame("semantickitti/seq00_000000.bin")).tobytes()
+
+    def post():
+        with httpx.Client(base_url=srv.url, timeout=0.05) as c:
+            try:
+                c.post("/v1/segment?format=kitti", content=body)
+            except httpx.TimeoutException:
+                pass
+
+    threads = [threading.Thread(target=post) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+    def counted() -> bool:
+        text = httpx.get(f"{srv.url}/metrics").text
+        return all(
+            f"{name}_total{{" in text for name in ("lidarseg_dropped", "lidarseg_wasted_runs")
+        )
+
+    _wait(counted, "a dropped frame and a wasted run counted")
 
 
 @pytest.mark.parametrize("title,expr", panel_queries(), ids=lambda v: v[:60])

@@ -24,7 +24,14 @@ from fastapi.responses import Response
 from app.codecs import SENSORS
 from app.inference.pipeline import PIPELINE_STAGES, FrameResult
 from app.service import observe
-from app.service.admission import DeadlineExceeded, Job, QueueFull, WorkerStopped
+from app.service.admission import (
+    CLIENT_GONE,
+    DEADLINE,
+    DeadlineExceeded,
+    Job,
+    QueueFull,
+    WorkerStopped,
+)
 from app.service.routes.body import read_body, release_body
 from app.service.routes.decoding import decode_body
 from app.service.routes.deps import ApiKey, Service, ServiceError, ServiceState
@@ -80,12 +87,12 @@ async def wait_result(request: Request, service: ServiceState, job, deadline: fl
         )
         if waiter in done:
             return waiter.result()
-        service.worker.cancel(job)
         if gone in done:
+            give_up(service, job, CLIENT_GONE)
             raise ServiceError(499, "client_closed_request", "the client went away")
         raise asyncio.TimeoutError
     except (asyncio.TimeoutError, DeadlineExceeded):
-        service.worker.cancel(job)
+        give_up(service, job, DEADLINE)
         raise ServiceError(
             504,
             "deadline_exceeded",
@@ -95,6 +102,15 @@ async def wait_result(request: Request, service: ServiceState, job, deadline: fl
         gone.cancel()
         if not waiter.done():
             waiter.cancel()
+
+
+def give_up(service: ServiceState, job: Job, reason: str) -> None:
+    """The route stops waiting for `job`: dropped if it has not started (counted then, by the
+    worker, as lidarseg_dropped), else its run is wasted (lidarseg_wasted_runs)."""
+    if not service.worker.cancel(job, reason) and (
+        job.future.running() or (job.future.done() and not job.future.cancelled())
+    ):
+        service.metrics.wasted_runs.labels(reason=reason).inc()
 
 
 async def _disconnected(request: Request) -> None:
