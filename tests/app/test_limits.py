@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from app.codecs.encode import encode
-from tests.app.service_helpers import Server
+from tests.app.service_helpers import Server, metric_value
 
 KEY = "limits-key-0123456789"
 
@@ -134,6 +134,7 @@ def test_unparsable_requests_get_a_json_400(srv):
         assert status == 400 and headers["content-type"] == "application/json", body
         assert json.loads(body)["error"] == "bad_request" and json.loads(body)["detail"]
     assert httpx.get(f"{srv.url}/healthz").status_code == 200
+    assert _rejects(srv, "bad_request") >= 3  # answered before any route: counted all the same
 
 
 def _declare(s: socket.socket, size: int, sent: bytes = b"") -> None:
@@ -197,6 +198,7 @@ def test_connection_cap(srv):
     finally:
         for s in idle:
             s.close()
+    assert _rejects(srv, "too_many_connections") >= 1
     time.sleep(0.3)
     assert httpx.get(f"{srv.url}/healthz").status_code == 200
 
@@ -289,6 +291,11 @@ def test_sigterm_answers_an_arriving_upload_and_exits_within_budget():
         assert "Traceback" not in log and '"status":500' not in log, log
     finally:
         srv.stop()
+
+
+def _rejects(srv: Server, reason: str) -> float:
+    text = httpx.get(f"{srv.url}/metrics").text
+    return metric_value(text, "lidarseg_connection_rejects_total", f'reason="{reason}"')
 
 
 def test_metrics_count_no_500(srv):

@@ -112,6 +112,9 @@ def test_error_status_is_on_the_span(traced):
     trace_id = r.headers["traceparent"].split("-")[1]
     (root,) = [s for s in spans_of(exporter, trace_id) if s.name.startswith("POST")]
     assert root.attributes["http.response.status_code"] == 415
+    made_up = client.get("/wp-admin/93417").headers["traceparent"].split("-")[1]
+    (span,) = [s for s in spans_of(exporter, made_up) if not s.parent]
+    assert span.name == "GET"  # a client's path never names a span (bounded names)
     listed = client.get("/v1/requests").json()["requests"]
     entry = next(e for e in listed if e["trace_id"] == trace_id)  # failures are listed too
     assert entry["status"] == 415 and not entry["has_points"] and "total" in entry["timing_ms"]
@@ -162,6 +165,10 @@ def test_access_log_text_and_no_secrets():
     line = stream.getvalue()
     assert line.startswith("20") and '"POST /v1/segment" 401 rid=rid' in line
     assert "total=1.2" in line and "10.0.0.1:5" in line
+    forged = '/v1/x\n2026-12-06T00:00:00Z 10.0.0.9 "GET /v1/model" 200'  # a decoded %0a
+    log.write("GET", forged, 404, None, "r2", "ab" * 16, {}, {"error": "not_found"})
+    lines = stream.getvalue().splitlines()
+    assert len(lines) == 2 and "error=not_found" in lines[1]
     assert AccessLog("auto", stream=io.StringIO()).mode == "json"  # not a terminal
 
     class Terminal(io.StringIO):
