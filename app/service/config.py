@@ -161,6 +161,7 @@ OTHER_VARIABLES = frozenset(
         "LIDARSEG_ENGINE_SCRATCH_MB",
         "LIDARSEG_IMAGE_CACHE",
         "LIDARSEG_KERNEL_BUILD",
+        "LIDARSEG_PUBLISH",  # deploy/compose.yaml: the host address its ports are published on
         "LIDARSEG_WHEELS",
     }
 )

@@ -19,7 +19,11 @@ DEPLOY = REPO_ROOT / "deploy"
 DOCKERFILES = [REPO_ROOT / "Dockerfile", DEPLOY / "jetson" / "Dockerfile"]
 MANIFESTS = sorted((DEPLOY / "k8s").rglob("*.yaml"))
 RESOURCES = [p for p in MANIFESTS if p.name != "kustomization.yaml"]
-DEPLOYMENTS = [DEPLOY / "k8s" / "deployment.yaml", DEPLOY / "k8s" / "gpu" / "deployment.yaml"]
+DEPLOYMENTS = [
+    DEPLOY / "k8s" / "cpu" / "deployment.yaml",
+    DEPLOY / "k8s" / "gpu" / "deployment.yaml",
+]
+KUBECTL = shutil.which("kubectl")
 HADOLINT = shutil.which("hadolint") or (
     str(REPO_ROOT / ".venv" / "bin" / "hadolint")
     if (REPO_ROOT / ".venv" / "bin" / "hadolint").exists()
@@ -43,10 +47,36 @@ def test_kubernetes_schema(manifest, version):
         kv.validate(doc, version, strict=True)  # raises ValidationError on a bad field
 
 
-def test_kustomizations_list_every_resource():
+def test_kustomizations_list_every_resource_as_kustomize_loads_them():
+    """A resource is a file in the kustomization's own folder or a folder with a kustomization
+    of its own: kustomize refuses files outside the folder (the gpu variant listed
+    ../service.yaml and `kubectl apply -k deploy/k8s/gpu` failed)."""
     for kustomization in (DEPLOY / "k8s").rglob("kustomization.yaml"):
         for rel in yaml.safe_load(kustomization.read_text())["resources"]:
-            assert (kustomization.parent / rel).is_file(), f"{kustomization}: {rel}"
+            path = (kustomization.parent / rel).resolve()
+            if path.is_dir():
+                assert (path / "kustomization.yaml").is_file(), f"{kustomization}: {rel}"
+            else:
+                assert path.is_file(), f"{kustomization}: {rel}"
+                assert path.parent == kustomization.parent, f"{kustomization}: {rel} outside"
+
+
+@pytest.mark.skipif(KUBECTL is None, reason="kubectl not installed")
+@pytest.mark.parametrize("variant", ["", "cpu", "gpu"])
+def test_kubectl_kustomize_renders_each_variant(variant):
+    r = subprocess.run(
+        [KUBECTL, "kustomize", str(DEPLOY / "k8s" / variant)], capture_output=True, text=True
+    )
+    assert r.returncode == 0, r.stderr
+    docs = list(yaml.safe_load_all(r.stdout))
+    assert sorted(d["kind"] for d in docs) == [
+        "Deployment",
+        "HorizontalPodAutoscaler",
+        "PodDisruptionBudget",
+        "Service",
+    ]
+    (dep,) = [d for d in docs if d["kind"] == "Deployment"]
+    assert _container(dep)["image"] == ("lidarseg:cuda" if variant == "gpu" else "lidarseg:cpu")
 
 
 def _container(deployment: dict) -> dict:
@@ -74,7 +104,8 @@ def test_deployment_hardening_and_shutdown(path):
     assert c["readinessProbe"]["httpGet"]["path"] == "/readyz"
     assert c["livenessProbe"]["httpGet"]["path"] == "/healthz"
     assert env["LIDARSEG_API_KEYS"]["valueFrom"]["secretKeyRef"]["name"] == "lidarseg-api-keys"
-    assert {"requests", "limits"} <= set(c["resources"])
+    assert c["resources"]["requests"] == c["resources"]["limits"]  # Guaranteed: a core a thread
+    assert "replicas" not in dep["spec"]  # the autoscaler's to set
     annotations = dep["spec"]["template"]["metadata"]["annotations"]
     assert annotations["prometheus.io/port"] == str(c["ports"][0]["containerPort"]) == "8000"
     gpu = path.parent.name == "gpu"
@@ -112,7 +143,7 @@ def test_service_links_cannot_reach_the_settings(path, monkeypatch):
 
     pod = yaml.safe_load(path.read_text())["spec"]["template"]["spec"]
     assert pod.get("enableServiceLinks", True) is False
-    links = _service_links(yaml.safe_load((DEPLOY / "k8s" / "service.yaml").read_text()))
+    links = _service_links(yaml.safe_load((DEPLOY / "k8s" / "common" / "service.yaml").read_text()))
     for name, value in links.items():
         monkeypatch.setenv(name, value)
     with pytest.raises(ValidationError, match="enableServiceLinks: false"):
