@@ -93,10 +93,11 @@ LABEL org.opencontainers.image.title="lidarseg" \
 # libgomp1: the kernels' OpenMP runtime; libusb-1.0-0, libegl1 and libgl1: Open3D (without
 # libEGL.so.1 and libGL.so.1 it does not load, and the service voxelized with torch.unique, 75x
 # slower: /v1/model's engine.voxelizer; libgl1 brings Mesa: the image 2.42 -> 2.68 GB)
+# (99lidarseg-build-host: deploy/image/base.sh's apt setting for its build host's mirror)
 # hadolint ignore=DL3008
 RUN apt-get update \
  && apt-get install -y --no-install-recommends libgomp1 libusb-1.0-0 libegl1 libgl1 \
- && rm -rf /var/lib/apt/lists/* \
+ && rm -rf /var/lib/apt/lists/* /etc/apt/apt.conf.d/99lidarseg-build-host \
  && useradd --system --uid 10001 --user-group --home-dir /tmp --no-create-home \
       --shell /usr/sbin/nologin lidarseg
 WORKDIR /opt/lidarseg

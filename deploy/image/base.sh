@@ -22,8 +22,10 @@ if [ ! -f "$TARBALL" ]; then
   debootstrap --variant=minbase --arch="$ARCH" --include=python3,python3-venv \
     bookworm "$ROOT" "$MIRROR" >"$CACHE/debootstrap-$ARCH.log" 2>&1 \
     || { tail -30 "$CACHE/debootstrap-$ARCH.log" >&2; exit 1; }
-  # This machine's mirror serves an archive snapshot whose Release files have expired dates.
-  [ -f /etc/apt/apt.conf.d/99artifact-registry ] && cp /etc/apt/apt.conf.d/99artifact-registry "$ROOT/etc/apt/apt.conf.d/"
+  # This machine's mirror serves an archive snapshot whose Release files have expired dates: its
+  # apt setting goes in under a name the Dockerfile's runtime stage removes (BUILD_APT_CONF), so
+  # no image ships a build host's apt configuration.
+  [ -f /etc/apt/apt.conf.d/99artifact-registry ] && cp /etc/apt/apt.conf.d/99artifact-registry "$ROOT/etc/apt/apt.conf.d/99lidarseg-build-host"
   rm -rf "$ROOT"/var/cache/apt/archives/*.deb "$ROOT"/var/lib/apt/lists/*
   tar -C "$ROOT" --numeric-owner -cf "$TARBALL.partial" .
   mv "$TARBALL.partial" "$TARBALL"

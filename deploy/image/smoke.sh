@@ -23,6 +23,10 @@ USER_ID=$("$PY" -c "import json, sys; print(json.load(open(sys.argv[1]))['Docker
 echo "image $IMAGE: user $USER_ID, command ${CMD[*]}"
 [ -n "$USER_ID" ] && [ "${USER_ID%%:*}" != 0 ] && [ "${USER_ID%%:*}" != root ] \
   || { echo "FAIL: the image runs as root" >&2; exit 1; }
+# no build host's apt setting in the image (deploy/image/base.sh puts it in the base only)
+if "${B[@]}" run --isolation chroot "$ctr" -- ls /etc/apt/apt.conf.d/ | grep -q lidarseg-build-host; then
+  echo "FAIL: the image ships the build host's apt setting" >&2; exit 1
+fi
 "${B[@]}" config --env "LIDARSEG_PORT=$PORT" "$ctr"
 start=$SECONDS
 "${B[@]}" run --isolation chroot --user "$USER_ID" "$ctr" -- "${CMD[@]}" >"$LOG" 2>&1 &

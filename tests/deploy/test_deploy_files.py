@@ -169,6 +169,15 @@ def test_compose_stack_mounts_what_exists_and_agrees_with_the_image():
     assert (REPO_ROOT / jetson["build"]["dockerfile"]).is_file()
 
 
+def test_no_image_ships_the_build_hosts_apt_setting():
+    """base.sh gives the base image this machine's apt setting (an expired-date mirror) under
+    one name; the runtime stage removes it (it used to ship in every image)."""
+    name = "99lidarseg-build-host"
+    assert f'"$ROOT/etc/apt/apt.conf.d/{name}"' in (DEPLOY / "image" / "base.sh").read_text()
+    runtime = (REPO_ROOT / "Dockerfile").read_text().split("AS runtime-base", 1)[1]
+    assert f"/etc/apt/apt.conf.d/{name}" in runtime.split("useradd", 1)[0]
+
+
 def test_images_share_entrypoint_port_user_and_never_compile_at_start():
     for dockerfile in DOCKERFILES:
         text = dockerfile.read_text()
