@@ -14,8 +14,8 @@ content type, else kitti). The raw float formats fix the sensor (kitti, ouster, 
 kitti); the self-describing ones report sensor "kitti" (intensity 0..1) unless at least 1 % of
 their intensities exceed 1.0 (base.BYTE_SCALE_SHARE), then "ouster" (0..255); a caller that
 knows the sensor passes `sensor` (one of base.SENSORS), and it holds for any format. Decoded
-points are x, y, z, then intensity when the body has one (pcd / ply / pointcloud2 also take a
-field named 'i' or 'reflectivity'); npy and json keep every column. Points are never dropped or
+points are x, y, z, then intensity when the body has one (pcd / ply / pointcloud2: a field named
+'reflectivity', else 'intensity', else 'i'); npy and json keep every column. Points are never dropped or
 reordered (invalid ones stay NaN), so per-point results line up with the client's points.
 encode.py writes every format (tests, client CLI).
 """

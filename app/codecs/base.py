@@ -14,8 +14,11 @@ SENSORS = ("kitti", "nuscenes", "ouster")
 # intensities exceeds 1.0: one stray value above 1 (a corrupt point in a 0..1 frame) no longer
 # rescales the other points (it is clamped, and counted as cleaned).
 BYTE_SCALE_SHARE = 0.01
-# Intensity names a point cloud may use for its reflectance channel, in order of preference.
-INTENSITY_NAMES = ("intensity", "i", "reflectivity")
+# Names a point cloud may use for its reflectance channel, in order of preference: an Ouster
+# ROS cloud has both `intensity` (signal photons, in the thousands) and `reflectivity` (the
+# calibrated 0..255 the model's Ouster convention is; shared/data/real/SOURCES.md), and until
+# 2026-12-06 the signal was read, clamped at 255.
+INTENSITY_NAMES = ("reflectivity", "intensity", "i")
 # Text values are parsed this many bytes at a time: bounded scratch memory, and no single C call
 # holds the GIL for long (the event loop keeps answering probes during a large decode).
 TEXT_CHUNK = 16 * 1024

@@ -173,3 +173,15 @@ def test_the_intensity_scale_is_a_share_not_one_value():
     assert decode(body, "kitti", sensor="ouster").sensor == "ouster"
     err = decode_error(body, "kitti", sensor="lidar")
     assert (err.status, err.code) == (422, "unknown_sensor")
+
+
+def test_reflectivity_is_the_intensity_where_a_cloud_has_both():
+    """An Ouster ROS cloud: `intensity` is signal strength (thousands), `reflectivity` the
+    calibrated 0..255 the Ouster convention means."""
+    body = (
+        b"VERSION 0.7\nFIELDS x y z intensity t reflectivity ring\nSIZE 4 4 4 4 4 4 2\n"
+        b"TYPE F F F F U F U\nCOUNT 1 1 1 1 1 1 1\nWIDTH 2\nHEIGHT 1\n"
+        b"VIEWPOINT 0 0 0 1 0 0 0\nPOINTS 2\nDATA ascii\n1 2 3 1500 0 40 5\n4 5 6 900 0 60 6\n"
+    )
+    frame = decode(body, "pcd")
+    assert frame.points[:, 3].tolist() == [40.0, 60.0] and frame.sensor == "ouster"
