@@ -15,9 +15,9 @@ kitti); the self-describing ones report sensor "kitti" (intensity 0..1) unless a
 their intensities exceed 1.0 (base.BYTE_SCALE_SHARE), then "ouster" (0..255); a caller that
 knows the sensor passes `sensor` (one of base.SENSORS), and it holds for any format. Decoded
 points are x, y, z, then intensity when the body has one (pcd / ply / pointcloud2: a field named
-'reflectivity', else 'intensity', else 'i'); npy and json keep every column. Points are never dropped or
-reordered (invalid ones stay NaN), so per-point results line up with the client's points.
-encode.py writes every format (tests, client CLI).
+'reflectivity', else 'intensity', else 'i'); npy and json keep every column. Points are never
+dropped or reordered (invalid ones stay NaN), so per-point results line up with the client's
+points. encode.py writes every format (tests, client CLI).
 """
 
 from __future__ import annotations
