@@ -12,6 +12,7 @@ a scraper or an open dashboard does not drown the requests that matter.
 from __future__ import annotations
 
 import json
+import logging
 import sys
 import time
 
@@ -37,12 +38,34 @@ FIELDS = (
 )
 
 
+def resolved_mode(mode: str, stream=None) -> str:
+    """LIDARSEG_ACCESS_LOG with auto resolved: text on a terminal, else json."""
+    stream = stream if stream is not None else sys.stderr
+    if mode == "auto":
+        return "text" if getattr(stream, "isatty", lambda: False)() else "json"
+    return mode
+
+
+class JsonLogFormatter(logging.Formatter):
+    """The service's and uvicorn's log records as one JSON object a line, beside the JSON access
+    log (a log collector mis-read plain-text lines and multi-line tracebacks among them)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry = {
+            "time": round(record.created, 3),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        if record.exc_info:
+            entry["exception"] = self.formatException(record.exc_info)
+        return json.dumps(entry, separators=(",", ":"))
+
+
 class AccessLog:
     def __init__(self, mode: str = "auto", stream=None):
         stream = stream if stream is not None else sys.stderr
-        if mode == "auto":
-            mode = "text" if getattr(stream, "isatty", lambda: False)() else "json"
-        self.mode, self.stream = mode, stream
+        self.mode, self.stream = resolved_mode(mode, stream), stream
 
     @property
     def enabled(self) -> bool:

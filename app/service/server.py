@@ -36,8 +36,10 @@ from typing import Callable, TypedDict
 
 import h11
 import uvicorn
+from uvicorn.config import LOGGING_CONFIG
 from pydantic import ValidationError
 
+from app.service.access_log import JsonLogFormatter, resolved_mode
 from app.service.config import Settings, unread_variables
 from app.service.read_ahead import READ_AHEAD_BYTES, ReadAheadH11
 
@@ -193,6 +195,8 @@ def uvicorn_config(
         timeout_graceful_shutdown=GRACEFUL_S,
         h11_max_incomplete_event_size=64 * 1024,
         access_log=False,  # ours (access_log.py, LIDARSEG_ACCESS_LOG); off means none at all
+        # JSON logs: uvicorn's loggers keep no handlers of their own and reach the root's
+        log_config=None if resolved_mode(settings.access_log) == "json" else LOGGING_CONFIG,
     )
     config.lidarseg_guard = {
         "max_connections": settings.max_connections,
@@ -260,9 +264,13 @@ def serve(overrides: dict) -> int:
     except ValidationError as e:
         print(f"lidarseg: bad settings:\n{e}", file=sys.stderr)
         return 2
+    json_logs = resolved_mode(settings.access_log) == "json"
     logging.basicConfig(
         level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    if json_logs:  # every line of stderr one JSON object, uvicorn's too (uvicorn_config)
+        for handler in logging.getLogger().handlers:
+            handler.setFormatter(JsonLogFormatter())
     for warning in unread_variables(os.environ):
         logging.getLogger("lidarseg").warning(warning)
     sys.setswitchinterval(GIL_SWITCH_S)

@@ -284,3 +284,9 @@ def test_a_model_that_fails_to_load_exits_3(tmp_path):
     )
     assert proc.returncode == 3, proc.stderr[-2000:]
     assert "model load failed" in proc.stderr and "could not be loaded" in proc.stderr
+    # not a terminal: the access log is JSON, and so is every other line (uvicorn's, the
+    # traceback's), which a log collector would otherwise split into garbage
+    records = [json.loads(line) for line in proc.stderr.splitlines()]
+    failed = next(r for r in records if r["message"] == "model load failed")
+    assert failed["level"] == "error" and "Traceback" in failed["exception"]
+    assert any(r["logger"].startswith("uvicorn") for r in records)
