@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 
 TRACE_KEY, RECORD_KEY = "lidarseg_trace", "lidarseg_record"
 SEGMENT_PATH = SEGMENT_ROUTE
+UNTRACED_PATHS = frozenset(("/healthz", "/readyz", "/metrics"))  # probes and scrapes: no spans
 HTTP_METHODS = frozenset(("GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS", "TRACE"))
 
 
@@ -172,7 +173,10 @@ class Observe:
         # method a client makes up never becomes a span name (bounded names, as Tempo keys on)
         name = method if method in HTTP_METHODS else "HTTP"
         rt = self.obs.tracing.start(
-            name, traceparent, {"http.request.method": method, "url.path": path}
+            name,
+            traceparent,
+            {"http.request.method": method, "url.path": path},
+            traced=path not in UNTRACED_PATHS,
         )
         scope.setdefault("state", {})[TRACE_KEY] = rt
         header = (b"traceparent", rt.traceparent().encode())

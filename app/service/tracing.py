@@ -113,9 +113,13 @@ class Tracing:
     def enabled(self) -> bool:
         return self.tracer is not None
 
-    def start(self, name: str, traceparent: str | None, attributes: dict) -> RequestTrace:
+    def start(
+        self, name: str, traceparent: str | None, attributes: dict, traced: bool = True
+    ) -> RequestTrace:
+        """The request's trace; a span only with tracing on and `traced` (probes and scrapes are
+        not: a span every few seconds from each would bury the requests in the backend)."""
         now_ns, now = time.time_ns(), time.perf_counter()
-        if self.tracer is None:
+        if self.tracer is None or not traced:
             m = TRACEPARENT.match(traceparent or "")
             if m and m[1] != _ZERO_TRACE:
                 return RequestTrace(m[1], os.urandom(8).hex(), bool(int(m[3], 16) & 1), now_ns, now)

@@ -115,6 +115,9 @@ def test_error_status_is_on_the_span(traced):
     made_up = client.get("/wp-admin/93417").headers["traceparent"].split("-")[1]
     (span,) = [s for s in spans_of(exporter, made_up) if not s.parent]
     assert span.name == "GET"  # a client's path never names a span (bounded names)
+    for path in ("/healthz", "/readyz", "/metrics"):  # probes and scrapes make no spans
+        probe = client.get(path).headers["traceparent"].split("-")[1]
+        assert spans_of(exporter, probe) == []
     listed = client.get("/v1/requests").json()["requests"]
     entry = next(e for e in listed if e["trace_id"] == trace_id)  # failures are listed too
     assert entry["status"] == 415 and not entry["has_points"] and "total" in entry["timing_ms"]
