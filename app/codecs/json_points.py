@@ -107,10 +107,16 @@ def _fast(body: bytes, max_points: int | None) -> Frame | None:
     if width < 3:
         raise unusable(FMT, f"points have {width} values; need at least x, y, z")
     _check_numbers(text)
+    # the values parsed from the body as sent, not the compacted text: whitespace inside a
+    # value ("1 000", "- 1") makes two tokens there, and so a 400, where compacted it read as one
+    start, end = span
     spaced = b"".join(
-        text[k : k + _CHUNK].translate(_TO_SPACE) for k in range(0, len(text), _CHUNK)
+        body[k : min(k + _CHUNK, end)].translate(_TO_SPACE) for k in range(start, end, _CHUNK)
     )
-    cols = text_columns(spaced, rows, width, list(range(width)), FMT)
+    try:
+        cols = text_columns(spaced, rows, width, list(range(width)), FMT)
+    except DecodeError:  # every compacted value is a JSON number: one was split by whitespace
+        raise malformed(FMT, "whitespace inside a value (as in '1 000' or '- 1')") from None
     points = np.stack(cols, axis=1) if cols else np.zeros((rows, width), np.float32)
     return Frame(points, sensor_for(points), FMT)
 

@@ -9,6 +9,7 @@ import torch
 
 from models.minkunet import MinkUNet
 
+from app.inference.cleaning import clean_frame
 from app.inference.pipeline import SegmentationPipeline
 from app.inference.voxelize import devoxelize, voxelize
 
@@ -30,6 +31,8 @@ def crosscheck(pipeline: SegmentationPipeline, points: np.ndarray, sensor: str =
 
     config = pipeline.voxel_config
     twin = spconv_twin_of(pipeline.model)
+    # cleaned once, as the pipeline cleans a frame: both networks see the same values
+    points = clean_frame(np.ascontiguousarray(points, np.float32), config, sensor)[0]
     warm = points[: min(len(points), 5000)]
     pipeline.segment(warm, sensor)
     ours = pipeline.segment(points, sensor, keep_logits=True)

@@ -44,7 +44,9 @@ class RequestAccounting:
         service = self.service
         if scope["path"] in DOC_PATHS and not self._docs_allowed(scope):
             exc = unauthorized()
-            return await error_response(exc.status, exc.code, exc.detail, exc.headers)(
+            scope["state"][ERROR_KEY] = exc.code
+            headers = {**(exc.headers or {}), "X-Request-Id": rid}
+            return await error_response(exc.status, exc.code, exc.detail, headers)(
                 scope, receive, send
             )
         if counted:

@@ -76,6 +76,7 @@ class Job:
     trace: object = None  # the request's trace (the pipeline run links to it)
     valid: object = None  # valid_mask's result from the route (computed once)
     abandoned: str | None = None  # why its caller gave up: DEADLINE or CLIENT_GONE
+    started: bool = False  # the worker took it to run (its answer is then computed, wanted or not)
 
     @property
     def given_up_for(self) -> str:
@@ -153,7 +154,9 @@ def start_jobs(batch: list[Job], now: float, dropped: Callable[[str], object]) -
             job.future.set_exception(DeadlineExceeded("deadline passed while queued"))
             dropped(DEADLINE)
             continue
-        if not job.future.set_running_or_notify_cancel():
+        job.started = True  # before the future says so: a caller who cannot cancel sees it
+        if not job.future.set_running_or_notify_cancel():  # cancelled a moment ago
+            dropped(job.given_up_for)
             continue
         job.queue_ms = (now - job.enqueued) * 1e3
         live.append(job)

@@ -201,9 +201,13 @@ class InferenceWorker:
         """Adds one waiting job that every frame of the batch can afford and that keeps the
         batch within max_batch_points; False when none."""
         now = time.monotonic()
-        room = self.max_batch_points - sum(j.size for j in batch) if self.max_batch_points else -1
+        room = (
+            None
+            if self.max_batch_points is None
+            else self.max_batch_points - sum(j.size for j in batch)
+        )
         for job in list(self._jobs):
-            if job.layer_timing != batch[0].layer_timing or 0 <= room < job.size:
+            if job.layer_timing != batch[0].layer_timing or (room is not None and room < job.size):
                 continue
             if refuse(self.cost, job, now, self._dropped):
                 self._jobs.remove(job)

@@ -18,6 +18,7 @@ LS_API int ls_sort_entries_by_out_cpu(const int32_t* in_idx, const int32_t* out_
     const int64_t lo = bounds[k], hi = bounds[k + 1];
     if (hi - lo < 2) {
       for (int64_t e = lo; e < hi; ++e) {
+        bad |= out_idx[e] < 0 || out_idx[e] >= num_out;  // checked as the longer segments are
         in_sorted[e] = in_idx[e];
         out_sorted[e] = out_idx[e];
       }

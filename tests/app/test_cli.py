@@ -136,3 +136,23 @@ def test_the_client_refuses_an_answer_that_is_not_the_services():
     with pytest.raises(KeyError):
         report_answer(as_json, httpx.Response(200, json={"ok": True}))
     assert percentiles([]) == {"p50": None, "p95": None, "p99": None}  # JSON has no NaN
+
+
+def test_crosscheck_feeds_both_networks_the_cleaned_frame():
+    """The pipeline cleans a frame's values (intensities of 3e38 clamped); the spconv twin got
+    the raw ones and reported a disagreement that was not there (agreement 0.007)."""
+    pytest.importorskip("spconv.pytorch")
+    import numpy as np
+    import torch
+
+    from app.inference.crosscheck import crosscheck
+    from app.inference.pipeline import SegmentationPipeline
+    from models.minkunet import MinkUNet
+    from tests.conftest import load_frame
+
+    torch.manual_seed(0)
+    pipeline = SegmentationPipeline(MinkUNet(cr=0.25), precision="fp32")
+    points = np.array(load_frame(NUSCENES))[:8000, :4].copy()
+    points[::10, 3] = 3e38
+    report = crosscheck(pipeline, points, "nuscenes")
+    assert report["label_agreement"] >= 0.9999 and report["max_rel_logit_error"] < 1e-3

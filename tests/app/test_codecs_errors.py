@@ -75,6 +75,7 @@ def test_json_errors():
         assert decode_error(body, "json").status == 422, body
     assert decode(b'{"points": []}').points.shape == (0, 3)
     not_json = (b"+1", b".5", b"1.", b"01", b"-01", b"nan", b"inf", b"-NaN", b"1_0", b"0x1", b"3e")
+    not_json += (b"1 000", b"- 1", b"2 .5e1")  # read as 1000, -1, 25 once compacted
     for value in not_json:  # Python's float() reads them all
         for shape in (b"[[1,2,%s]]", b'{"points": [[1, 2, %s]], "more": 1}'):
             assert decode_error(shape % value, "json").status == 400, (shape, value)

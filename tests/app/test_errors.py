@@ -97,8 +97,9 @@ def test_unexpected_decode_failure_is_a_fixed_400(monkeypatch, caplog):
 def test_docs_behind_the_key_unless_opened():
     closed = _app(api_keys=KEY)
     for path in ("/openapi.json", "/docs"):
-        r = _call(closed, "GET", path)
+        r = _call(closed, "GET", path, headers={"X-Request-Id": "docs-1"})
         assert r.status_code == 401 and r.headers["connection"] == "close", path
+        assert r.headers["x-request-id"] == "docs-1"  # every answer carries its id
         assert (
             _call(closed, "GET", path, headers={"Authorization": f"Bearer {KEY}"}).status_code
             == 200

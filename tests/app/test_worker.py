@@ -304,3 +304,47 @@ def test_a_batch_holds_at_most_max_batch_points():
     assert [j.future.result(30) for j in jobs] == [150, 40, 40, 40, 40]
     assert sizes == [1, 2, 2] and pipe.ran == [0, 1, 2, 3, 4]
     w.stop(30)
+    sizes.clear()  # a first frame over the bound takes no company (it was 'no bound' before)
+    w = InferenceWorker(pipe, 8, max_batch=4, stats=WorkerStats(on_batch=sizes.append),
+                        max_batch_points=100)  # fmt: skip
+    pipe.gate.clear()
+    held = w.submit(frame(0, 10), "kitti", time.monotonic() + 30)
+    wait_until_taken(w)
+    jobs = [w.submit(frame(k, n), "kitti", time.monotonic() + 30) for k, n in ((1, 150), (2, 60))]
+    pipe.gate.set()
+    assert [j.future.result(30) for j in (held, *jobs)] == [10, 150, 60]
+    assert sizes == [1, 1, 1]
+    w.stop(30)
+
+
+def test_a_frame_given_up_counts_once_as_dropped_or_as_a_wasted_run():
+    """The route's give_up: a running frame's answer goes nowhere (a wasted run); a queued
+    frame the worker let expire never ran (dropped only: it was also counted as a wasted run)."""
+    from types import SimpleNamespace
+
+    from app.service.metrics import Metrics
+    from app.service.routes.segment import give_up
+
+    metrics = Metrics()
+    drops: list[str] = []
+    pipe = FakePipeline()
+    pipe.gate.clear()
+    w = InferenceWorker(pipe, 4, stats=WorkerStats(on_drop=drops.append))
+    service = SimpleNamespace(worker=w, metrics=metrics)
+    running = w.submit(frame(1, 10), "kitti", time.monotonic() + 30)
+    wait_until_taken(w)
+    expiring = w.submit(frame(2, 10), "kitti", time.monotonic() + 0.05)
+    time.sleep(0.1)
+    give_up(service, running, "client_gone")  # running: its run is wasted
+    pipe.gate.set()
+    with pytest.raises(DeadlineExceeded):
+        expiring.future.result(30)  # the worker let it expire unrun
+    give_up(service, expiring, "deadline")
+    w.stop(30)
+
+    def value(name: str, reason: str) -> float:
+        return metrics.registry.get_sample_value(name, {"reason": reason}) or 0.0
+
+    assert value("lidarseg_wasted_runs_total", "client_gone") == 1
+    assert value("lidarseg_wasted_runs_total", "deadline") == 0
+    assert drops == ["deadline"] and pipe.ran == [1]

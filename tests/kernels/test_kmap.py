@@ -203,6 +203,8 @@ def test_sort_by_out_refuses_an_output_out_of_range_or_twice(twin):
             sort(ins, torch.tensor(outs, dtype=torch.int32), (0, 3), 4)
     with pytest.raises(KernelError, match="bad argument"):  # 5 >= 3 would have moved to offset 1
         sort(torch.arange(4, dtype=torch.int32), torch.tensor([0, 5, 1, 2]).int(), (0, 2, 4), 3)
+    with pytest.raises(KernelError, match="bad argument"):  # a one-entry offset is checked too
+        sort(torch.arange(2, dtype=torch.int32), torch.tensor([7, 1]).int(), (0, 1, 2), 3)
     got = sort(ins, torch.tensor([3, 0, 1], dtype=torch.int32), (0, 3), 4)
     assert got[0].tolist() == [6, 7, 5] and got[1].tolist() == [0, 1, 3]
 

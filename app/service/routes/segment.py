@@ -105,11 +105,13 @@ async def wait_result(request: Request, service: ServiceState, job, deadline: fl
 
 
 def give_up(service: ServiceState, job: Job, reason: str) -> None:
-    """The route stops waiting for `job`: dropped if it has not started (counted then, by the
-    worker, as lidarseg_dropped), else its run is wasted (lidarseg_wasted_runs)."""
-    if not service.worker.cancel(job, reason) and (
-        job.future.running() or (job.future.done() and not job.future.cancelled())
-    ):
+    """The route stops waiting for `job`. Not started, it never runs: out of the queue, or its
+    future cancelled here and now (a forming batch drops it as it starts), and the worker counts
+    it as lidarseg_dropped. Started (running or done), its answer goes nowhere:
+    lidarseg_wasted_runs. A job the worker refused has its future failed already: neither."""
+    if service.worker.cancel(job, reason) or job.future.cancel():
+        return
+    if job.started:
         service.metrics.wasted_runs.labels(reason=reason).inc()
 
 
