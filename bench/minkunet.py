@@ -95,7 +95,9 @@ def main(argv=None) -> int:
         for cr in args.cr:
             for dtype in dtypes:
                 dname = "fp32" if dtype == torch.float32 else "fp16"
-                pipeline = build_pipeline(args.weights, device, cr, dtype=dtype)
+                # fp32 arithmetic as spconv's (auto would run int8 or bf16 on a CPU that has
+                # them, under this row's fp32 label)
+                pipeline = build_pipeline(args.weights, device, cr, dtype=dtype, precision="fp32")
                 sp = None
                 if sp_ok:
                     common.set_threads(1)

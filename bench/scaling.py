@@ -3,32 +3,39 @@
     python -m bench.scaling [--frame kitti00] [--weights random --cr 1.0] [--precision fp32]
                             [--threads 1 2] [--runs 5] [--json OUT]
 
-One real frame goes through the pipeline (maps built by the maps stage, as the service does);
-the network then runs with every leaf layer timed (app.inference.pipeline.layer_clock), the
-thread counts taking turns run by run (interleaved, so a noisy machine hits them alike).
-Printed: the network stage's median per thread count and its speed-up, then every layer whose
-median is not faster on the most threads than on one (the ones that do not scale), and the
-layers that take the most time with their speed-ups.
+One real frame goes through the pipeline (maps built by the maps stage, as the service does),
+with the service's OpenMP settings (app.threads.configure_env, before libgomp loads), twice a
+run: as the service runs it (the network stage's time) and with every leaf layer timed
+(app.inference.pipeline.layer_clock: call by call, no deferred work), the thread counts taking
+turns run by run (interleaved, so a noisy machine hits them alike). Printed: the network stage's
+median per thread count and its speed-up, then every layer whose median is not faster on the
+most threads than on one (the ones that do not scale), and the layers that take the most time
+with their speed-ups.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import statistics
-import time
+from app.threads import configure_env
 
-import torch
+configure_env()  # as `python -m app` does: passive OpenMP, threads from the CPU quota
 
-from app.inference.builder import build_pipeline
-from bench import common
-from app.argtypes import positive_int
+import argparse  # noqa: E402
+import json  # noqa: E402
+import statistics  # noqa: E402
+import time  # noqa: E402
+
+import torch  # noqa: E402
+
+from app.argtypes import positive_int  # noqa: E402
+from app.inference.builder import build_pipeline  # noqa: E402
+from bench import common  # noqa: E402
 
 
 def network_run(pipeline, points, sensor) -> tuple[float, dict[str, float]]:
-    """(network stage ms, per-layer ms) of one run."""
-    result = pipeline.run([points], sensor, layer_timing=True)[0]
-    return result.timing_ms["network"], dict(result.layer_ms or {})
+    """(network stage ms as the service runs it, per-layer ms of a timed run) of one run."""
+    stage = pipeline.run([points], sensor)[0].timing_ms["network"]
+    timed = pipeline.run([points], sensor, layer_timing=True)[0]
+    return stage, dict(timed.layer_ms or {})
 
 
 def measure(pipeline, points, sensor, threads: list[int], runs: int) -> dict:

@@ -15,10 +15,13 @@ that prints ratios measured side by side in its own run:
   kernels    the tests that hold every int8 and bf16 kernel the CPU runs to its oracle and the
              kernels to each other bit for bit (tests/kernels/test_int8.py, test_bf16.py,
              tests/app/test_precision.py)
-DIR/<step>.txt keeps each step's output; DIR/summary.txt the CPU, the commit and every step's
-command, exit status, time and output (the tests' last lines): what a note on the issue needs
-from a machine kind seen rarely (an Intel Xeon with AMX, a CPU with AVX_VNNI only). --quick runs
-each benchmark twice only (a check that the steps run, not a measurement).
+DIR/<step>.txt keeps each step's output and DIR/<step>.json its figures; DIR/summary.txt the
+CPU, the commit, every step's command, exit status, time and output (the tests' last lines), and
+the verdicts: each item of issue 16 judged against its bar from the unrounded medians
+(bench/verdicts.py; PASS, FAIL or n/a). What a note on the issue needs from a machine kind seen
+rarely (an Intel Xeon with AMX, a CPU with AVX_VNNI only). The exit status says whether every
+step ran, not whether the bars were met. --quick runs each benchmark twice only (a check that
+the steps run, not a measurement).
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from bench.common import REPO_ROOT
+from bench.verdicts import verdicts
 from kernels import precision as precision_mod
 
 STEPS = ("precision", "voxelize", "service", "scaling", "kernels")
@@ -55,24 +59,38 @@ def precisions(features: Sequence[str]) -> list[str]:
     return names
 
 
-def commands(quick: bool, features: Sequence[str]) -> dict[str, tuple[list[str], dict[str, str]]]:
-    """Each step's argv (after the interpreter) and the environment it adds."""
+def commands(
+    quick: bool, features: Sequence[str], out: Path | None = None
+) -> dict[str, tuple[list[str], dict[str, str]]]:
+    """Each step's argv (after the interpreter) and the environment it adds; with `out`, the
+    benchmarks write their figures to out/<step>.json for the verdicts."""
     runs = ["--runs", "2"] if quick else []
     kinds = precisions(features)
+
+    def json_to(step: str) -> list[str]:
+        return [] if out is None else ["--json", str(out / f"{step}.json")]
+
     return {
         "precision": (
             ["-m", "bench.precision", "--frames", *FRAMES, "--precisions", *kinds]
-            + (runs or ["--runs", "9"]),
+            + (runs or ["--runs", "9"])
+            + json_to("precision"),
             {},
         ),
-        "voxelize": (["-m", "bench.voxelize"] + (runs or ["--runs", "15"]), {}),
-        "service": (
-            "-m bench.service --frames kitti00".split() + (runs or ["--runs", "11"]),
+        "voxelize": (
+            ["-m", "bench.voxelize"] + (runs or ["--runs", "15"]) + json_to("voxelize"),
+            {},
+        ),
+        "service": (  # the CPU's figure even where a GPU is present
+            "-m bench.service --frames kitti00 --device cpu".split()
+            + (runs or ["--runs", "11"])
+            + json_to("service"),
             {"LIDARSEG_ACCESS_LOG": "off"},
         ),
         "scaling": (
             "-m bench.scaling --weights random --cr 1.0 --precision fp32".split()
-            + (runs or ["--runs", "5"]),
+            + (runs or ["--runs", "5"])
+            + json_to("scaling"),
             {},
         ),
         "kernels": (["-m", "pytest", "-q", *KERNEL_TESTS], {}),
@@ -144,20 +162,23 @@ def main(argv=None) -> int:
     ap.add_argument("--print", action="store_true", help="print the commands, run nothing")
     args = ap.parse_args(argv)
     features = precision_mod.cpu_features()
-    steps = commands(args.quick, features)
+    out = Path(args.out)
+    steps = commands(args.quick, features, out)
     if args.print:
         for name in args.steps:
             print(f"{name}: {command_line(*steps[name])}")
         return 0
-    out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     summary = header(features)
     failed = 0
     for name in args.steps:
+        (out / f"{name}.json").unlink(missing_ok=True)  # no verdict from an earlier run's figures
         block, status = run_step(name, *steps[name], out)
         failed += status != 0
         summary += "\n" + block
         (out / "summary.txt").write_text(summary)
+    summary += "\n" + verdicts(out, features)
+    (out / "summary.txt").write_text(summary)
     print(summary)
     print(f"(outputs in {out}/)")
     return 1 if failed else 0

@@ -84,7 +84,8 @@ def report_ratios(row: dict, s: FrameSamples, json_pairs_ms: list[float]) -> Non
     """Adds the per-request samples to the frame's row and prints its last two lines: the
     http.client round trip against the transport floor, and issue 16's ratios (HTTP total
     (binary) / that request's network stage, and a JSON response's round trip minus the binary
-    one before it, the runs' and then `json_pairs_ms`, the extra pairs')."""
+    one of the same run (they take turns going first), the runs' and then `json_pairs_ms`, the
+    extra pairs')."""
     per_net = [r / st["network"] for r, st in zip(s.binary_ms, s.binary_stages)]
     json_extra = [j - b for j, b in zip(s.json_ms, s.binary_ms)]
     json_extra += json_pairs_ms

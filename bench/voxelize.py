@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import json
 import statistics
 import time
 
@@ -56,6 +57,7 @@ def main(argv=None) -> int:
     p.add_argument("--runs", type=int, default=15)
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--data", default=None)
+    p.add_argument("--json", default=None, help="write each frame's median ratios here")
     args = p.parse_args(argv)
     if args.threads:
         common.set_threads(args.threads)
@@ -63,14 +65,15 @@ def main(argv=None) -> int:
         f"# bench.voxelize runs={args.runs} threads={torch.get_num_threads()} "
         f"voxel={args.voxel} numpy={np.__version__}"
     )
-    for voxel in args.voxel:
-        for name in args.frames:
-            compare(name, voxel, args)
+    rows = [compare(name, voxel, args) for voxel in args.voxel for name in args.frames]
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1)
     return 0
 
 
-def compare(name: str, voxel: float, args) -> None:
-    """Prints voxelize against the floor for one frame at one voxel size."""
+def compare(name: str, voxel: float, args) -> dict:
+    """Prints voxelize against the floor for one frame at one voxel size; its medians."""
     config = VoxelizeConfig(voxel_size=voxel)
     points = common.load_frame(name, args.data).points
     sensor = common.sensor_of(name)
@@ -99,6 +102,14 @@ def compare(name: str, voxel: float, args) -> None:
         f"  voxelize / floor: x{spread(ratio)} wall, x{spread(cpu_ratio)} CPU",
         flush=True,
     )
+    return {
+        "frame": name,
+        "voxel": voxel,
+        "ratio": statistics.median(ratio),
+        "cpu_ratio": statistics.median(cpu_ratio),
+        "voxelize_ms": statistics.median(wall["voxelize"]),
+        "floor_ms": statistics.median(wall["floor"]),
+    }
 
 
 if __name__ == "__main__":

@@ -50,8 +50,12 @@ def test_a_quick_step_writes_its_output_and_the_summary(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     summary = (tmp_path / "summary.txt").read_text()
     assert summary.startswith("# bench.sensor_rate ") and "# CPU " in summary
-    assert "## voxelize: python -m bench.voxelize --runs 2\n# exit 0," in summary
+    shown = f"## voxelize: python -m bench.voxelize --runs 2 --json {tmp_path / 'voxelize.json'}"
+    assert shown + "\n# exit 0," in summary
     assert "voxelize / floor" in (tmp_path / "voxelize.txt").read_text()
+    # the item judged from the figures the step wrote (a verdict either way, never n/a)
+    (item2,) = [line for line in summary.splitlines() if " item 2: " in line]
+    assert item2.startswith(("PASS", "FAIL")) and "kitti00 0.1 m x" in item2
 
 
 def test_the_summary_says_when_the_commit_is_unknown(monkeypatch):
