@@ -32,9 +32,10 @@ from app.inference.voxelize import VoxelizeConfig, devoxelize, voxelize
 
 # Every stage a request goes through, in order: the single source of the names the service's
 # timing (JSON, Server-Timing), its metrics and the tests use. The pipeline times PIPELINE_STAGES;
-# the service times decode, queue and encode around it (and reports their "total").
-STAGES = ("decode", "queue", "voxelize", "maps", "network", "devoxelize", "encode")
-PIPELINE_STAGES = STAGES[2:6]
+# the service times receive (the body's arrival from the route's start: a slow upload), decode,
+# queue and encode around it (and reports their "total").
+PIPELINE_STAGES = ("voxelize", "maps", "network", "devoxelize")
+STAGES = ("receive", "decode", "queue", *PIPELINE_STAGES, "encode")
 
 
 @dataclass

@@ -120,8 +120,8 @@ def record(
     obs: Observability | None = getattr(request.app.state, "observe", None)
     if rt is None or obs is None:
         return None
-    # the stage spans, laid end to end from where the route measured them
-    stages, start = [], t_body
+    # the stage spans, laid end to end from where the route measured them (receive ends at t_body)
+    stages, start = [], t_body - timing.get("receive", 0.0) / 1e3
     for name in STAGES:
         if name == "encode":  # after the wait for the worker's result
             start = t_enc

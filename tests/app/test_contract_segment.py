@@ -38,7 +38,16 @@ def pipeline():
 
 def test_stage_names():
     """The one STAGES tuple every timing, header, metric and test uses."""
-    assert STAGES == ("decode", "queue", "voxelize", "maps", "network", "devoxelize", "encode")
+    assert STAGES == (
+        "receive",
+        "decode",
+        "queue",
+        "voxelize",
+        "maps",
+        "network",
+        "devoxelize",
+        "encode",
+    )
     assert pipeline_module.PIPELINE_STAGES == ("voxelize", "maps", "network", "devoxelize")
 
 

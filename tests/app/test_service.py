@@ -290,3 +290,22 @@ def test_a_model_that_fails_to_load_exits_3(tmp_path):
     failed = next(r for r in records if r["message"] == "model load failed")
     assert failed["level"] == "error" and "Traceback" in failed["exception"]
     assert any(r["logger"].startswith("uvicorn") for r in records)
+
+
+def test_a_slow_upload_shows_in_the_receive_stage(server):
+    """Server-Timing's stages add up to its total: the body's arrival is the receive stage (a
+    0.5 s pause mid-body was in no stage before)."""
+    body = np.array(load_frame(NUSCENES))[:2000].astype(np.float32).tobytes()
+
+    def slowly():
+        yield body[: len(body) // 2]
+        time.sleep(0.5)
+        yield body[len(body) // 2 :]
+
+    r = httpx.post(
+        f"{server.url}/v1/segment?format=nuscenes", content=slowly(), headers=WANT_BIN, timeout=60
+    )
+    assert r.status_code == 200, r.text
+    stages = parse_server_timing(r.headers["server-timing"])
+    assert stages["receive"] >= 400  # the pause
+    assert sum(v for k, v in stages.items() if k != "total") >= 0.8 * stages["total"]

@@ -193,6 +193,7 @@ async def _segment(request: Request, service: ServiceState) -> Response:
 
     t_enc = time.perf_counter()
     timing = {
+        "receive": (frame.t_body - t0) * 1e3,
         "decode": frame.decode_ms,
         "queue": job.queue_ms,
         **{k: result.timing_ms.get(k, 0.0) for k in PIPELINE_STAGES},

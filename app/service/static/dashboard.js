@@ -4,7 +4,7 @@
 import * as THREE from "three";
 import { OrbitControls } from "/static/vendor/three/OrbitControls.js";
 
-let STAGES = ["decode", "queue", "voxelize", "maps", "network", "devoxelize", "encode"];  // the server's list replaces it
+let STAGES = ["receive", "decode", "queue", "voxelize", "maps", "network", "devoxelize", "encode"];  // the server's list replaces it
 const STAGE_COLORS = ["#8e6fd8", "#b0b0b0", "#2f9e8f", "#e0a030", "#3b6fd8", "#d05a8a", "#6a9a3a"];
 const POLL_MS = 1000;
 const $ = (id) => document.getElementById(id);
