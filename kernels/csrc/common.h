@@ -172,6 +172,20 @@ LS_HD int32_t find_value(const Slot* table, uint64_t mask, uint64_t key) {
   return kMiss;
 }
 
+// First position in sorted[lo, hi) whose value is >= v.
+template <typename T, typename V>
+LS_HD int64_t lower_bound(const T* sorted, int64_t lo, int64_t hi, V v) {
+  while (lo < hi) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    if (sorted[mid] < v) {
+      lo = mid + 1;
+    } else {
+      hi = mid;
+    }
+  }
+  return lo;
+}
+
 // Looks up (b, x, y, z); anything outside the key layout is a miss, never an alias.
 LS_HD int32_t find_coord(const Slot* table, uint64_t mask, int32_t b, int64_t x, int64_t y,
                          int64_t z) {

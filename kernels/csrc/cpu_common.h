@@ -35,19 +35,7 @@ inline void for_each_hit_chunk(const int32_t* row, int64_t n, Emit emit) {
   }
 }
 
-// First position in sorted[lo, hi) whose value is >= v.
-template <typename T, typename V>
-inline int64_t lower_bound(const T* sorted, int64_t lo, int64_t hi, V v) {
-  while (lo < hi) {
-    const int64_t mid = lo + (hi - lo) / 2;
-    if (sorted[mid] < v) {
-      lo = mid + 1;
-    } else {
-      hi = mid;
-    }
-  }
-  return lo;
-}
+// lower_bound (first position in sorted[lo, hi) whose value is >= v): common.h, shared with CUDA.
 
 // lower_bound for a value expected a short way past lo: steps of 1, 2, 4, ... from lo find a
 // range that holds it, then a binary search inside; the reads stay near lo (cached), where a

@@ -49,10 +49,11 @@ int scatter_add_csr(const T* src, int64_t c, const int64_t* ptr, const int32_t* 
     const int64_t begin = ptr[o], end = ptr[o + 1];
     if (begin == end) continue;
     T* out = dst + o * c;
-    for (int64_t j = begin; j < end; ++j) {
+    // each output's rows ascend: its first in [row_lo, row_hi) found by bisection (a scatter
+    // split into many row ranges walked every output's list from its start, once per range)
+    for (int64_t j = lidarseg::lower_bound(rows, begin, end, row_lo); j < end; ++j) {
       const int64_t r = rows[j];
-      if (r < row_lo) continue;
-      if (r >= row_hi) break;  // each output's rows ascend
+      if (r >= row_hi) break;
       const T* in = src + (r - row_lo) * c;
 #pragma omp simd
       for (int64_t x = 0; x < c; ++x) out[x] += in[x];

@@ -98,14 +98,16 @@ __global__ void scatter_csr_kernel(const T* src, int64_t c, const int64_t* ptr,
                                    int64_t row_hi, D* dst) {
   const int64_t row_step = (int64_t)gridDim.x * blockDim.y;
   for (int64_t o = (int64_t)blockIdx.x * blockDim.y + threadIdx.y; o < n_out; o += row_step) {
-    const int64_t begin = ptr[o], end = ptr[o + 1];
+    const int64_t end = ptr[o + 1];
+    // the output's first row in [row_lo, row_hi), by bisection: a scatter split into many row
+    // ranges (a small scratch cap, an Orin) walked every output's list from its start per range
+    const int64_t begin = lower_bound(rows, ptr[o], end, row_lo);
     if (begin == end) continue;
     D* out = dst + o * c;
     for (int64_t x = threadIdx.x; x < c; x += blockDim.x) {
       D acc = out[x];
       for (int64_t j = begin; j < end; ++j) {
         const int64_t r = rows[j];
-        if (r < row_lo) continue;
         if (r >= row_hi) break;
         acc += Acc<T>::load(src[(r - row_lo) * c + x]);
       }
