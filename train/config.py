@@ -38,3 +38,12 @@ class TrainConfig:
     def __post_init__(self):
         self.real_frames = check_training_frames(self.real_frames)
         self.loss = check_loss(self.loss)
+        if not 0.0 <= self.real_share <= 1.0 or not 0.0 <= self.scene_mix <= 1.0:
+            raise ValueError("--real-share and --scene-mix are shares: 0 to 1")
+        if not 0.0 < self.crop_degrees <= 360.0:
+            raise ValueError("--crop-degrees: a wedge of more than 0 and at most 360 degrees")
+        if self.real_frames and self.real_share <= 0 and self.paste <= 0:
+            raise ValueError(
+                "--real-frames without --real-share or --paste would train on synthetic scans "
+                "only: give the share of batch slots the real frames take (e.g. 0.5)"
+            )

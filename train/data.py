@@ -52,9 +52,15 @@ def heldout_seeds(n: int) -> range:
 
 @functools.lru_cache(maxsize=256)  # ~0.6 GB: a run with --train-seeds 256 generates each once
 def synthetic_frame(seed: int, profile: str = "hdl64") -> tuple[np.ndarray, np.ndarray]:
-    """(points float32 [N, 4], labels uint8 [N]) for one synthetic scan (cached, read-only)."""
-    frame = generate_frame(int(seed), PROFILES[profile])
+    """(points float32 [N, 4], labels uint8 [N]) for one synthetic scan (cached, read-only), its
+    intensity on KITTI's 0..1 whatever the profile writes (nuscenes32 and ouster128 write 0..255,
+    which training read as 0..1 and clipped to 1 everywhere)."""
+    scan = PROFILES[profile]
+    frame = generate_frame(int(seed), scan)
     points, labels = frame.points, frame.labels
+    if scan.intensity_scale != 1.0:
+        points = points.copy()
+        points[:, 3] /= np.float32(scan.intensity_scale)
     points.flags.writeable = False
     labels.flags.writeable = False
     return points, labels

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from models.checkpoints import make_meta
+from models.checkpoints import load_checkpoint, make_meta
 
 from .config import TrainConfig
 from .data import HELDOUT_SEED_START
@@ -53,11 +53,13 @@ def save_state(
     scheduler,
     losses: list[float],
     best: dict | None = None,
+    meta: dict | None = None,
 ) -> None:
     tmp = path.with_suffix(".tmp")
     torch.save(
         {
             "config": asdict(cfg),
+            "meta": meta,  # meta_for(cfg) at the run's start: an export needs no --init file
             "step": step,
             "model": model.state_dict(),
             "optimizer": optimizer.state_dict(),
@@ -71,17 +73,50 @@ def save_state(
     tmp.replace(path)
 
 
-def load_state(path: Path, model, optimizer, scheduler) -> tuple[int, list[float], dict | None]:
+# TrainConfig fields a resumed run may change: where it writes and when it stops, validates and
+# saves; any other change would continue one run as another (its data, schedule or metadata)
+RESUME_FREE = ("out", "resume", "stop_at", "val_every", "ckpt_every")
+
+
+def check_resumable(cfg: TrainConfig, saved: dict) -> None:
+    """ValueError naming every setting `cfg` changes from the run it resumes."""
+    now = asdict(cfg)
+    changed = [
+        f"--{k.replace('_', '-')} {saved.get(k)!r} -> {now[k]!r}"
+        for k in now
+        if k not in RESUME_FREE and now[k] != saved.get(k)
+    ]
+    if changed:
+        raise ValueError(
+            "--resume continues the run as it was started; these settings differ: "
+            + ", ".join(changed)
+        )
+
+
+def load_state(
+    path: Path, cfg: TrainConfig, model, optimizer, scheduler
+) -> tuple[int, list[float], dict | None]:
     """Restores a save_state file into model, optimizer, scheduler and the RNGs; (step, losses,
-    best) as saved."""
+    best) as saved. ValueError when `cfg` is not the saved run's (check_resumable)."""
     if not path.is_file():
         raise FileNotFoundError(f"--resume: no {path}")
     state = torch.load(path, map_location="cpu", weights_only=False)
+    check_resumable(cfg, state["config"])
     model.load_state_dict(state["model"])
     optimizer.load_state_dict(state["optimizer"])
     scheduler.load_state_dict(state["scheduler"])
     set_rng_states(state["rng"])
     return int(state["step"]), list(state["losses"]), state.get("best")
+
+
+def trained_on_real(cfg: TrainConfig) -> bool:
+    """Whether the run's weights come from SemanticKITTI in any way: real frames listed (batch
+    slots, pasted instances, class weights), or an --init checkpoint that is not synthetic-only.
+    (Until 2026-12-06 only real batch slots counted: a fine-tune of the shipped real model on
+    synthetic scans was labelled 'no third-party data'.)"""
+    if cfg.real_frames or cfg.paste > 0:
+        return True
+    return bool(cfg.init) and load_checkpoint(cfg.init)[1].get("licence") != SYNTHETIC_LICENCE
 
 
 def meta_for(cfg: TrainConfig) -> dict:
@@ -96,7 +131,7 @@ def meta_for(cfg: TrainConfig) -> dict:
     )
     if cfg.loss != "ce":
         recipe += f", loss {cfg.loss}"
-    if cfg.real_share <= 0:
+    if not trained_on_real(cfg):
         meta = make_meta(
             voxel_size=cfg.voxel_size,
             training_data=f"{synth}; {recipe}",
@@ -106,14 +141,21 @@ def meta_for(cfg: TrainConfig) -> dict:
         return meta
     init = f"fine-tuned from {Path(cfg.init).name}; " if cfg.init else ""
     mix = f", {cfg.scene_mix:.0%} scene-mixed" if cfg.scene_mix > 0 else ""
+    if cfg.real_frames:
+        data = (
+            f"{init}SemanticKITTI scans {', '.join(cfg.real_frames)} (CC BY-NC-SA 4.0; "
+            f"{cfg.real_share:.0%} of batch slots, {cfg.paste} pasted instances a "
+            f"frame, {cfg.crop_degrees:g} degree wedges{mix}) mixed with {synth}"
+        )
+    else:  # an --init trained on SemanticKITTI, fine-tuned on synthetic scans
+        data = (
+            f"fine-tuned from {Path(cfg.init).name} (trained on SemanticKITTI, CC BY-NC-SA "
+            f"4.0) on {synth}"
+        )
     meta = make_meta(
         voxel_size=cfg.voxel_size,
         training_data=(
-            f"{init}SemanticKITTI scans {', '.join(cfg.real_frames)} (CC BY-NC-SA 4.0; "
-            f"{cfg.real_share:.0%} of batch slots, {cfg.paste} pasted instances a "
-            f"frame, {cfg.crop_degrees:g} degree wedges{mix}) mixed with {synth}; "
-            f"model selection on {', '.join(VAL_NAMES)} "
-            f"(never trained on); {recipe}"
+            f"{data}; model selection on {', '.join(VAL_NAMES)} (never trained on); {recipe}"
         ),
         version=f"{REAL_VERSION}-cr{cfg.cr:g}-steps{cfg.steps}-seed{cfg.seed}",
     )

@@ -95,7 +95,9 @@ def build(cfg: TrainConfig):
     return model, optimizer, scheduler
 
 
-def run_validation(cfg: TrainConfig, out: Path, step: int, model, best: dict | None, log):
+def run_validation(
+    cfg: TrainConfig, out: Path, step: int, model, best: dict | None, log, meta: dict
+):
     """Scores the model, logs to DIR/val.jsonl, writes DIR/best.pt on a new best; the best."""
     result = validate(model, cfg.voxel_size)
     per_frame = {k: round(v["miou"], 4) for k, v in result["frames"].items()}
@@ -103,8 +105,7 @@ def run_validation(cfg: TrainConfig, out: Path, step: int, model, best: dict | N
         f.write(json.dumps({"step": step, **result}) + "\n")
     if best is None or result["score"] > best["score"]:
         best = {"step": step, "score": result["score"], "frames": per_frame}
-        meta = meta_for(cfg)
-        meta["version"] += f"-best{step}"
+        meta = {**meta, "version": f"{meta['version']}-best{step}"}
         save_checkpoint(out / "best.pt.tmp", model, meta)
         (out / "best.pt.tmp").replace(out / "best.pt")
     log(
@@ -119,11 +120,14 @@ def train(cfg: TrainConfig, log=print) -> list[float]:
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
     last = out / "last.pt"
+    if last.exists() and not cfg.resume:
+        raise FileExistsError(f"{last} holds a run: --resume to continue it, or another --out")
     model, optimizer, scheduler = build(cfg)
     start, losses, best = 0, [], None
     if cfg.resume:
-        start, losses, best = load_state(last, model, optimizer, scheduler)
+        start, losses, best = load_state(last, cfg, model, optimizer, scheduler)
         log(f"resumed from {last} at step {start}")
+    meta = meta_for(cfg)
     data = make_data(cfg)
     criterion = segmentation_loss(cfg.loss, class_weights(cfg))
     end = cfg.steps if cfg.stop_at is None else min(cfg.steps, cfg.stop_at)
@@ -143,14 +147,14 @@ def train(cfg: TrainConfig, log=print) -> list[float]:
         done = step + 1
         log(progress.line(done, losses[-1], scheduler.get_last_lr()[0], len(batch.coords)))
         if cfg.val_every and (done % cfg.val_every == 0 or done == cfg.steps):
-            score, best = run_validation(cfg, out, done, model, best, log)
+            score, best = run_validation(cfg, out, done, model, best, log, meta)
             progress.last_val = f"{score:.4f}"
             model.train()
         if done % cfg.ckpt_every == 0 or done == end:
-            save_state(last, cfg, done, model, optimizer, scheduler, losses, best)
+            save_state(last, cfg, done, model, optimizer, scheduler, losses, best, meta)
     if len(losses) >= cfg.steps:
         model.eval()
-        save_checkpoint(out / "model.pt", model, meta_for(cfg), half=True)
+        save_checkpoint(out / "model.pt", model, meta, half=True)
         (out / "losses.json").write_text(json.dumps(losses))
         log(f"saved {out / 'model.pt'}")
     return losses
@@ -186,10 +190,10 @@ def export_last(out: str, path: str, best: bool = False) -> None:
         return
     state = torch.load(Path(out) / "last.pt", map_location="cpu", weights_only=False)
     cfg = TrainConfig(**state["config"])
-    model = build(cfg)[0]
+    model = MinkUNet(in_channels=4, num_classes=19, cr=cfg.cr)  # its --init need not exist now
     model.load_state_dict(state["model"])
     model.eval()
-    meta = meta_for(cfg)
+    meta = dict(state.get("meta") or meta_for(cfg))
     meta["version"] += f"-at{state['step']}"
     save_checkpoint(path, model, meta, half=True)
 
@@ -288,10 +292,14 @@ def main(argv: list[str] | None = None) -> int:
     a = cli_parser().parse_args(argv)
     if a.threads:
         torch.set_num_threads(a.threads)
-    if a.export:
-        export_last(a.out, a.export, a.best)
-        return 0
-    train(config_from(a), log=lambda s: print(s, flush=True))
+    try:
+        if a.export:
+            export_last(a.out, a.export, a.best)
+            return 0
+        train(config_from(a), log=lambda s: print(s, flush=True))
+    except (OSError, ValueError) as e:  # a folder, a file, a setting: the user's to mend
+        print(f"train.train: {e}", file=sys.stderr)
+        return 1
     return 0
 
 

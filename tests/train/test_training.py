@@ -92,3 +92,41 @@ def test_resume_reproduces_uninterrupted_run(tmp_path):
     )
     assert resumed[2:] == full[2:], (resumed, full)
     assert (tmp_path / "split" / "model.pt").exists()
+
+
+def test_a_run_keeps_its_settings_its_folder_and_its_licence(tmp_path):
+    """--resume refuses changed settings (a new --lr was silently ignored, new data mixed in);
+    a new run refuses a folder holding one (it overwrote last.pt); a fine-tune of the real model
+    on synthetic scans is licensed as the real model is (it was 'no third-party data'); an
+    export needs no --init file."""
+    from train.state import REAL_LICENCE, SYNTHETIC_LICENCE
+    from train.train import export_last
+
+    common = {**SMOKE, "steps": 2, "val_every": 0}
+    first = TrainConfig(out=str(tmp_path / "a"), stop_at=1, **common)
+    train(first, log=lambda s: None)
+    with pytest.raises(ValueError, match="--lr 0.002 -> 0.1"):
+        train(TrainConfig(out=first.out, resume=True, **{**common, "lr": 0.1}), log=print)
+    with pytest.raises(FileExistsError, match="--resume"):
+        train(TrainConfig(out=first.out, **common), log=print)
+    train(TrainConfig(out=first.out, resume=True, **common), log=lambda s: None)
+    assert load_checkpoint(tmp_path / "a" / "model.pt")[1]["licence"] == SYNTHETIC_LICENCE
+
+    tuned = TrainConfig(out=str(tmp_path / "b"), init="models/weights/minkunet_real.pt",
+                        **{**common, "cr": 0.5})  # fmt: skip
+    train(tuned, log=lambda s: None)
+    meta = load_checkpoint(tmp_path / "b" / "model.pt")[1]
+    assert meta["licence"] == REAL_LICENCE and "SemanticKITTI" in meta["training_data"]
+    moved = TrainConfig(**{**tuned.__dict__, "init": str(tmp_path / "gone.pt")})
+    state = torch.load(tmp_path / "b" / "last.pt", weights_only=False)
+    state["config"] = moved.__dict__
+    torch.save(state, tmp_path / "b" / "last.pt")
+    export_last(str(tmp_path / "b"), str(tmp_path / "b.pt"))
+    assert load_checkpoint(tmp_path / "b.pt")[1]["licence"] == REAL_LICENCE
+
+
+def test_synthetic_profiles_train_on_kittis_intensity_scale():
+    """nuscenes32 and ouster128 write 0..255: read as 0..1 and clipped, every point had 1."""
+    for profile in ("hdl64", "nuscenes32", "ouster128"):
+        inten = synthetic_frame(0, profile)[0][:, 3]
+        assert inten.max() <= 1.0 and np.percentile(inten, 50) < 0.9, profile
