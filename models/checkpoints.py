@@ -286,6 +286,9 @@ def load_state_exact(model: torch.nn.Module, state: Mapping[str, torch.Tensor], 
                 f"{where}: {k!r} has shape {tuple(state[k].shape)}, the model "
                 f"needs {tuple(v.shape)}"
             )
+        if state[k].is_floating_point() and not bool(torch.isfinite(state[k]).all()):
+            # NaN or inf weights load and serve labels wrong for a third of the points
+            raise CheckpointError(f"{where}: {k!r} holds NaN or infinite values")
     model.load_state_dict(state, strict=True)
 
 

@@ -75,5 +75,7 @@ def decode(
         raise DecodeError(400, "malformed_body", f"{fmt}: cannot decode: {e}") from None
     check_count(len(frame.points), max_points, fmt)
     if sensor is not None:
+        if fmt == "las" and sensor == "kitti":  # the only codec that scales intensity itself
+            frame = las.on_unit_scale(frame)
         frame.sensor = sensor
     return frame

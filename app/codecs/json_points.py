@@ -15,6 +15,7 @@ the json module, up to SLOW_PATH_BYTES; beyond that such a body is refused (400)
 
 from __future__ import annotations
 
+import codecs
 import json
 import re
 
@@ -33,6 +34,7 @@ from app.codecs.base import (
 FMT = "json"
 CONTENT_TYPE = "application/json"
 SLOW_PATH_BYTES = 1 << 20
+MAX_VALUES_PER_POINT = 64  # x, y, z, intensity and more: a row of a million values is no point
 _CHUNK = 1 << 18
 _OBJECT = re.compile(rb'\s*\{\s*"points"\s*:\s*(?=\[)')
 _WHITESPACE = b" \t\r\n"
@@ -47,8 +49,7 @@ _NUMBERS = re.compile(rb"(?:[\[\],]|(?:" + _NUMBER + rb")(?=[\],]))*+")  # value
 def decode(body: bytes, max_points: int | None = None) -> Frame:
     if isinstance(body, str):
         body = body.encode()
-    if max_points is not None and body.count(b"[") - 1 > max_points:  # one '[' per row
-        raise DecodeError(413, "too_many_points", f"{FMT}: more than {max_points} rows (the limit)")
+    body = body.removeprefix(codecs.BOM_UTF8)
     frame = _fast(body, max_points)
     if frame is not None:
         return frame
@@ -86,6 +87,8 @@ def _fast(body: bytes, max_points: int | None) -> Frame | None:
     span = _array_span(body)
     if span is None:
         return None
+    if max_points is not None and body.count(b"[", *span) - 1 > max_points:  # a '[' a row
+        raise DecodeError(413, "too_many_points", f"{FMT}: more than {max_points} rows (the limit)")
     text = _compact(body, *span)
     skeleton = b"".join(
         text[k : k + _CHUNK].translate(None, _NOT_SKELETON) for k in range(0, len(text), _CHUNK)
@@ -95,6 +98,8 @@ def _fast(body: bytes, max_points: int | None) -> Frame | None:
     width = skeleton.find(b"]") - 1  # "[[" + (width - 1) commas + "]"
     if not skeleton.startswith(b"[[") or width < 1:
         return None
+    if width > MAX_VALUES_PER_POINT:
+        raise unusable(FMT, f"points have {width} values; at most {MAX_VALUES_PER_POINT}")
     row = b"[" + b"," * (width - 1) + b"]"
     rows = (len(skeleton) - 1) // (len(row) + 1)
     if skeleton != b"[" + (row + b",") * (rows - 1) + row + b"]":
@@ -161,6 +166,8 @@ def _slow(body: bytes, max_points: int | None) -> Frame:
     width = len(doc[0])
     if any(len(row) != width for row in doc):
         raise unusable(FMT, "points have different numbers of values")
+    if width > MAX_VALUES_PER_POINT:
+        raise unusable(FMT, f"points have {width} values; at most {MAX_VALUES_PER_POINT}")
     if width < 3:
         raise unusable(FMT, f"points have {width} values; need at least x, y, z")
     bad = next(

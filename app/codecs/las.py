@@ -1,7 +1,9 @@
 """LAS (ASPRS LiDAR exchange format, read with laspy): scaled x, y, z and intensity.
 
 LAS stores intensity as uint16 normalised to the full 16-bit range (LAS 1.4 spec), so it is
-decoded as intensity / 257, i.e. on the 0..255 scale (sensor "ouster" once any value exceeds 1).
+decoded as intensity / 257, i.e. on the 0..255 scale (sensor "ouster" once 1 % of the values
+exceed 1); a frame pinned to kitti's 0..1 (the `sensor` parameter) is divided by 255 more
+(on_unit_scale: 65535 to 1, as the encoder wrote it).
 The encoder writes 0..1 intensities (max <= 1) as value * 65535 and larger ones as value * 257,
 so that a decoded frame's intensity, normalised for its sensor, matches the original's.
 LAZ (compressed LAS) needs a laspy backend (lazrs or laszip); without one it is refused (415).
@@ -64,6 +66,12 @@ def decode(body: bytes, max_points: int | None = None) -> Frame:
         points[:, 0], points[:, 1], points[:, 2] = las.x, las.y, las.z
     points[:, 3] = np.asarray(las.intensity, dtype=np.float32) / np.float32(257.0)
     return Frame(points, sensor_for(points), FMT)
+
+
+def on_unit_scale(frame: Frame) -> Frame:
+    """A decoded LAS frame's intensity on 0..1 (pinned to kitti): 0..65535 / 65535."""
+    frame.points[:, 3] /= np.float32(255.0)
+    return frame
 
 
 def _check_header(body: bytes) -> None:

@@ -13,6 +13,7 @@ Rules, first match wins:
 
 from __future__ import annotations
 
+import codecs
 import re
 
 from app.codecs import binary
@@ -40,7 +41,7 @@ CONTENT_TYPES = {
 }
 _PCD = re.compile(rb"\s*(#\s*\.PCD|VERSION\s|FIELDS\s)", re.IGNORECASE)
 _PLY = re.compile(rb"ply\r?\n")
-_PRINTABLE = re.compile(rb"[\x20-\x7e\t\r\n]*")
+_TEXT = re.compile(rb"[^\x00-\x08\x0b\x0c\x0e-\x1f\x7f]*")  # no control bytes (UTF-8 is fine)
 
 
 def content_type_format(content_type: str | None) -> str | None:
@@ -68,9 +69,9 @@ def magic_format(body: bytes) -> str | None:
 
 def weak_format(body: bytes) -> str | None:
     """Rule 3: json or pointcloud2 by a closer look at the body, or None."""
-    head = body[:256]
+    head = body[:256].removeprefix(codecs.BOM_UTF8)
     stripped = head.lstrip()
-    if stripped[:1] in (b"{", b"[") and _PRINTABLE.fullmatch(head):
+    if stripped[:1] in (b"{", b"[") and _TEXT.fullmatch(head):  # (a BOM or non-ASCII text: JSON)
         return "json"
     if body[:2] in (b"\x00\x00", b"\x00\x01") and len(body) >= 4:
         from app.codecs import pointcloud2

@@ -163,6 +163,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         telemetry={"tracing": False, "metrics": False, "logs": False},
         title="lidarseg",
         version=API_VERSION,
+        # /v1/segment/ is a 404 like any unknown path, not a 307 to a Location built from the
+        # client's Host header
+        redirect_slashes=False,
         lifespan=lifespan,
         docs_url=None,
         redoc_url=None,

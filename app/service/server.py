@@ -32,6 +32,7 @@ import os
 import sys
 import threading
 import time
+import uuid
 from typing import Callable, TypedDict
 
 import h11
@@ -55,10 +56,12 @@ GIL_SWITCH_S = 0.001
 
 
 def _raw_response(status: str, body: dict, extra: str = "") -> bytes:
+    """A JSON answer written before any route (with a request id of its own, as every answer
+    has), then the connection closes."""
     payload = json.dumps(body).encode()
     return (
         f"HTTP/1.1 {status}\r\ncontent-type: application/json\r\nconnection: close\r\n"
-        f"content-length: {len(payload)}\r\n{extra}\r\n"
+        f"x-request-id: {uuid.uuid4().hex}\r\ncontent-length: {len(payload)}\r\n{extra}\r\n"
     ).encode() + payload
 
 

@@ -186,3 +186,39 @@ def test_reflectivity_is_the_intensity_where_a_cloud_has_both():
     )
     frame = decode(body, "pcd")
     assert frame.points[:, 3].tolist() == [40.0, 60.0] and frame.sensor == "ouster"
+
+
+def test_a_json_row_is_a_point_not_a_million_values():
+    """A 2 MB body of one row of a million values took 54 s of a decode thread (the parse was
+    quadratic in the row's width): a point has at most 64 values, refused before parsing."""
+    import time
+
+    body = b"[[" + b"1," * 999_999 + b"1]]"
+    t = time.perf_counter()
+    err = decode_error(body, "json")
+    assert (err.status, err.code) == (422, "unusable_body") and "at most 64" in err.detail
+    assert time.perf_counter() - t < 5.0  # generous: it takes milliseconds
+    assert decode_error(b"[[" + b"1," * 99 + b"1]]", "json").status == 422  # the slow reader too
+
+
+def test_json_with_a_bom_or_utf8_text_is_json_by_its_bytes():
+    """Without a JSON Content-Type a body's bytes decide: a UTF-8 BOM or a non-ASCII key made it
+    kitti floats (a 2-point frame answered as 4 garbage points)."""
+    from app.codecs.sniff import infer_format
+
+    bom = b"\xef\xbb\xbf[[1,2,0,0.5],[3,4,0,0.25]]   "
+    text = '{"sensor_name": "Strasse \u00df", "points": [[1,2,0,0.5],[3,4,0,0.25]]}'.encode()
+    for body in (bom, text):
+        assert infer_format(body, "application/x-www-form-urlencoded") == "json"
+        assert len(decode(body, None, "application/x-www-form-urlencoded").points) == 2
+
+
+def test_las_pinned_to_kitti_reads_intensity_on_0_1():
+    """LAS stores intensity on 16 bits and its reader gives 0..255: pinned to kitti, it was
+    clamped to 1 everywhere (30 % of a frame's labels as the raw kitti body's)."""
+    pytest.importorskip("laspy")
+    points = real_frame(SMALL)
+    body, _ = encode(points, "las")
+    frame = decode(body, "las", sensor="kitti")
+    assert frame.sensor == "kitti"
+    np.testing.assert_allclose(frame.points[:, 3], points[:, 3], atol=1e-4)

@@ -245,5 +245,11 @@ def test_one_stray_intensity_does_not_rescale_a_frame_and_sensor_pins_it(http, p
         "/v1/segment?format=kitti&sensor=nuscenes", content=frame_bytes(KITTI), headers=BIN
     )
     assert raw.status_code == 200 and raw.headers["x-sensor"] == "nuscenes"
+    upper = http.post(
+        "/v1/segment?format=kitti&sensor=Ouster", content=frame_bytes(KITTI), headers=BIN
+    )
+    assert upper.status_code == 200 and upper.headers["x-sensor"] == "ouster"  # any case
+    slash = http.post("/v1/segment/", content=frame_bytes(KITTI), headers=BIN)
+    assert_error(slash, 404, "not_found")  # not a 307 to a Location from the Host header
     bad = http.post("/v1/segment?sensor=velodyne", content=frame_bytes(KITTI), headers=BIN)
     assert "sensor" in assert_error(bad, 400, "invalid_request")["detail"]

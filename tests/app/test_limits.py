@@ -195,6 +195,7 @@ def test_connection_cap(srv):
             status, headers, body = _status_and_body(_read_all(s))
         assert status == 503 and headers["retry-after"]
         assert json.loads(body)["error"] == "too_many_connections"
+        assert len(headers["x-request-id"]) == 32  # answered before any route: an id all the same
     finally:
         for s in idle:
             s.close()

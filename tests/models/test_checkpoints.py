@@ -106,6 +106,12 @@ def test_load_rejects_other_files(tmp_path, model):
     (tmp_path / "junk.pt").write_bytes(b"not a torch file")
     with pytest.raises(CheckpointError):
         load_checkpoint(tmp_path / "junk.pt")
+    sd = dict(good["state_dict"])  # one NaN weight: loaded and served a third of labels wrong
+    sd["head.bias"] = sd["head.bias"].clone()
+    sd["head.bias"][0] = float("nan")
+    torch.save({**good, "state_dict": sd}, tmp_path / "nan.pt")
+    with pytest.raises(CheckpointError, match="'head.bias' holds NaN"):
+        load_checkpoint(tmp_path / "nan.pt")
 
 
 def test_meta_is_validated(tmp_path, model):

@@ -133,6 +133,7 @@ def query_options(request: Request) -> tuple[str | None, str | None, str | None]
     request on a Zen 1 core (bench: a POST through the app in process, 420 -> 330 us)."""
     query = request.query_params
     fmt, detail, sensor = query.get("format"), query.get("detail"), query.get("sensor")
+    sensor = sensor.strip().lower() if sensor is not None else None  # as `format`: any case
     if fmt is not None and len(fmt) > FORMAT_MAX_LENGTH:
         raise ServiceError(
             400,
