@@ -188,9 +188,9 @@ def test_small_raw_bodies_decode_inline_and_the_rest_on_the_pool(monkeypatch):
     pooled = []
     real = decoding.decode_in_pool
 
-    async def counting(*args):
-        pooled.append(args[2])
-        return await real(*args)
+    async def counting(service, posted):
+        pooled.append(posted.fmt)
+        return await real(service, posted)
 
     monkeypatch.setattr(decoding, "decode_in_pool", counting)
     app = _app(api_keys=KEY)

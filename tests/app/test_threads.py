@@ -92,7 +92,7 @@ import numpy as np  # noqa: E402
 
 from app.codecs.encode import encode  # noqa: E402
 from app.inference.voxelize import VoxelizeConfig, voxel_kernels  # noqa: E402
-from app.service.routes.decoding import decode_frame  # noqa: E402
+from app.service.routes.decoding import Posted, decode_frame  # noqa: E402
 from kernels.labels import labels_json  # noqa: E402
 
 
@@ -131,7 +131,7 @@ for fmt in ("kitti", "json", "ply", "pcd"):
     body, content_type = encode(points, fmt)
     decoded = []
     found[fmt] = new_threads_while(
-        lambda: decoded.append(decode_frame(service, body, fmt, content_type, "t")[0])
+        lambda: decoded.append(decode_frame(service, Posted(body, fmt, content_type, "t"))[0])
     )
     assert len(decoded[0]) == len(points), fmt
 labels = rng.integers(0, 20, len(points)).astype(np.uint8)

@@ -42,19 +42,21 @@ class Decoded(NamedTuple):
     cleaned: int  # points whose intensity or later columns were clamped or zeroed
 
 
-async def decode_body(
-    service: ServiceState,
-    body: bytes,
-    fmt: str | None,
-    content_type: str | None,
-    request_id: str,
-    sensor: str | None = None,
-) -> Decoded:
+class Posted(NamedTuple):
+    """A request's body and what the request says about it."""
+
+    body: bytes
+    fmt: str | None  # the `format` parameter
+    content_type: str | None
+    request_id: str
+    sensor: str | None = None  # the `sensor` parameter
+
+
+async def decode_body(service: ServiceState, posted: Posted) -> Decoded:
     """A request body decoded and checked: decode_frame, inline or on the decode pool."""
-    args = (body, fmt, content_type, request_id, sensor)
-    if decodes_inline(fmt, content_type, len(body)):
-        return decode_frame(service, *args)
-    return await decode_in_pool(service, *args)
+    if decodes_inline(posted.fmt, posted.content_type, len(posted.body)):
+        return decode_frame(service, posted)
+    return await decode_in_pool(service, posted)
 
 
 def check_points(
@@ -91,14 +93,8 @@ def check_points(
     return points, valid, unclean
 
 
-def decode_frame(
-    service: ServiceState,
-    body: bytes,
-    fmt: str | None,
-    content_type: str | None,
-    request_id: str,
-    sensor: str | None = None,
-):
+def decode_frame(service: ServiceState, posted: Posted) -> Decoded:
+    body, fmt, content_type, request_id, sensor = posted
     if not body:
         raise ServiceError(400, "empty_body", "the request body is empty: post one frame")
     try:
@@ -116,7 +112,7 @@ def decode_frame(
     return Decoded(points, frame.sensor, valid, cleaned)
 
 
-async def decode_in_pool(service: ServiceState, *args):
+async def decode_in_pool(service: ServiceState, posted: Posted):
     """decode_frame on the decode pool, holding one of its slots (503 when none is free)."""
     if service.decoding >= service.settings.decode_slots:
         raise ServiceError(
@@ -128,6 +124,6 @@ async def decode_in_pool(service: ServiceState, *args):
     service.decoding += 1
     try:
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(service.decoder, decode_frame, service, *args)
+        return await loop.run_in_executor(service.decoder, decode_frame, service, posted)
     finally:
         service.decoding -= 1

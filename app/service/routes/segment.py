@@ -33,7 +33,7 @@ from app.service.admission import (
     WorkerStopped,
 )
 from app.service.routes.body import read_body, release_body
-from app.service.routes.decoding import decode_body
+from app.service.routes.decoding import Posted, decode_body
 from app.service.routes.deps import ApiKey, Service, ServiceError, ServiceState
 from app.service.routes.multipart import one_file_part
 from app.service.routes.segment_api import (
@@ -254,7 +254,7 @@ async def read_frame(
         media = (content_type or "").split(";")[0].strip().lower()
     if media == "application/json" and fmt is None:
         fmt = "json"
-    decoded = await decode_body(service, body, fmt, content_type, request_id, sensor)
+    decoded = await decode_body(service, Posted(body, fmt, content_type, request_id, sensor))
     decode_ms = (time.perf_counter() - t_body) * 1e3
     return PostedFrame(
         body, content_type, fmt, **decoded._asdict(), t_body=t_body, decode_ms=decode_ms
