@@ -201,6 +201,14 @@ def test_small_raw_bodies_decode_inline_and_the_rest_on_the_pool(monkeypatch):
         r = _call(app, "POST", f"/v1/segment?format={fmt}", content=data, headers=auth)
         assert r.status_code == 500 and r.json()["error"] == "internal_error"  # then submit
     assert pooled == ["npy"]
+    service = app.state.service
+    service.decoding = service.settings.decode_slots  # every decode slot taken (a text flood)
+    raw = _call(app, "POST", "/v1/segment?format=kitti", content=body, headers=auth)
+    assert raw.json()["error"] == "internal_error"  # needs no slot: admitted, as before
+    npy = _call(
+        app, "POST", "/v1/segment?format=npy", content=_npy(np.zeros((10, 4))), headers=auth
+    )
+    assert npy.status_code == 503 and npy.json()["error"] == "decoders_busy"
 
 
 def _npy(array: np.ndarray) -> bytes:

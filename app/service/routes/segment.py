@@ -33,7 +33,7 @@ from app.service.admission import (
     WorkerStopped,
 )
 from app.service.routes.body import read_body, release_body
-from app.service.routes.decoding import Posted, decode_body
+from app.service.routes.decoding import Posted, decode_body, decodes_inline
 from app.service.routes.deps import ApiKey, Service, ServiceError, ServiceState
 from app.service.routes.multipart import one_file_part
 from app.service.routes.segment_api import (
@@ -53,9 +53,10 @@ router = APIRouter(prefix="/v1", tags=["segment"], dependencies=[ApiKey])
 BINARY_TYPES = ("application/octet-stream",)
 
 
-def admit(service: ServiceState) -> None:
+def admit(service: ServiceState, inline: bool = False) -> None:
     """Before the body is read: 503 + Retry-After (closing the connection) when the queue is
-    full or every decode slot is taken."""
+    full, or every decode slot is taken and the body needs one (`inline`: a small raw body,
+    decoded on the event loop, needs none: a flood of slow text bodies refused them too)."""
     service.require_ready()
     settings = service.settings
     if service.worker.depth >= settings.queue_size:
@@ -65,7 +66,7 @@ def admit(service: ServiceState) -> None:
             f"server busy: {service.worker.depth} requests already waiting",
             service.retry_after(close=True),
         )
-    if service.decoding >= settings.decode_slots:
+    if not inline and service.decoding >= settings.decode_slots:
         raise ServiceError(
             503,
             "decoders_busy",
@@ -102,6 +103,15 @@ async def wait_result(request: Request, service: ServiceState, job, deadline: fl
         gone.cancel()
         if not waiter.done():
             waiter.cancel()
+
+
+def declared_inline(request: Request, fmt: str | None) -> bool:
+    """Whether the request's headers promise a body decoded inline (decodes_inline: a raw
+    layout of a declared size within the limit)."""
+    declared = request.headers.get("content-length", "")
+    return declared.isdigit() and decodes_inline(
+        fmt, request.headers.get("content-type"), int(declared)
+    )
 
 
 def give_up(service: ServiceState, job: Job, reason: str) -> None:
@@ -186,7 +196,7 @@ async def _segment(request: Request, service: ServiceState) -> Response:
     t0 = time.perf_counter()
     fmt, detail, sensor = query_options(request)
     request_id = request.state.request_id
-    admit(service)
+    admit(service, declared_inline(request, fmt))
     deadline = time.monotonic() + service.settings.deadline_s
     frame = await read_frame(request, service, fmt, request_id, sensor)
     job = submit(request, service, frame, deadline, detail)
