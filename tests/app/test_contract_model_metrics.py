@@ -50,6 +50,8 @@ def test_model_probes_and_docs(http):
     assert 'voxelizer="open3d"' in info
     assert http.get("/healthz").status_code == 200
     assert http.get("/readyz").json()["status"] == "ready"
+    for probe in ("/healthz", "/readyz"):  # load balancers probe with HEAD (it was a 405)
+        assert http.head(probe).status_code == 200
     spec = http.get("/openapi.json").json()
     body = spec["paths"]["/v1/segment"]["post"]["requestBody"]["content"]
     assert {"application/octet-stream", "multipart/form-data", "application/json"} <= set(body)

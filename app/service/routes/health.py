@@ -38,3 +38,8 @@ async def readyz(service: Service):
     return JSONResponse(
         {"status": status, "detail": detail}, status_code=503, headers=service.retry_after()
     )
+
+
+# HEAD too (load balancers probe with it; it was a 405), answered as GET, kept out of the schema
+for _path, _endpoint in (("/healthz", healthz), ("/readyz", readyz)):
+    router.add_api_route(_path, _endpoint, methods=["HEAD"], include_in_schema=False)
