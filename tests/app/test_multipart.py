@@ -88,6 +88,14 @@ def test_malformed_bodies(posted, content_type, why):
     assert why in refused(posted, content_type)
 
 
+def test_a_file_named_by_filename_star_alone_is_the_file():
+    """RFC 5987's `filename*=UTF-8''...` alone (a client with a non-ASCII name): it was refused
+    as no file part at all."""
+    star = b"Content-Disposition: form-data; name=\"f\"; FileName*=UTF-8''scan%C3%A9.bin\r\n"
+    data = body(part("note", b"x"), star + b"\r\n" + b"\x01\x02")
+    assert one_file_part(data, TYPE) == (b"\x01\x02", None)
+
+
 def test_a_body_of_near_delimiters_fails_at_the_first():
     """Starlette's parser walked such a body byte by byte on the event loop (60 MB: 8 s); a
     delimiter followed by neither CRLF nor '--' is malformed at once (RFC 2046: the boundary

@@ -22,6 +22,9 @@ MAX_PART_HEADER_BYTES = 16 * 1024  # a part's header block: a name, a filename, 
 _PADDING_THEN_CRLF = re.compile(rb"[ \t]*\r\n")
 
 
+_FILENAME_STAR = re.compile(r";\s*filename\*\s*=", re.IGNORECASE)
+
+
 def malformed(why: str) -> ServiceError:
     return ServiceError(400, "malformed_multipart", f"multipart body: {why}")
 
@@ -31,8 +34,10 @@ def one_file_part(body: bytes, content_type: str) -> tuple[bytes, str | None]:
     400 malformed_multipart when there is not exactly one or the body is not well formed."""
     files = []
     for headers, start, end in _parts(body, _boundary(content_type)):
-        _, params = parse_options_header(headers.get("content-disposition", ""))
-        if b"filename" in params or b"filename*" in params:
+        disposition = headers.get("content-disposition", "")
+        _, params = parse_options_header(disposition)
+        # a filename, or RFC 5987's filename* alone (python-multipart's parser drops that one)
+        if b"filename" in params or _FILENAME_STAR.search(disposition):
             _as_sent(headers)
             files.append((start, end, headers.get("content-type")))
     if len(files) != 1:
