@@ -251,5 +251,7 @@ def test_one_stray_intensity_does_not_rescale_a_frame_and_sensor_pins_it(http, p
     assert upper.status_code == 200 and upper.headers["x-sensor"] == "ouster"  # any case
     slash = http.post("/v1/segment/", content=frame_bytes(KITTI), headers=BIN)
     assert_error(slash, 404, "not_found")  # not a 307 to a Location from the Host header
+    twice = http.post("/v1/segment?sensor=bogus&sensor=ouster", content=frame_bytes(KITTI))
+    assert "more than once" in assert_error(twice, 400, "invalid_request")["detail"]
     bad = http.post("/v1/segment?sensor=velodyne", content=frame_bytes(KITTI), headers=BIN)
     assert "sensor" in assert_error(bad, 400, "invalid_request")["detail"]
