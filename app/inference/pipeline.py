@@ -28,7 +28,7 @@ from models.labels import IGNORE_LABEL
 from models.minkunet import MinkUNet
 
 from app.inference.cleaning import clean_frame
-from app.inference.voxelize import VoxelizeConfig, devoxelize, voxelize
+from app.inference.voxelize import VoxelizeConfig, devoxelize, per_frame, voxelize
 
 # Every stage a request goes through, in order: the single source of the names the service's
 # timing (JSON, Server-Timing), its metrics and the tests use. The pipeline times PIPELINE_STAGES;
@@ -285,12 +285,9 @@ class SegmentationPipeline:
 
     def _cleaned(self, frames: list[np.ndarray], sensor: str | list[str]) -> tuple[list, list]:
         """(frames, their valid_mask results): each frame cleaned as the service cleans it."""
-        sensors = [sensor] * len(frames) if isinstance(sensor, str) else list(sensor)
-        if len(sensors) != len(frames):
-            raise ValueError(f"{len(frames)} frames but {len(sensors)} sensor names")
         done = [
             clean_frame(np.ascontiguousarray(f, np.float32), self.voxel_config, s)
-            for f, s in zip(frames, sensors)
+            for f, s in zip(frames, per_frame(sensor, len(frames)))
         ]
         return [d[0] for d in done], [d[1] for d in done]
 

@@ -129,6 +129,14 @@ def checked_points(
 Valid = tuple[np.ndarray, dict[str, int]]  # valid_mask's (keep mask, ignored counts)
 
 
+def per_frame(sensor: str | list[str], frames: int) -> list[str]:
+    """One sensor name per frame from one name for all or a list of them (checked)."""
+    sensors = [sensor] * frames if isinstance(sensor, str) else list(sensor)
+    if len(sensors) != frames:
+        raise ValueError(f"{frames} frames but {len(sensors)} sensor names")
+    return sensors
+
+
 def voxelize(
     frames: list[np.ndarray],
     config: VoxelizeConfig,
@@ -140,9 +148,7 @@ def voxelize(
     name for all frames or one per frame (it sets the intensity scale). `valid`: per frame the
     valid_mask result the caller already has; the kernel pass finds the same points itself, so
     only the fallback (no Open3D, or a grid beyond 17 bits per axis) uses it."""
-    sensors = [sensor] * len(frames) if isinstance(sensor, str) else list(sensor)
-    if len(sensors) != len(frames):
-        raise ValueError(f"{len(frames)} frames but {len(sensors)} sensor names")
+    sensors = per_frame(sensor, len(frames))
     known: list[Valid | None] = list(valid) if valid is not None else [None] * len(frames)
     if len(known) != len(frames):
         raise ValueError(f"{len(frames)} frames but {len(known)} validity masks")

@@ -149,3 +149,12 @@ def error_response(
     status: int, code: str, detail: str, headers: dict | None = None
 ) -> JSONResponse:
     return JSONResponse({"error": code, "detail": detail}, status_code=status, headers=headers)
+
+
+def route_error(
+    request, status: int, code: str, detail: str, headers: dict | None = None
+) -> JSONResponse:
+    """error_response for an exception handler, its code noted for RequestAccounting's
+    counts (lidarseg_errors_total) and the access log."""
+    setattr(request.state, ERROR_KEY, code)
+    return error_response(status, code, detail, headers)

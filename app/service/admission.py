@@ -125,8 +125,7 @@ def refuse(
     cost: CostModel, job: Job, now: float, dropped: Callable[[str], object], contended: bool = True
 ) -> bool:
     """When the worker takes a job: True (the job failed or was cancelled, and dropped(reason)
-    called)
-    when it cannot finish by its deadline if started now. Estimates refuse work only under
+    called) when it cannot finish by its deadline if started now. Estimates refuse work only under
     contention: a job alone runs (and so refreshes the estimate; a stale one cannot refuse work
     forever)."""
     if job.future.cancelled():

@@ -21,7 +21,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.heap import heap_trim
 from app.service import observe
-from app.service.accounting import ERROR_KEY, RequestAccounting, error_response
+from app.service.accounting import RequestAccounting, route_error
 from app.service.config import Settings
 from app.service.routes import ROUTERS
 from app.service.routes.deps import ErrorBody, ServiceError, ServiceState
@@ -185,22 +185,20 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @app.exception_handler(ServiceError)
     async def serviceerror_response(request: Request, exc: ServiceError):
-        setattr(request.state, ERROR_KEY, exc.code)  # counted by RequestAccounting
-        return error_response(exc.status, exc.code, exc.detail, exc.headers)
+        return route_error(request, exc.status, exc.code, exc.detail, exc.headers)
 
     @app.exception_handler(RequestValidationError)
     async def validationerror_response(request: Request, exc: RequestValidationError):
         detail = "; ".join(
             f"{'.'.join(map(str, e.get('loc', ())))}: {e.get('msg')}" for e in exc.errors()
         )
-        setattr(request.state, ERROR_KEY, "invalid_request")
-        return error_response(400, "invalid_request", detail)
+        return route_error(request, 400, "invalid_request", detail)
 
     @app.exception_handler(StarletteHTTPException)
     async def httperror_response(request: Request, exc: StarletteHTTPException):
         code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
-        setattr(request.state, ERROR_KEY, code)
-        return error_response(exc.status_code, code, str(exc.detail), getattr(exc, "headers", None))
+        headers = getattr(exc, "headers", None)
+        return route_error(request, exc.status_code, code, str(exc.detail), headers)
 
     return app
 

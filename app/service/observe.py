@@ -23,7 +23,6 @@ if TYPE_CHECKING:
     from app.service.routes.deps import ServiceState
 
 TRACE_KEY, RECORD_KEY = "lidarseg_trace", "lidarseg_record"
-SEGMENT_PATH = SEGMENT_ROUTE
 UNTRACED_PATHS = frozenset(("/healthz", "/readyz", "/metrics"))  # probes and scrapes: no spans
 HTTP_METHODS = frozenset(("GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS", "TRACE"))
 
@@ -84,7 +83,7 @@ class Observability:
         client = scope.get("client")
         client = f"{client[0]}:{client[1]}" if client else None
         self.access_log.write(method, path, status, client, request_id, rt.trace_id, timing, info)
-        if path == SEGMENT_PATH and method == "POST" and self.ring.enabled:
+        if path == SEGMENT_ROUTE and method == "POST" and self.ring.enabled:
             if not self.ring.class_names:
                 self.ring.class_names = self.service.class_names
             summary = {

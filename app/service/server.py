@@ -92,21 +92,22 @@ class GuardedH11(ReadAheadH11):
         self.read_ahead_bytes = guard["read_ahead_bytes"]
         super().connection_made(transport)
         if len(self.connections) > guard["max_connections"]:
-            guard["on_reject"]("too_many_connections")
-            transport.write(
-                _raw_response(
-                    "503 Service Unavailable",
-                    {
-                        "error": "too_many_connections",
-                        "detail": f"more than {guard['max_connections']} open connections",
-                    },
-                    f"retry-after: {guard['retry_after_s']}\r\n",
-                )
+            self._refuse(
+                "503 Service Unavailable",
+                "too_many_connections",
+                f"more than {guard['max_connections']} open connections",
+                f"retry-after: {guard['retry_after_s']}\r\n",
             )
             transport.close()
             self.connections.discard(self)
             return
         self._arm_header_timer()
+
+    def _refuse(self, status: str, code: str, detail: str, extra: str = "") -> None:
+        """Writes a JSON answer given before any route, counted by its code (on_reject);
+        the caller closes the connection."""
+        self.config.lidarseg_guard["on_reject"](code)
+        self.transport.write(_raw_response(status, {"error": code, "detail": detail}, extra))
 
     def _between_requests(self) -> bool:
         return self.cycle is None or self.cycle.response_complete
@@ -134,10 +135,7 @@ class GuardedH11(ReadAheadH11):
         only the close where an answer has gone out already (a second one would be read as the
         next request's)."""
         if self.conn.our_state in (h11.IDLE, h11.SEND_RESPONSE):
-            self.config.lidarseg_guard["on_reject"]("bad_request")
-            self.transport.write(
-                _raw_response("400 Bad Request", {"error": "bad_request", "detail": msg})
-            )
+            self._refuse("400 Bad Request", "bad_request", msg)
         self.transport.close()
 
     def _disarm_header_timer(self) -> None:
@@ -150,15 +148,10 @@ class GuardedH11(ReadAheadH11):
         self._header_timer = None
         if self.cycle is self._waiting_cycle and not self.transport.is_closing():
             if self._request_bytes:  # else nothing was asked: no answer to misread
-                self.config.lidarseg_guard["on_reject"]("header_timeout")
-                self.transport.write(
-                    _raw_response(
-                        "408 Request Timeout",
-                        {
-                            "error": "header_timeout",
-                            "detail": "request headers did not arrive in time",
-                        },
-                    )
+                self._refuse(
+                    "408 Request Timeout",
+                    "header_timeout",
+                    "request headers did not arrive in time",
                 )
             self.transport.close()
 
