@@ -52,6 +52,7 @@ class RequestAccounting:
         if counted:
             self._count(+1)
         state = {"status": 500, "started": False, "body_done": not _has_body(scope), "rid": rid}
+        app = _ambiguous_framing if _both_lengths(scope) else self.app
 
         async def receive_wrapper():
             message = await receive()
@@ -66,7 +67,7 @@ class RequestAccounting:
             await send(message)
 
         try:
-            await self.app(scope, receive_wrapper, send_wrapper)
+            await app(scope, receive_wrapper, send_wrapper)
         except asyncio.CancelledError:
             if not state["started"] and service.draining:
                 # uvicorn's shutdown cancels what outlasts the budget's drain: a JSON 503, and the
@@ -134,6 +135,21 @@ class RequestAccounting:
         if message["status"] >= 400 and not state["body_done"] and b"connection" not in names:
             headers.append((b"connection", b"close"))
         return headers
+
+
+def _both_lengths(scope) -> bool:
+    """A request with both Content-Length and Transfer-Encoding (RFC 9112 6.1: a server may
+    refuse it, and must close after answering). h11 reads the chunks and ignores the length, but
+    the length is what the body's memory hold and the inline-decode choice would go by: a
+    chunked body of any size behind `Content-Length: 4`."""
+    names = {k for k, _ in scope["headers"]}
+    return b"content-length" in names and b"transfer-encoding" in names
+
+
+async def _ambiguous_framing(scope, receive, send) -> None:
+    scope["state"][ERROR_KEY] = "ambiguous_framing"
+    detail = "both Content-Length and Transfer-Encoding: send one"
+    await error_response(400, "ambiguous_framing", detail)(scope, receive, send)
 
 
 def _has_body(scope) -> bool:

@@ -137,6 +137,20 @@ def test_unparsable_requests_get_a_json_400(srv):
     assert _rejects(srv, "bad_request") >= 3  # answered before any route: counted all the same
 
 
+def test_a_request_with_both_lengths_is_refused(srv):
+    """Content-Length and Transfer-Encoding together: h11 reads the chunks, while the body's
+    memory hold and the inline-decode choice went by the (small) length. 400, and closed."""
+    head = b"POST /v1/segment HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer " + KEY.encode()
+    with _connect(srv) as s:
+        s.sendall(head + b"\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n")
+        s.sendall(b"10\r\n" + b"\0" * 16 + b"\r\n0\r\n\r\n")
+        status, headers, body = _status_and_body(_read_all(s))
+    assert status == 400 and headers["connection"] == "close", body
+    assert json.loads(body)["error"] == "ambiguous_framing" and "x-request-id" in headers
+    text = httpx.get(f"{srv.url}/metrics").text
+    assert metric_value(text, "lidarseg_errors_total", 'code="ambiguous_framing",route="other"')
+
+
 def _declare(s: socket.socket, size: int, sent: bytes = b"") -> None:
     s.sendall(
         b"POST /v1/segment?format=xyz HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer "
