@@ -1,6 +1,7 @@
 """Every measurement of 10 Hz on a CPU (issue 16's five items), in one command, on this machine.
 
-    python -m bench.sensor_rate [--out DIR] [--steps precision voxelize service scaling kernels]
+    python -m bench.sensor_rate [--out DIR]
+                                [--steps precision voxelize service stream scaling kernels]
                                 [--quick] [--print]
 
 Runs the steps one after the other (never two at once: they share the cores), each a benchmark
@@ -11,6 +12,8 @@ that prints ratios measured side by side in its own run:
   voxelize   bench.voxelize: the voxelize stage against numpy's sort-unique (item 2)
   service    bench.service on kitti00, access log off: HTTP against the network stage, JSON
              against binary (item 3), the frame time over HTTP (item 5)
+  stream     bench.stream: KITTI scans posted at 10 Hz whatever the answers are doing, against
+             the same posted one at a time (item 5 as a sensor drives it)
   scaling    bench.scaling: cr 1.0 fp32 on 1 and 2 threads, layer by layer (item 4)
   kernels    the tests that hold every int8 and bf16 kernel the CPU runs to its oracle and the
              kernels to each other bit for bit (tests/kernels/test_int8.py, test_bf16.py,
@@ -40,7 +43,7 @@ from bench.common import REPO_ROOT
 from bench.verdicts import verdicts
 from kernels import precision as precision_mod
 
-STEPS = ("precision", "voxelize", "service", "scaling", "kernels")
+STEPS = ("precision", "voxelize", "service", "stream", "scaling", "kernels")
 FRAMES = ("kitti00", "nuscenes", "ouster128", "kitti-spvnas")
 KERNEL_TESTS = (
     "tests/kernels/test_int8.py",
@@ -86,6 +89,12 @@ def commands(
             + (runs or ["--runs", "11"])
             + json_to("service"),
             {"LIDARSEG_ACCESS_LOG": "off"},
+        ),
+        "stream": (
+            ["-m", "bench.stream", "--device", "cpu"]
+            + (["--seconds", "2", "--sequential", "2"] if quick else [])
+            + json_to("stream"),
+            {},
         ),
         "scaling": (
             "-m bench.scaling --weights random --cr 1.0 --precision fp32".split()

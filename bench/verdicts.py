@@ -96,6 +96,18 @@ def service_lines(report: dict | None) -> list[str]:
     ]  # fmt: skip
 
 
+def stream_lines(report: dict | None) -> list[str]:
+    if not report:
+        return [_line("5 stream", None, "bench.stream wrote no JSON")]
+    s, alone = report["stream"], report["sequential"]
+    return [
+        _line("5 stream", s["p50_ms"] <= FRAME_MS_MAX,
+              f"posted at {report['hz']:g} Hz, {s['frames']} frames: p50 {s['p50_ms']:.1f} ms, "
+              f"p90 {s['p90_ms']:.1f}, {s['late_share']:.1%} later than a period "
+              f"(one at a time: p50 {alone['p50_ms']:.1f}; bar p50 {FRAME_MS_MAX} ms)")
+    ]  # fmt: skip
+
+
 def scaling_lines(report: dict | None) -> list[str]:
     if not report:
         return [_line("4", None, "bench.scaling wrote no JSON")]
@@ -118,6 +130,7 @@ def verdicts(out: Path, features: Sequence[str]) -> str:
         *precision_lines(_load(out, "precision"), features),
         *voxelize_lines(_load(out, "voxelize")),  # type: ignore[arg-type]
         *service_lines(_load(out, "service")),
+        *stream_lines(_load(out, "stream")),
         *scaling_lines(_load(out, "scaling")),
     ]
     return "## verdicts (issue 16's bars, unrounded medians)\n" + "\n".join(lines) + "\n"

@@ -40,6 +40,12 @@ def _service(ratio: float, json_extra: float, http_ms: float) -> dict:
     return {"device": "cpu", "rows": [row]}
 
 
+def _stream(p50_ms: float) -> dict:
+    rows = {k: {"frames": 300, "p50_ms": p50_ms, "p90_ms": p50_ms + 20, "late_share": 0.2}
+            for k in ("sequential", "stream")}  # fmt: skip
+    return {"hz": 10.0, **rows}
+
+
 def test_the_speed_bar_follows_the_cpu():
     assert speed_bar(XEON_AMX) == 2.5 and speed_bar(ZEN4) == 1.5 and speed_bar(("AVX2",)) is None
 
@@ -50,14 +56,17 @@ def test_every_item_passes_or_fails_on_its_unrounded_median(tmp_path):
         precision=_precision(2.6),
         voxelize=[{"frame": "kitti00", "voxel": 0.1, "ratio": 1.4}],
         service=_service(1.2549, 0.8, 99.9),
+        stream=_stream(100.01),
         scaling={
             "1": {"network_ms": 100.0, "layers_ms": {"a": 10.0, "b": 5.0}},
             "2": {"network_ms": 55.0, "layers_ms": {"a": 5.5, "b": 2.8}},
         },
     )
     lines = verdicts(tmp_path, ZEN4).splitlines()[1:]
-    assert [line[:4] for line in lines] == ["PASS", "PASS", "PASS", "FAIL", "PASS", "PASS", "PASS"]
+    expected = ["PASS", "PASS", "PASS", "FAIL", "PASS", "PASS", "FAIL", "PASS"]
+    assert [line[:4] for line in lines] == expected
     assert "x1.255" in lines[3]  # the printed figure shows why it fails
+    assert lines[6].startswith("FAIL item 5 stream") and "p50 100.0 ms" in lines[6]
     assert verdicts(tmp_path, XEON_AMX).splitlines()[1].startswith("PASS item 1 speed")
 
 
@@ -73,4 +82,7 @@ def test_failures_and_missing_figures(tmp_path):
     text = verdicts(tmp_path, XEON_AMX)
     assert "FAIL item 1 speed" in text and "FAIL item 1 int8 accuracy" in text
     assert "n/a  item 2" in text and "n/a  item 3" in text and "FAIL item 4" in text
+    assert "n/a  item 5 stream" in text
+    _write(tmp_path, stream=_stream(61.0))
+    assert "PASS item 5 stream" in verdicts(tmp_path, XEON_AMX)
     assert "n/a  item 1 speed" in verdicts(tmp_path, ("AVX2",))  # no bar without bf16 or AMX
