@@ -23,7 +23,12 @@ from grafana_foundation_sdk.builders import dashboard as db
 from grafana_foundation_sdk.builders import prometheus, stat, timeseries
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
 from grafana_foundation_sdk.models import common
-from grafana_foundation_sdk.models.dashboard import DataSourceRef, Threshold, ThresholdsMode
+from grafana_foundation_sdk.models.dashboard import (
+    DataSourceRef,
+    Threshold,
+    ThresholdsMode,
+    VariableRefresh,
+)
 
 HERE = Path(__file__).resolve().parent
 DASHBOARD = HERE / "provisioning" / "dashboards" / "lidarseg.json"
@@ -44,6 +49,9 @@ STAGE = "lidarseg_stage_duration_seconds"
 SEGMENT = "lidarseg_segment_duration_seconds"  # every outcome, by status
 REQ = "lidarseg_requests_total"
 ON_SEGMENT = 'route="/v1/segment"'  # dashboard polls and probes of /v1/model are not frames
+# The dashboard's instance variable (every replica by default, or the ones picked): every panel
+# query carries it; the alerts take the whole fleet (a rule has no variables).
+INST = 'instance=~"$instance"'
 
 
 def quantile(q: float, by: str, match: str, window: str = RI, metric: str = STAGE) -> str:
@@ -58,11 +66,13 @@ def mean(metric: str, by: str = "", match: str = "") -> str:
     )
 
 
-def ratio(status: str, window: str = RI) -> str:
-    """The share of segment requests answered with a status matching `status`."""
+def ratio(status: str, window: str = RI, scope: str = "") -> str:
+    """The share of segment requests answered with a status matching `status` (`scope`: more
+    matchers, such as INST)."""
+    on = f"{ON_SEGMENT},{scope}" if scope else ON_SEGMENT
     return (
-        f'(sum(rate({REQ}{{{ON_SEGMENT},status=~"{status}"}}[{window}])) or vector(0)) / '
-        f"sum(rate({REQ}{{{ON_SEGMENT}}}[{window}]))"
+        f'(sum(rate({REQ}{{{on},status=~"{status}"}}[{window}])) or vector(0)) / '
+        f"sum(rate({REQ}{{{on}}}[{window}]))"
     )
 
 
@@ -74,12 +84,13 @@ def slower_than(seconds: float, window: str) -> str:
     )
 
 
+QS = (0.5, 0.95, 0.99)
 # (title, unit, [(expr, legend)], exemplars, stacked, kind, width)
 PANELS = [
     (
         "Segment requests per second by status",
         "reqps",
-        [(f"sum by (status) (rate({REQ}{{{ON_SEGMENT}}}[{RI}]))", "{{status}}")],
+        [(f"sum by (status) (rate({REQ}{{{ON_SEGMENT},{INST}}}[{RI}]))", "{{status}}")],
         False,
         False,
         "ts",
@@ -88,8 +99,8 @@ PANELS = [
     (
         "End-to-end latency p50 / p95 / p99 (answered), p99 of every outcome",
         "s",
-        [(quantile(q, "le", 'stage="total"'), f"p{round(q * 100)}") for q in (0.5, 0.95, 0.99)]
-        + [(quantile(0.99, "le", "", metric=SEGMENT), "p99, 4xx / 499 / 503 / 504 too")],
+        [(quantile(q, "le", f'stage="total",{INST}'), f"p{round(q * 100)}") for q in QS]
+        + [(quantile(0.99, "le", INST, metric=SEGMENT), "p99, 4xx / 499 / 503 / 504 too")],
         True,
         False,
         "ts",
@@ -98,7 +109,10 @@ PANELS = [
     (
         "Segment error ratio (4xx, 5xx; clients giving up: 499, 504)",
         "percentunit",
-        [(ratio("4.."), "4xx"), (ratio("5.."), "5xx"), (ratio("499|504"), "499 + 504")],
+        [
+            (ratio(s, scope=INST), name)
+            for s, name in (("4..", "4xx"), ("5..", "5xx"), ("499|504", "499 + 504"))
+        ],
         False,
         False,
         "ts",
@@ -108,18 +122,18 @@ PANELS = [
         (
             f"Stage latency p{round(q * 100)}",
             "s",
-            [(quantile(q, "le, stage", 'stage!="total"'), "{{stage}}")],
+            [(quantile(q, "le, stage", f'stage!="total",{INST}'), "{{stage}}")],
             True,
             False,
             "ts",
             8,
         )
-        for q in (0.5, 0.95, 0.99)
+        for q in QS
     ],
     (
         "Stage breakdown (mean time per request, stacked)",
         "s",
-        [(mean(STAGE, "stage", 'stage!="total"'), "{{stage}}")],
+        [(mean(STAGE, "stage", f'stage!="total",{INST}'), "{{stage}}")],
         False,
         True,
         "ts",
@@ -129,14 +143,14 @@ PANELS = [
         "Queue depth and requests in flight",
         "short",
         [
-            ("sum(lidarseg_queue_depth)", "queued"),
-            ("sum(lidarseg_requests_in_flight)", "in flight"),
+            (f"sum(lidarseg_queue_depth{{{INST}}})", "queued"),
+            (f"sum(lidarseg_requests_in_flight{{{INST}}})", "in flight"),
             (
-                f"sum by (reason) (rate(lidarseg_dropped_total[{RI}]))",
+                f"sum by (reason) (rate(lidarseg_dropped_total{{{INST}}}[{RI}]))",
                 "never run ({{reason}}) /s",
             ),
             (
-                f"sum by (reason) (rate(lidarseg_wasted_runs_total[{RI}]))",
+                f"sum by (reason) (rate(lidarseg_wasted_runs_total{{{INST}}}[{RI}]))",
                 "run for nobody ({{reason}}) /s",
             ),
         ],
@@ -148,7 +162,8 @@ PANELS = [
     (
         "Batch size (frames per pipeline run)",
         "short",
-        [(mean("lidarseg_batch_size"), "mean")],  # (a p95 interpolated 0.95 for batches of 1)
+        # (a p95 interpolated 0.95 for batches of 1)
+        [(mean("lidarseg_batch_size", match=INST), "mean")],
         False,
         False,
         "ts",
@@ -158,11 +173,11 @@ PANELS = [
         "Points and voxels per request (mean)",
         "short",
         [
-            (mean("lidarseg_points_per_request"), "points"),
-            (mean("lidarseg_voxels_per_request"), "voxels"),
+            (mean("lidarseg_points_per_request", match=INST), "points"),
+            (mean("lidarseg_voxels_per_request", match=INST), "voxels"),
             (
-                f"sum(rate(lidarseg_cleaned_points_total[{RI}])) / "
-                f"sum(rate(lidarseg_points_per_request_count[{RI}]))",
+                f"sum(rate(lidarseg_cleaned_points_total{{{INST}}}[{RI}])) / "
+                f"sum(rate(lidarseg_points_per_request_count{{{INST}}}[{RI}]))",
                 "cleaned points (intensity clamped)",
             ),
         ],
@@ -171,7 +186,15 @@ PANELS = [
         "ts",
         8,
     ),
-    ("Ready", "none", [("min(lidarseg_ready)", "ready")], False, False, "stat", 8),
+    (
+        "Ready, by instance",
+        "none",
+        [(f"min by (instance) (lidarseg_ready{{{INST}}})", "{{instance}}")],
+        False,
+        False,
+        "stat",
+        8,
+    ),
 ]
 
 
@@ -225,6 +248,16 @@ def build_dashboard() -> dict:
         .time("now-30m", "now")
         .timezone("browser")
         .editable()
+    )
+    d = d.with_variable(
+        db.QueryVariable("instance")
+        .label("instance")
+        .datasource(PROM)
+        .query("label_values(lidarseg_ready, instance)")
+        .multi(True)
+        .include_all(True)
+        .all_value(".*")
+        .refresh(VariableRefresh.ON_TIME_RANGE_CHANGED)
     )
     for pid, spec in enumerate(PANELS, 1):
         d = d.with_panel(panel(pid, *spec))

@@ -8,6 +8,7 @@ and every panel query in it must return data from this Prometheus.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -35,6 +36,19 @@ pytestmark = pytest.mark.skipif(
 def panel_queries() -> list[tuple[str, str]]:
     panels = json.loads(DASHBOARD.read_text())["panels"]
     return [(p["title"], t["expr"]) for p in panels for t in p["targets"]]
+
+
+def test_every_panel_query_follows_the_instance_variable():
+    """Each replica's own figures on demand: every selector of every panel carries the
+    dashboard's instance matcher (a sum over the fleet hid a slow or unready pod)."""
+    dashboard = json.loads(DASHBOARD.read_text())
+    (variable,) = dashboard["templating"]["list"]
+    assert variable["name"] == "instance" and variable["includeAll"] and variable["multi"]
+    for title, expr in panel_queries():
+        selectors = re.findall(r"\b(lidarseg_\w+)(\{[^}]*\})?", expr)
+        assert selectors, (title, expr)
+        for metric, matchers in selectors:
+            assert 'instance=~"$instance"' in matchers, (title, metric, expr)
 
 
 def test_generated_files_are_current():
@@ -168,7 +182,7 @@ def _clients_give_up(srv) -> None:
 @pytest.mark.parametrize("title,expr", panel_queries(), ids=lambda v: v[:60])
 def test_every_panel_query_returns_data(scraped, title, expr):
     api, _ = scraped
-    promql = expr.replace("$__rate_interval", "1m")
+    promql = expr.replace("$__rate_interval", "1m").replace("$instance", ".*")
     r = api.get("/query", params={"query": promql})
     assert r.status_code == 200 and r.json()["status"] == "success", r.text
     result = r.json()["data"]["result"]
