@@ -146,7 +146,10 @@ def record(
         "points": points,
         "labels": result.labels,
     }
-    return {"trace_id": rt.trace_id} if obs.exemplars else None
+    # an exemplar links its trace in the backend: none for a trace the sampler left out (only
+    # the access log and /v1/requests have its id); with tracing off, the id is all there is
+    linked = rt.sampled or not obs.tracing.enabled
+    return {"trace_id": rt.trace_id} if obs.exemplars and linked else None
 
 
 def trace_of(request) -> RequestTrace | None:

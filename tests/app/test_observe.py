@@ -136,6 +136,12 @@ def test_openmetrics_scrape_has_exemplars(traced):
         re.M,
     )
     assert {s for s, t in found if t == trace_id} >= {*STAGES, "total"}
+    # a trace the sampler left out (its caller's flags 00: ParentBased) is in no backend: its
+    # exemplar would be a dead link
+    unsampled = f"00-{'5e' * 16}-{'a1' * 8}-00"
+    left_out = post(client, {"traceparent": unsampled}).headers["traceparent"].split("-")[1]
+    scrape = client.get("/metrics", headers={"Accept": OPENMETRICS}).text
+    assert left_out == "5e" * 16 and left_out not in scrape
     plain = client.get("/metrics")  # the classic format: none
     assert plain.headers["content-type"].startswith("text/plain") and "# {" not in plain.text
 
