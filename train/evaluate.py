@@ -67,10 +67,15 @@ def fixed_frame_miou(pipeline, names: list[str]) -> float:
     return iou_metrics(gt, pred, names)["miou"]
 
 
+def real_frames(real_dir: Path, roles=(VALIDATION,)) -> list[Path]:
+    """The .bin files of the roles table's frames in `roles` (each with a .label beside it)."""
+    return [real_dir / f"{n}.bin" for n in sorted(n for n, r in ROLES.items() if r in roles)]
+
+
 def evaluate_real(pipeline, names: list[str], real_dir: Path, roles=(VALIDATION,)) -> dict:
     out = {}
-    for name in sorted(n for n, role in ROLES.items() if role in roles):
-        frame_path = Path(real_dir) / f"{name}.bin"
+    for frame_path in real_frames(Path(real_dir), roles):
+        name = frame_path.stem
         points, sensor = read_frame(str(frame_path), "kitti")
         gt = read_labels(frame_path.with_suffix(".label"))
         pred = pipeline.segment(points, sensor).labels
@@ -105,6 +110,11 @@ def main(argv=None) -> int:
         help="also score the real training-pool frames (a fit figure)",
     )
     a = ap.parse_args(argv)
+    roles = (VALIDATION, TRAIN) if a.training_frames else (VALIDATION,)
+    frames = real_frames(Path(a.real_dir), roles)
+    missing = [f for p in frames for f in (p, p.with_suffix(".label")) if not f.is_file()]
+    if missing:  # before minutes of scoring synthetic frames
+        ap.error(f"{len(missing)} real frame files missing, first {missing[0]} (--real-dir)")
     pipeline = build_pipeline(a.weights, a.device)
     names, voxel = pipeline.meta["class_names"], pipeline.voxel_config.voxel_size
     heldout = evaluate_heldout(pipeline, names, max(a.frames, 1))
@@ -114,12 +124,7 @@ def main(argv=None) -> int:
         "heldout_synthetic": heldout,
         # the fixed frame is the first held-out frame: its mIoU is already there
         "fixed_frame": {"seed": FIXED_FRAME_SEED, "miou": heldout["frame_miou"][0]},
-        "real_semantickitti": evaluate_real(
-            pipeline,
-            names,
-            Path(a.real_dir),
-            (VALIDATION, TRAIN) if a.training_frames else (VALIDATION,),
-        ),
+        "real_semantickitti": evaluate_real(pipeline, names, Path(a.real_dir), roles),
     }
     text = json.dumps(result, indent=1)
     print(text)

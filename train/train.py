@@ -81,13 +81,27 @@ def class_weights(cfg: TrainConfig) -> torch.Tensor | None:
     return torch.tensor(w / w.mean(), dtype=torch.float32)
 
 
+def init_weights(cfg: TrainConfig) -> dict:
+    """The --init checkpoint's weights; ValueError when it was trained at another voxel size or
+    channel ratio (its filters would see the scene at the wrong scale, or not fit)."""
+    init, meta = load_checkpoint(cfg.init)
+    if meta["voxel_size"] != cfg.voxel_size:
+        raise ValueError(
+            f"--init {cfg.init} was trained with {meta['voxel_size']:g} m voxels, this run uses "
+            f"{cfg.voxel_size:g} m (--voxel-size)"
+        )
+    if init.config.cr != cfg.cr:
+        raise ValueError(f"--init {cfg.init} has channel ratio {init.config.cr:g}, not {cfg.cr:g}")
+    return init.state_dict()
+
+
 def build(cfg: TrainConfig):
     torch.manual_seed(cfg.seed)
     np.random.seed(cfg.seed)
     random.seed(cfg.seed)
     model = MinkUNet(in_channels=4, num_classes=19, cr=cfg.cr)
     if cfg.init:
-        model.load_state_dict(load_checkpoint(cfg.init)[0].state_dict())
+        model.load_state_dict(init_weights(cfg))
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     scheduler = torch.optim.lr_scheduler.OneCycleLR(
         optimizer, max_lr=cfg.lr, total_steps=cfg.steps + 1, pct_start=0.1

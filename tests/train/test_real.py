@@ -219,3 +219,19 @@ def test_mixed_resume_reproduces_and_keeps_best(tmp_path):
 
     _, meta = load_checkpoint(tmp_path / "split" / "best.pt")
     assert meta["licence"].startswith("CC BY-NC-SA 4.0") and "seq04_000000" in meta["training_data"]
+
+
+def test_evaluate_refuses_a_missing_real_frame_before_scoring(tmp_path, monkeypatch, capsys):
+    """A wrong --real-dir is an error at once, not a traceback after minutes of synthetic
+    frames (the scoring is not reached at all)."""
+    from train import evaluate
+
+    def never(*args, **kwargs):
+        raise AssertionError("scored before checking the real frames")
+
+    monkeypatch.setattr(evaluate, "build_pipeline", never)
+    with pytest.raises(SystemExit) as exit_info:
+        evaluate.main(["--real-dir", str(tmp_path), "--frames", "1"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "real frame files missing" in err and str(tmp_path) in err

@@ -114,6 +114,9 @@ def test_a_run_keeps_its_settings_its_folder_and_its_licence(tmp_path):
 
     tuned = TrainConfig(out=str(tmp_path / "b"), init="models/weights/minkunet_real.pt",
                         **{**common, "cr": 0.5})  # fmt: skip
+    for change, says in (({"voxel_size": 0.05}, "0.1 m voxels"), ({"cr": 0.25}, "ratio 0.5")):
+        with pytest.raises(ValueError, match=says):  # the scale its filters learnt, or no fit
+            train(TrainConfig(**{**tuned.__dict__, "out": str(tmp_path / "c"), **change}))
     train(tuned, log=lambda s: None)
     meta = load_checkpoint(tmp_path / "b" / "model.pt")[1]
     assert meta["licence"] == REAL_LICENCE and "SemanticKITTI" in meta["training_data"]
