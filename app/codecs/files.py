@@ -12,19 +12,26 @@ from app.codecs import decode
 from app.codecs.sniff import magic_format, weak_format
 
 
+# A .bin file's raw layout by its lower-case name: the first hint found in it, else kitti. The
+# dashboard's file drop gets this table from /v1/requests (one rule for the CLI and the page).
+RAW_LAYOUT_HINTS = (
+    (".pcd.bin", "nuscenes"),
+    ("lidar_top", "nuscenes"),
+    ("os1", "ouster"),
+    ("ouster", "ouster"),
+)
+RAW_LAYOUT_DEFAULT = "kitti"
+
+
 def infer_format(path: Path) -> str | None:
-    """A format by the file's name: .npy, a .bin file's raw layout (nuScenes' .pcd.bin, an
-    Ouster's scans, else kitti); None for any other name (its bytes tell: read_frame)."""
+    """A format by the file's name: .npy, a .bin file's raw layout (RAW_LAYOUT_HINTS: nuScenes'
+    .pcd.bin, an Ouster's scans, else kitti); None for any other name (its bytes tell)."""
     name = path.name.lower()
     if name.endswith(".npy"):
         return "npy"
     if not name.endswith(".bin"):
         return None
-    if name.endswith(".pcd.bin") or "lidar_top" in name:
-        return "nuscenes"
-    if "os1" in name or "ouster" in name:
-        return "ouster"
-    return "kitti"
+    return next((fmt for hint, fmt in RAW_LAYOUT_HINTS if hint in name), RAW_LAYOUT_DEFAULT)
 
 
 def posting_format(path: Path, fmt: str | None = None) -> str | None:

@@ -14,6 +14,7 @@ import httpx
 import numpy as np
 import pytest
 
+from app.codecs.files import infer_format
 from tests.app.service_helpers import Server, parse_server_timing
 from tests.conftest import REPO_ROOT, load_frame, require_real_data
 from app.inference.pipeline import STAGES
@@ -122,6 +123,16 @@ def test_dashboard_shows_a_posted_frame(server, page, tmp_path):
     )
     assert page.inner_text("#status") == "frame.bin: 3000 points segmented", page.errors
     assert page.inner_text("#view-note") == "3000 points"
+    # an Ouster scan's name: posted as the command line reads it (0..255 intensities), not kitti
+    ouster = tmp_path / "os1-128_scan0.bin"
+    ouster.write_bytes(points[:2000].tobytes())
+    page.set_input_files("#file", str(ouster))
+    page.wait_for_function(
+        "document.getElementById('status').textContent.startsWith('os1-128_scan0.bin: 2000')",
+        timeout=120_000,
+    )
+    newest = httpx.get(f"{server.url}/v1/requests?limit=1").json()["requests"][0]
+    assert (newest["points"], newest["format"]) == (2000, infer_format(ouster)) == (2000, "ouster")
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "dashboard.png"), full_page=True)
     assert page.errors == []

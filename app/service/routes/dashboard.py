@@ -18,6 +18,7 @@ from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import FileResponse, HTMLResponse, Response
 from fastapi.staticfiles import StaticFiles
 
+from app.codecs.files import RAW_LAYOUT_DEFAULT, RAW_LAYOUT_HINTS
 from app.service.metrics import STAGES
 from app.service.routes.deps import (
     ERROR_RESPONSES,
@@ -77,6 +78,8 @@ async def list_requests(
         "stats": ring.stats(),
         "stages": [s for s in STAGES if s != "total"],
         "classes": _classes(service),
+        # a dropped .bin file's raw layout by its name, as the command line reads one
+        "raw_layouts": {"hints": RAW_LAYOUT_HINTS, "default": RAW_LAYOUT_DEFAULT},
     }
 
 

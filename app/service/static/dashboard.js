@@ -8,7 +8,8 @@ let STAGES = ["receive", "decode", "queue", "voxelize", "maps", "network", "devo
 const STAGE_COLORS = ["#8e6fd8", "#b0b0b0", "#2f9e8f", "#e0a030", "#3b6fd8", "#d05a8a", "#6a9a3a"];
 const POLL_MS = 1000;
 const $ = (id) => document.getElementById(id);
-const state = { selected: null, classes: [], rows: [], plot: null, shownPoints: null };
+const state = { selected: null, classes: [], rows: [], plot: null, shownPoints: null,
+  rawLayouts: null };  // a .bin file's layout by its name: the server's rule (/v1/requests)
 
 function setStatus(text) { $("status").textContent = text; }
 const fmtMs = (v) => (v == null ? "-" : `${v.toFixed(1)} ms`);
@@ -90,6 +91,7 @@ async function poll() {
     const data = await getJSON("/v1/requests?limit=200");
     state.classes = data.classes;
     if (data.stages) STAGES = data.stages;
+    state.rawLayouts = data.raw_layouts;
     state.rows = data.requests;
     renderStats(data.stats);
     renderTable(data.requests);
@@ -242,17 +244,22 @@ const viewer = (() => {
 })();
 
 // ---- drop a frame ---------------------------------------------------------------------------
+// A raw .bin file's layout (sensor) by its name, by the server's rule; any other file's format
+// the server reads from its bytes.
 function formatOf(name) {
   const n = name.toLowerCase();
-  if (n.endsWith(".pcd.bin")) return "nuscenes";
-  const ext = { ".bin": "kitti", ".pcd": "pcd", ".ply": "ply", ".npy": "npy", ".las": "las",
-    ".laz": "las", ".json": "json" };
-  const hit = Object.keys(ext).find((e) => n.endsWith(e));
-  return hit ? ext[hit] : null;
+  if (!n.endsWith(".bin")) return null;
+  const hit = state.rawLayouts.hints.find(([hint]) => n.includes(hint));
+  return hit ? hit[1] : state.rawLayouts.default;
 }
 
 async function segmentFile(file) {
   setStatus(`segmenting ${file.name} ...`);
+  if (!state.rawLayouts) await poll();
+  if (!state.rawLayouts) {
+    setStatus(`${file.name}: the server's list of layouts did not come (${$("updated").textContent})`);
+    return;
+  }
   const fmt = formatOf(file.name);
   const url = "/v1/segment" + (fmt ? `?format=${fmt}` : "");
   const r = await fetch(url, { method: "POST", body: file, headers: {
