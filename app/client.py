@@ -70,6 +70,15 @@ def server_timing(header: str) -> dict[str, float]:
     return out
 
 
+def metric_value(text: str, name: str, labels: str = "") -> float:
+    """The sample `name{labels}` of a Prometheus text page (GET /metrics; 0 when absent)."""
+    key = f"{name}{{{labels}}}" if labels else name
+    for line in text.splitlines():
+        if line.startswith(key + " "):
+            return float(line.split()[-1])
+    return 0.0
+
+
 def percentiles(values_ms: list[float]) -> dict[str, float | None]:
     """p50, p95, p99 in ms; None for each when no request succeeded (JSON has no NaN)."""
     a = np.asarray(values_ms)

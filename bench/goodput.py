@@ -23,9 +23,9 @@ import time
 import httpx
 import numpy as np
 
+from app.client import metric_value
 from bench import common
 from bench.common import start_server
-from tests.app.service_helpers import metric_value
 
 
 def closed_loop(url: str, body: bytes, fmt: str, clients: int, seconds: float) -> dict:

@@ -4,7 +4,9 @@
     app.cli      ->  app.inference, app.codecs (and starts the service only via app.service.server)
     train, bench ->  app.inference, app.codecs, models, kernels (never app.service or app.cli)
     app.client   ->  nothing of ours;  kernels -> nothing of ours above it
-and no import cycle anywhere. A new import that breaks a rule fails here, naming it."""
+    deploy       ->  bench and below (its GPU check);  tests -> anything; nothing -> tests
+and no import cycle anywhere. Imports by name (importlib.import_module("..."), __import__) count
+too. A new import that breaks a rule, or a module in no layer, fails here, naming it."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ from pathlib import Path
 
 from tests.conftest import REPO_ROOT
 
-PACKAGES = ("app", "models", "kernels", "train", "bench", "synth")
+PACKAGES = ("app", "models", "kernels", "train", "bench", "synth", "deploy", "tests")
 
 # layer -> layers it may import (its own layer always allowed)
 ALLOWED: dict[str, set[str]] = {
@@ -31,6 +33,18 @@ ALLOWED: dict[str, set[str]] = {
     "synth": {"models", "runtime"},
     "train": {"inference", "codecs", "models", "kernels", "synth", "runtime"},
     "bench": {"inference", "codecs", "models", "kernels", "client", "runtime"},
+    "deploy": {"bench", "inference", "codecs", "models", "kernels", "client", "runtime"},
+}
+ALLOWED["tests"] = set(ALLOWED)  # the suite imports whatever it checks; nothing imports it
+APP_LAYERS = {
+    "service": "service",
+    "inference": "inference",
+    "codecs": "codecs",
+    "client": "client",
+    "cli": "cli",
+    "threads": "runtime",
+    "heap": "runtime",
+    "argtypes": "runtime",
 }
 SERVER_ENTRY = "app.service.server"
 
@@ -41,16 +55,7 @@ def layer(module: str) -> str:
         return parts[0]
     if len(parts) == 1 or parts[1] == "__main__":
         return "app"
-    return {
-        "service": "service",
-        "inference": "inference",
-        "codecs": "codecs",
-        "client": "client",
-        "cli": "cli",
-        "threads": "runtime",
-        "heap": "runtime",
-        "argtypes": "runtime",
-    }[parts[1]]
+    return APP_LAYERS.get(parts[1], f"no layer (add app.{parts[1]} to APP_LAYERS)")
 
 
 def modules() -> dict[str, Path]:
@@ -61,6 +66,20 @@ def modules() -> dict[str, Path]:
             parts = rel.parts[:-1] if rel.name == "__init__" else rel.parts
             out[".".join(parts)] = path
     return out
+
+
+def _imports_by_name(node: ast.AST) -> bool:
+    """importlib.import_module("x.y") or __import__("x.y"), the name a constant."""
+    if not isinstance(node, ast.Call) or not node.args:
+        return False
+    func = node.func
+    name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+    arg = node.args[0]
+    return (
+        name in ("import_module", "__import__")
+        and isinstance(arg, ast.Constant)
+        and isinstance(arg.value, str)
+    )
 
 
 def imports(module: str, path: Path, known: dict[str, Path]) -> set[str]:
@@ -81,6 +100,8 @@ def imports(module: str, path: Path, known: dict[str, Path]) -> set[str]:
                 f"{base}.{alias.name}" if f"{base}.{alias.name}" in known else base
                 for alias in node.names
             ]
+        elif _imports_by_name(node):
+            names = [node.args[0].value]
         else:
             continue
         found.update(n for n in names if n.split(".")[0] in PACKAGES)
@@ -98,7 +119,7 @@ def broken_rules(edges: dict[str, set[str]]) -> list[str]:
     for src, targets in sorted(edges.items()):
         for dst in sorted(targets):
             a, b = layer(src), layer(dst)
-            if a != b and b not in ALLOWED[a] and not (a == "cli" and dst == SERVER_ENTRY):
+            if a != b and b not in ALLOWED.get(a, ()) and not (a == "cli" and dst == SERVER_ENTRY):
                 bad.append(f"{src} ({a}) imports {dst} ({b})")
     return bad
 
@@ -148,6 +169,11 @@ def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
     return out
 
 
+def test_every_module_is_in_a_layer():
+    lost = sorted(f"{m}: {layer(m)}" for m in modules() if layer(m) not in ALLOWED)
+    assert not lost, "modules in no layer:\n  " + "\n  ".join(lost)
+
+
 def test_no_import_cycles():
     found = cycles(graph())
     assert not found, "import cycles: " + "; ".join(" <-> ".join(c) for c in found)
@@ -160,30 +186,21 @@ def test_the_checker_sees_a_broken_rule_and_a_cycle():
         "bench.x": {"app.service.main"},
         "app.cli": {"app.service.main", SERVER_ENTRY},
         "train.t": {"app.cli"},
+        "bench.y": {"tests.app.service_helpers"},
     }
     assert broken_rules(edges) == [
         "app.cli (cli) imports app.service.main (service)",
         "bench.x (bench) imports app.service.main (service)",
+        "bench.y (bench) imports tests.app.service_helpers (tests)",
         "kernels.kmap (kernels) imports models.layers (models)",
         "train.t (train) imports app.cli (cli)",
     ]
+    code = "import importlib\nimportlib.import_module('app.service.main')\n__import__('models')"
+    probe = ast.parse(code)
+    assert [n.args[0].value for n in ast.walk(probe) if _imports_by_name(n)] == [
+        "app.service.main",
+        "models",
+    ]
+    assert layer("app.newmodule").startswith("no layer")
     assert cycles(edges) == [["kernels.kmap", "models.layers"]]
     assert "app.cli" in graph() and "app.service.main" in graph()["app.service.server"]
-
-
-def test_counts_on_the_command_lines_refuse_what_makes_no_sense():
-    """app/argtypes.py: a count below its floor is argparse's one line, not a traceback deep in
-    (train --steps -3 failed in OneCycleLR, --ckpt-every 0 divided by zero) or a silent clamp
-    (synth --count -3 wrote nothing, exit 0)."""
-    import argparse
-
-    import pytest
-
-    from app.argtypes import non_negative_int, positive_int
-
-    assert positive_int("3") == 3 and non_negative_int("0") == 0
-    for bad in ("0", "-3", "x", "1.5"):
-        with pytest.raises(argparse.ArgumentTypeError):
-            positive_int(bad)
-    with pytest.raises(argparse.ArgumentTypeError):
-        non_negative_int("-1")

@@ -76,13 +76,5 @@ class Server:
         return self.proc.returncode
 
 
+from app.client import metric_value  # noqa: E402,F401
 from app.client import server_timing as parse_server_timing  # noqa: E402,F401
-
-
-def metric_value(text: str, name: str, labels: str = "") -> float:
-    """The sample `name{labels}` of a Prometheus text page (0 when absent)."""
-    key = f"{name}{{{labels}}}" if labels else name
-    for line in text.splitlines():
-        if line.startswith(key + " "):
-            return float(line.split()[-1])
-    return 0.0

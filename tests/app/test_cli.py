@@ -156,3 +156,21 @@ def test_crosscheck_feeds_both_networks_the_cleaned_frame():
     points[::10, 3] = 3e38
     report = crosscheck(pipeline, points, "nuscenes")
     assert report["label_agreement"] >= 0.9999 and report["max_rel_logit_error"] < 1e-3
+
+
+def test_counts_on_the_command_lines_refuse_what_makes_no_sense():
+    """app/argtypes.py: a count below its floor is argparse's one line, not a traceback deep in
+    (train --steps -3 failed in OneCycleLR, --ckpt-every 0 divided by zero) or a silent clamp
+    (synth --count -3 wrote nothing, exit 0)."""
+    import argparse
+
+    import pytest
+
+    from app.argtypes import non_negative_int, positive_int
+
+    assert positive_int("3") == 3 and non_negative_int("0") == 0
+    for bad in ("0", "-3", "x", "1.5"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            positive_int(bad)
+    with pytest.raises(argparse.ArgumentTypeError):
+        non_negative_int("-1")
