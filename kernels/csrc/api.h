@@ -273,7 +273,7 @@ LS_API int ls_voxel_sums_cpu(const float* points, int64_t n, int64_t cols,
                              int64_t* counts, float* means);
 // The voxels of a batch from its runs (ls_voxel_keys_cpu) once a hash set has given each block
 // row b a slot[b] in [0, num_slots) (the block rows of ls_voxel_keys_cpu with the same shift,
-// 3..5; block_run[r] the row of run r's block): bitmaps of the cells of each slot used find the
+// 3..6; block_run[r] the row of run r's block): bitmaps of the cells of each slot used find the
 // first run of each key, and their set bits number the distinct keys. coords [runs, 4] (room for
 // every run) gets the *num_voxels distinct (batch, x, y, z) in ascending key order (fields plus
 // origin), voxel_of_run[r] the row of run r's voxel there. kStatusBadArgument for a negative

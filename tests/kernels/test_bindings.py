@@ -64,6 +64,24 @@ def test_every_constant_python_shares_matches_common_h():
     assert set(backend.Status) == {v for k, v in SHARED.items() if k.startswith("kStatus")}
 
 
+def test_the_voxelizer_constants_match_its_kernels():
+    """kernels/voxel.py's key width and block shifts are the voxel kernels' (api.h once said
+    3..5 while both sides allowed 6: nothing compared them)."""
+    from kernels import voxel
+
+    def constant(file: str, name: str) -> int:
+        found = re.findall(rf"\b{name}\s*=\s*(\d+)", (build.CSRC / file).read_text())
+        assert len(found) == 1, (file, name, found)
+        return int(found[0])
+
+    assert constant("voxel_keys.h", "kAxisBits") == voxel.AXIS_BITS
+    assert constant("voxel_order_cpu.cpp", "kSubShift") == voxel.MIN_BLOCK_SHIFT
+    assert constant("voxel_order_cpu.cpp", "kMaxShift") == voxel.MAX_BLOCK_SHIFT
+    assert (
+        f"{voxel.MIN_BLOCK_SHIFT}..{voxel.MAX_BLOCK_SHIFT};" in (build.CSRC / "api.h").read_text()
+    )
+
+
 def test_key_layout_matches_the_kernels():
     coords = torch.tensor(
         [[0, 0, 0, 0], [1022, -131072, 131071, -5], [7, 3, -2, 131071]], dtype=torch.int32
