@@ -172,6 +172,17 @@ LS_HD int32_t find_value(const Slot* table, uint64_t mask, uint64_t key) {
   return kMiss;
 }
 
+// The row kernels' argument checks, the same on both twins: kStatusBadArgument for a negative
+// count or width (the CPU gather once passed a negative width to memset), or a row range that
+// runs backwards; an empty one is kStatusOk with nothing to do (rows_to_do says which).
+LS_HD int gather_args(int64_t n, int64_t c, int64_t m) {
+  return n < 0 || c < 0 || m < 0 ? kStatusBadArgument : kStatusOk;
+}
+LS_HD int scatter_csr_args(int64_t c, int64_t n_out, int64_t row_lo, int64_t row_hi) {
+  return c < 0 || n_out < 0 || row_lo < 0 || row_hi < row_lo ? kStatusBadArgument : kStatusOk;
+}
+LS_HD bool rows_to_do(int64_t rows, int64_t c) { return rows > 0 && c > 0; }
+
 // First position in sorted[lo, hi) whose value is >= v.
 template <typename T, typename V>
 LS_HD int64_t lower_bound(const T* sorted, int64_t lo, int64_t hi, V v) {

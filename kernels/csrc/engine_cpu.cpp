@@ -28,6 +28,10 @@ constexpr int64_t kParallelWork = 1 << 16;  // floats moved below which one thre
 
 template <typename T>
 int gather_rows(const T* src, int64_t n, int64_t c, const int32_t* idx, int64_t m, T* dst) {
+  if (const int status = lidarseg::gather_args(n, c, m); status != lidarseg::kStatusOk) {
+    return status;
+  }
+  if (!lidarseg::rows_to_do(m, c)) return lidarseg::kStatusOk;
 #pragma omp parallel for schedule(static) if (m * c >= kParallelWork)
   for (int64_t i = 0; i < m; ++i) {
     const int32_t j = idx[i];
@@ -44,6 +48,9 @@ int gather_rows(const T* src, int64_t n, int64_t c, const int32_t* idx, int64_t 
 template <typename T>
 int scatter_add_csr(const T* src, int64_t c, const int64_t* ptr, const int32_t* rows,
                     int64_t n_out, int64_t row_lo, int64_t row_hi, T* dst) {
+  const int status = lidarseg::scatter_csr_args(c, n_out, row_lo, row_hi);
+  if (status != lidarseg::kStatusOk) return status;
+  if (!lidarseg::rows_to_do(n_out, c) || row_hi == row_lo) return lidarseg::kStatusOk;
 #pragma omp parallel for schedule(static) if (n_out * c >= kParallelWork)
   for (int64_t o = 0; o < n_out; ++o) {
     const int64_t begin = ptr[o], end = ptr[o + 1];

@@ -181,6 +181,27 @@ def test_csr_by_key_twins_agree_and_refuse_keys_past_the_end(twin):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+def test_row_kernels_refuse_negative_shapes_on_both_twins(device):
+    """common.h's gather_args / scatter_csr_args on each twin: a negative width reached the
+    CPU gather's memset as a huge size (a crash) while CUDA's returned quietly."""
+    from kernels import backend
+
+    src = torch.zeros(4, 3, device=device)
+    idx = torch.zeros(2, dtype=torch.int32, device=device)
+    dst = torch.zeros(2, 3, device=device)
+    for n, c, m in ((4, -3, 2), (-1, 3, 2), (4, 3, -2)):
+        with pytest.raises(backend.KernelError, match="bad argument"):
+            backend.call("gather_rows_f32", src.device, src, n, c, idx, m, dst)
+    ptr = torch.zeros(3, dtype=torch.int64, device=device)
+    for c, lo, hi in ((-3, 0, 4), (3, 2, 1), (3, -1, 4)):
+        with pytest.raises(backend.KernelError, match="bad argument"):
+            backend.call("scatter_add_csr_f32", src.device, src, c, ptr, idx, 2, lo, hi, dst)
+    backend.call("gather_rows_f32", src.device, src, 4, 3, idx, 0, dst)  # empty: nothing to do
+    backend.call("scatter_add_csr_f32", src.device, src, 3, ptr, idx, 2, 1, 1, dst)
+    assert not dst.any()
+
+
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_gather_and_scatter_kernels(device, dtype):
     gen = torch.Generator().manual_seed(8)

@@ -57,7 +57,8 @@ int launch_gather(const void* src, int64_t n, int64_t row_bytes, const int32_t* 
 // dst[i] = src[idx[i]], a zero row where idx[i] < 0 or idx[i] >= n (as on the CPU).
 int gather_rows(const void* src, int64_t n, int64_t c, int64_t elem_bytes, const int32_t* idx,
                 int64_t m, void* dst, void* stream) {
-  if (m <= 0 || c <= 0) return kStatusOk;
+  if (const int status = gather_args(n, c, m); status != kStatusOk) return status;
+  if (!rows_to_do(m, c)) return kStatusOk;
   const cudaStream_t s = cuda::as_stream(stream);
   const int64_t row_bytes = c * elem_bytes;
   const uint64_t align = (uint64_t)(uintptr_t)src | (uint64_t)(uintptr_t)dst | (uint64_t)row_bytes;
@@ -119,7 +120,10 @@ __global__ void scatter_csr_kernel(const T* src, int64_t c, const int64_t* ptr,
 template <typename T, typename D>
 int scatter_add_csr(const T* src, int64_t c, const int64_t* ptr, const int32_t* rows,
                     int64_t n_out, int64_t row_lo, int64_t row_hi, D* dst, void* stream) {
-  if (n_out <= 0 || c <= 0 || row_hi <= row_lo) return kStatusOk;
+  if (const int status = scatter_csr_args(c, n_out, row_lo, row_hi); status != kStatusOk) {
+    return status;
+  }
+  if (!rows_to_do(n_out, c) || row_hi == row_lo) return kStatusOk;
   const cuda::RowLaunch l = cuda::row_launch(n_out, c);
   scatter_csr_kernel<T, D><<<l.grid, l.block, 0, cuda::as_stream(stream)>>>(
       src, c, ptr, rows, n_out, row_lo, row_hi, dst);
