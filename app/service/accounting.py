@@ -13,7 +13,8 @@ import uuid
 
 from fastapi.responses import JSONResponse
 
-from app.service.routes.deps import ServiceState, key_valid, unauthorized
+from app.service.state import ServiceState
+from app.service.auth import key_valid, unauthorized
 
 log = logging.getLogger("lidarseg")
 

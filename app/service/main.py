@@ -24,7 +24,7 @@ from app.service import observe
 from app.service.accounting import RequestAccounting, route_error
 from app.service.config import Settings
 from app.service.routes import ROUTERS
-from app.service.routes.deps import ErrorBody, ServiceError, ServiceState
+from app.service.state import ErrorBody, ServiceError, ServiceState
 
 log = logging.getLogger("lidarseg")
 

@@ -20,7 +20,7 @@ from app.service.recent import RequestRing
 from app.service.tracing import RequestTrace, Tracing, provider_from_env
 
 if TYPE_CHECKING:
-    from app.service.routes.deps import ServiceState
+    from app.service.state import ServiceState
 
 TRACE_KEY, RECORD_KEY = "lidarseg_trace", "lidarseg_record"
 UNTRACED_PATHS = frozenset(("/healthz", "/readyz", "/metrics"))  # probes and scrapes: no spans

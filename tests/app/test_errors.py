@@ -222,7 +222,7 @@ def test_a_request_cancelled_by_the_shutdown_gets_a_json_503(draining):
     """uvicorn cancels the requests that outlast the drain: a JSON 503 `draining` (it answered
     a text/plain 500 and logged a traceback); a cancel outside a drain still propagates."""
     from app.service.accounting import RequestAccounting
-    from app.service.routes.deps import ServiceState
+    from app.service.state import ServiceState
 
     service = ServiceState(Settings(weights="random", device="cpu"), draining=draining)
     sent: list[dict] = []

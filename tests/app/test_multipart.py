@@ -8,7 +8,7 @@ import gzip
 import numpy as np
 import pytest
 
-from app.service.routes.deps import ServiceError
+from app.service.state import ServiceError
 from app.service.routes.multipart import MAX_PART_HEADER_BYTES, MAX_PARTS, one_file_part
 from tests.app.contract_helpers import (
     NUSCENES,

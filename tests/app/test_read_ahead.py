@@ -270,7 +270,7 @@ def test_the_route_keeps_a_body_in_one_message_uncopied():
     from starlette.requests import Request
 
     from app.service.routes.body import read_body
-    from app.service.routes.deps import ServiceState
+    from app.service.state import ServiceState
 
     async def read() -> tuple[bytes, bytes]:
         body = bytes(BODY)

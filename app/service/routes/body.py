@@ -17,7 +17,7 @@ import asyncio
 from fastapi import Request
 from starlette.requests import ClientDisconnect
 
-from app.service.routes.deps import ServiceError, ServiceState
+from app.service.state import ServiceError, ServiceState
 
 CLOSE = {"Connection": "close"}
 

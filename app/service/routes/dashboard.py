@@ -20,13 +20,9 @@ from fastapi.staticfiles import StaticFiles
 
 from app.codecs.files import RAW_LAYOUT_DEFAULT, RAW_LAYOUT_HINTS
 from app.service.metrics import STAGES
-from app.service.routes.deps import (
-    ERROR_RESPONSES,
-    Service,
-    ServiceError,
-    SettingsDep,
-    require_api_key,
-)
+from app.service.state import ServiceError
+from app.service.auth import require_api_key
+from app.service.routes.deps import ERROR_RESPONSES, Service, SettingsDep
 
 STATIC_DIR = Path(__file__).resolve().parent.parent / "static"
 SWAGGER = "/static/vendor/swagger-ui"

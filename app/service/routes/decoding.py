@@ -17,7 +17,7 @@ from app.codecs import DecodeError, binary, decode
 from app.codecs.sniff import content_type_format
 from app.inference.cleaning import clean_frame
 from app.inference.voxelize import Valid
-from app.service.routes.deps import ServiceError, ServiceState
+from app.service.state import ServiceError, ServiceState
 
 log = logging.getLogger("lidarseg")
 

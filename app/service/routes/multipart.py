@@ -14,7 +14,7 @@ import re
 
 from python_multipart.multipart import parse_options_header
 
-from app.service.routes.deps import ServiceError
+from app.service.state import ServiceError
 
 MAX_PARTS = 17  # the file part and up to 16 form fields (what the route has always allowed)
 MAX_BOUNDARY_BYTES = 70  # RFC 2046's limit

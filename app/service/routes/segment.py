@@ -34,7 +34,8 @@ from app.service.admission import (
 )
 from app.service.routes.body import read_body, release_body
 from app.service.routes.decoding import Posted, decode_body, decodes_inline
-from app.service.routes.deps import ApiKey, Service, ServiceError, ServiceState
+from app.service.state import ServiceError, ServiceState
+from app.service.routes.deps import ApiKey, Service
 from app.service.routes.multipart import one_file_part
 from app.service.routes.segment_api import (
     DETAILS,
