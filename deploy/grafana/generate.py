@@ -1,4 +1,5 @@
-"""Builds the Grafana dashboard and the Prometheus alert rules from one list of queries.
+"""Builds the Grafana dashboard and the Prometheus alert rules (alerts.py) from one set of
+queries (queries.py).
 
     python deploy/grafana/generate.py           # rewrites the two generated files
     python deploy/grafana/generate.py --check   # exits 1 when they are not what this script builds
@@ -30,59 +31,13 @@ from grafana_foundation_sdk.models.dashboard import (
     VariableRefresh,
 )
 
+from alerts import build_alerts
+from queries import INST, ON_SEGMENT, REQ, RI, SEGMENT, STAGE, mean, quantile, ratio
+
 HERE = Path(__file__).resolve().parent
 DASHBOARD = HERE / "provisioning" / "dashboards" / "lidarseg.json"
 ALERTS = HERE.parent / "prometheus" / "lidarseg-alerts.yml"
 PROM = DataSourceRef(type_val="prometheus", uid="prometheus")
-RI = "$__rate_interval"
-
-P99_BUDGET_S = 2.0  # end-to-end p99 over this for 10 min fires LidarsegP99OverBudget
-ERROR_RATIO_MAX = 0.05  # 5xx share of segment requests over this for 5 min fires LidarsegErrors
-GAVE_UP_RATIO_MAX = 0.05  # 499 + 504 share over this for 5 min fires LidarsegClientsGivingUp
-# The sensor's period (10 Hz: 0.1 s, one of the segment histogram's bucket bounds): more than
-# SLOW_SHARE_MAX of the segment requests slower than this for 10 min fires LidarsegSlowerThanSensor
-FRAME_PERIOD_S = 0.1
-SLOW_SHARE_MAX = 0.05
-SCRAPE_JOB = "lidarseg"  # deploy/prometheus/prometheus.yml's job (set yours under Kubernetes)
-
-STAGE = "lidarseg_stage_duration_seconds"
-SEGMENT = "lidarseg_segment_duration_seconds"  # every outcome, by status
-REQ = "lidarseg_requests_total"
-ON_SEGMENT = 'route="/v1/segment"'  # dashboard polls and probes of /v1/model are not frames
-# The dashboard's instance variable (every replica by default, or the ones picked): every panel
-# query carries it; the alerts take the whole fleet (a rule has no variables).
-INST = 'instance=~"$instance"'
-
-
-def quantile(q: float, by: str, match: str, window: str = RI, metric: str = STAGE) -> str:
-    return f"histogram_quantile({q}, sum by ({by}) (rate({metric}_bucket{{{match}}}[{window}])))"
-
-
-def mean(metric: str, by: str = "", match: str = "") -> str:
-    group = f" by ({by})" if by else ""
-    sel = f"{{{match}}}" if match else ""
-    return (
-        f"sum{group} (rate({metric}_sum{sel}[{RI}])) / sum{group} (rate({metric}_count{sel}[{RI}]))"
-    )
-
-
-def ratio(status: str, window: str = RI, scope: str = "") -> str:
-    """The share of segment requests answered with a status matching `status` (`scope`: more
-    matchers, such as INST)."""
-    on = f"{ON_SEGMENT},{scope}" if scope else ON_SEGMENT
-    return (
-        f'(sum(rate({REQ}{{{on},status=~"{status}"}}[{window}])) or vector(0)) / '
-        f"sum(rate({REQ}{{{on}}}[{window}]))"
-    )
-
-
-def slower_than(seconds: float, window: str) -> str:
-    """The share of segment requests (every outcome) that took longer than `seconds`."""
-    return (
-        f'1 - sum(rate({SEGMENT}_bucket{{le="{seconds}"}}[{window}])) / '
-        f"sum(rate({SEGMENT}_count[{window}]))"
-    )
-
 
 QS = (0.5, 0.95, 0.99)
 # (title, unit, [(expr, legend)], exemplars, stacked, kind, width)
@@ -262,79 +217,6 @@ def build_dashboard() -> dict:
     for pid, spec in enumerate(PANELS, 1):
         d = d.with_panel(panel(pid, *spec))
     return json.loads(JSONEncoder(sort_keys=True, indent=2).encode(d.build()))
-
-
-def build_alerts() -> dict:
-    p99 = quantile(0.99, "le", 'stage="total"', "5m")
-    rules = [
-        {
-            "alert": "LidarsegP99OverBudget",
-            "expr": f"{p99} > {P99_BUDGET_S}",
-            "for": "10m",
-            "labels": {"severity": "warning"},
-            "annotations": {
-                "summary": f"lidarseg end-to-end p99 over {P99_BUDGET_S} s",
-                "description": "p99 is {{ $value | humanizeDuration }}; see the "
-                "stage panels and the exemplars' traces",
-            },
-        },
-        {
-            "alert": "LidarsegErrors",
-            "expr": f"{ratio('5..', '5m')} > {ERROR_RATIO_MAX}",
-            "for": "5m",
-            "labels": {"severity": "critical"},
-            "annotations": {
-                "summary": f"over {ERROR_RATIO_MAX:.0%} of lidarseg segment requests fail with 5xx",
-                "description": "5xx ratio {{ $value | humanizePercentage }}",
-            },
-        },
-        {  # a robot's client times out (499) or the deadline passes (504): answers nobody gets
-            "alert": "LidarsegClientsGivingUp",
-            "expr": f"{ratio('499|504', '5m')} > {GAVE_UP_RATIO_MAX}",
-            "for": "5m",
-            "labels": {"severity": "warning"},
-            "annotations": {
-                "summary": f"over {GAVE_UP_RATIO_MAX:.0%} of lidarseg segment requests end "
-                "with the client gone (499) or past the deadline (504)",
-                "description": "share {{ $value | humanizePercentage }}; "
-                "lidarseg_wasted_runs_total counts the frames run for nobody",
-            },
-        },
-        {
-            "alert": "LidarsegSlowerThanSensor",
-            "expr": f"{slower_than(FRAME_PERIOD_S, '10m')} > {SLOW_SHARE_MAX}",
-            "for": "10m",
-            "labels": {"severity": "warning"},
-            "annotations": {
-                "summary": f"over {SLOW_SHARE_MAX:.0%} of lidarseg segment requests take "
-                f"longer than the sensor's period ({FRAME_PERIOD_S} s)",
-                "description": "share {{ $value | humanizePercentage }}",
-            },
-        },
-        {
-            "alert": "LidarsegNotReady",
-            "expr": f'lidarseg_ready == 0 or up{{job="{SCRAPE_JOB}"}} == 0',
-            "for": "5m",
-            "labels": {"severity": "critical"},
-            "annotations": {
-                "summary": "lidarseg {{ $labels.instance }} is not ready (model not "
-                "loaded, draining, or not scraped)"
-            },
-        },
-        {  # an image or host missing a library Open3D loads (libEGL, libGL): the same labels
-            "alert": "LidarsegVoxelizerFallback",
-            "expr": 'lidarseg_model_info{voxelizer!="open3d"} == 1',
-            "for": "1m",
-            "labels": {"severity": "warning"},
-            "annotations": {
-                "summary": "lidarseg {{ $labels.instance }} voxelizes with "
-                "{{ $labels.voxelizer }}, not Open3D (75x slower on a CPU)",
-                "description": "Open3D did not load; the server's start-up log says why "
-                "(on Debian: libegl1 libgl1)",
-            },
-        },
-    ]
-    return {"groups": [{"name": "lidarseg", "rules": rules}]}
 
 
 def rendered() -> dict[Path, str]:
