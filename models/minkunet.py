@@ -17,6 +17,7 @@ from typing import Protocol, cast
 
 from torch import nn
 
+from .labels import NUM_CLASSES
 from .layers import BatchNorm, ReLU, SparseConv3d, SparseInverseConv3d, SubMConv3d, cat
 from .sparse_tensor import MapRequest, SparseTensor
 
@@ -26,7 +27,7 @@ BASE_CHANNELS = (32, 32, 64, 128, 256, 256, 128, 96, 96)
 @dataclass(frozen=True)
 class MinkUNetConfig:
     in_channels: int = 4
-    num_classes: int = 19
+    num_classes: int = NUM_CLASSES
     cr: float = 1.0  # channel ratio: scales BASE_CHANNELS
     encoder_blocks: tuple[int, ...] = (2, 2, 2, 2)
     decoder_blocks: tuple[int, ...] = (2, 2, 2, 2)
@@ -111,7 +112,7 @@ class MinkUNet(nn.Module):
     def __init__(
         self,
         in_channels: int = 4,
-        num_classes: int = 19,
+        num_classes: int = NUM_CLASSES,
         cr: float = 1.0,
         blocks: tuple[int, ...] = (2, 2, 2, 2),
         config: MinkUNetConfig | None = None,
@@ -170,5 +171,5 @@ def _submanifold_requests(module: nn.Module, stride: int) -> list[MapRequest]:
     ]
 
 
-def minkunet34(in_channels: int = 4, num_classes: int = 19, cr: float = 1.0) -> MinkUNet:
+def minkunet34(in_channels: int = 4, num_classes: int = NUM_CLASSES, cr: float = 1.0) -> MinkUNet:
     return MinkUNet(in_channels, num_classes, cr, blocks=(2, 3, 4, 6))

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 
 from torch import nn
 
+from .labels import NUM_CLASSES
 from .layers import BatchNorm, ReLU, SparseConv3d, SparseInverseConv3d, SubMConv3d, cat
 from .minkunet import ConvBNReLU
 from .sparse_tensor import SparseTensor
@@ -44,7 +45,7 @@ from .sparse_tensor import SparseTensor
 @dataclass(frozen=True)
 class SpUNetConfig:
     in_channels: int = 4
-    num_classes: int = 19
+    num_classes: int = NUM_CLASSES
     base_channels: int = 32
     channels: tuple[int, ...] = (32, 64, 128, 256, 256, 128, 96, 96)
     layers: tuple[int, ...] = (2, 3, 4, 6, 2, 2, 2, 2)

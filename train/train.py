@@ -37,7 +37,7 @@ import torch
 
 from app.inference.voxelize import VoxelizeConfig
 from models import SparseTensor
-from models.checkpoints import load_checkpoint, save_checkpoint
+from models.checkpoints import INPUT_FEATURES, load_checkpoint, save_checkpoint
 from models.minkunet import MinkUNet
 
 from .data import (
@@ -99,7 +99,7 @@ def build(cfg: TrainConfig):
     torch.manual_seed(cfg.seed)
     np.random.seed(cfg.seed)
     random.seed(cfg.seed)
-    model = MinkUNet(in_channels=4, num_classes=19, cr=cfg.cr)
+    model = MinkUNet(in_channels=len(INPUT_FEATURES), num_classes=NUM_CLASSES, cr=cfg.cr)
     if cfg.init:
         model.load_state_dict(init_weights(cfg))
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
@@ -204,7 +204,8 @@ def export_last(out: str, path: str, best: bool = False) -> None:
         return
     state = torch.load(Path(out) / "last.pt", map_location="cpu", weights_only=False)
     cfg = TrainConfig(**state["config"])
-    model = MinkUNet(in_channels=4, num_classes=19, cr=cfg.cr)  # its --init need not exist now
+    # its --init need not exist now
+    model = MinkUNet(in_channels=len(INPUT_FEATURES), num_classes=NUM_CLASSES, cr=cfg.cr)
     model.load_state_dict(state["model"])
     model.eval()
     meta = dict(state.get("meta") or meta_for(cfg))
