@@ -43,6 +43,7 @@ from pydantic import ValidationError
 from app.service.access_log import JsonLogFormatter, resolved_mode
 from app.service.config import Settings, unread_variables
 from app.service.read_ahead import READ_AHEAD_BYTES, ReadAheadH11
+from app.service.tracing import checked_export
 
 CLOSE_RESERVE_S = 5.0  # of the shutdown budget, kept for closing connections and the lifespan
 GRACEFUL_S = 3  # uvicorn's own graceful close, inside the reserve (whole seconds: uvicorn's int)
@@ -257,7 +258,8 @@ def serve(overrides: dict) -> int:
 
     try:
         settings = Settings(**overrides)
-    except ValidationError as e:
+        checked_export(os.environ)  # tracing's OTEL_* variables
+    except (ValidationError, ValueError) as e:
         print(f"lidarseg: bad settings:\n{e}", file=sys.stderr)
         return 2
     json_logs = resolved_mode(settings.access_log) == "json"

@@ -75,9 +75,22 @@ def export_requested(environ=os.environ) -> str | None:
     return None
 
 
+def checked_export(environ=os.environ) -> str | None:
+    """export_requested's exporter once the OTLP protocol is one this service speaks; ValueError
+    naming the OTEL_* setting it cannot honour (`serve` exits 2 on it, as on bad settings)."""
+    kind = export_requested(environ)
+    if kind == "otlp":
+        names = ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL")
+        name = next((n for n in names if n in environ), names[1])
+        protocol = environ.get(name, "http/protobuf")
+        if protocol != "http/protobuf":
+            raise ValueError(f"{name}={protocol!r} not supported: use http/protobuf")
+    return kind
+
+
 def provider_from_env(environ=os.environ):
     """A TracerProvider exporting as the OTEL_* variables say, or None when they say nothing."""
-    kind = export_requested(environ)
+    kind = checked_export(environ)
     if kind is None:
         return None
     from opentelemetry.sdk.resources import Resource
@@ -85,12 +98,6 @@ def provider_from_env(environ=os.environ):
     from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter
 
     if kind == "otlp":
-        protocol = environ.get(
-            "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
-            environ.get("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf"),
-        )
-        if protocol != "http/protobuf":
-            raise ValueError(f"OTLP protocol {protocol!r} not supported: use http/protobuf")
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
         exporter = OTLPSpanExporter()

@@ -261,6 +261,19 @@ def test_bad_settings_fail_fast():
     assert proc.returncode == 2
     assert "queue_size" in proc.stderr and "range_policy" in proc.stderr
     assert "precision" in proc.stderr and "'fp8'" in proc.stderr
+    for otel in ({"OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"}, {"OTEL_TRACES_EXPORTER": "jaeger"}):
+        otel = {**otel, "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:1"}
+        proc = subprocess.run(  # a crash loop with status 1 before: now refused as settings
+            [sys.executable, "-m", "app", "serve", "--port", "1"],
+            cwd=REPO_ROOT,
+            env={**env, "LIDARSEG_QUEUE_SIZE": "4", "LIDARSEG_RANGE_POLICY": "ignore",
+                 "LIDARSEG_PRECISION": "auto", **otel},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )  # fmt: skip
+        assert proc.returncode == 2, proc.stderr
+        assert "bad settings" in proc.stderr and list(otel)[0] in proc.stderr
 
 
 def test_a_model_that_fails_to_load_exits_3(tmp_path):
