@@ -104,7 +104,9 @@ class RequestAccounting:
         clients send), status and error code; the segment route's time whatever its outcome
         (the stage histograms see only answered frames)."""
         metrics = self.service.metrics
-        route = getattr(scope.get("route"), "path", None) or "other"
+        route = getattr(scope.get("route"), "path", None)
+        if route is None:  # answered before routing (ambiguous framing): the segment route's own
+            route = SEGMENT_ROUTE if scope["path"] == SEGMENT_ROUTE else "other"
         metrics.requests.labels(route=route, status=status).inc()
         code = scope["state"].get(ERROR_KEY)
         if code is not None:

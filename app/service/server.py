@@ -33,7 +33,7 @@ import sys
 import threading
 import time
 import uuid
-from typing import Callable, TypedDict
+from typing import Callable, NamedTuple, TypedDict
 
 import h11
 import uvicorn
@@ -56,13 +56,26 @@ GRACEFUL_S = 3  # uvicorn's own graceful close, inside the reserve (whole second
 GIL_SWITCH_S = 0.001
 
 
-def _raw_response(status: str, body: dict, extra: str = "") -> bytes:
-    """A JSON answer written before any route (with a request id of its own, as every answer
-    has), then the connection closes."""
+class Rejected(NamedTuple):
+    """A connection answered before any route: counted (lidarseg_connection_rejects) and
+    access-logged by the server's on_reject."""
+
+    code: str  # the error code, the counter's reason
+    status: int
+    request_id: str
+    total_ms: float  # from the request's first byte (or the connection's start) to the answer
+    client: str | None
+
+
+def _raw_response(status: str, body: dict, rejected: Rejected, extra: str = "") -> bytes:
+    """A JSON answer written before any route (with a request id and a Server-Timing total, as
+    every answer has), then the connection closes."""
     payload = json.dumps(body).encode()
     return (
         f"HTTP/1.1 {status}\r\ncontent-type: application/json\r\nconnection: close\r\n"
-        f"x-request-id: {uuid.uuid4().hex}\r\ncontent-length: {len(payload)}\r\n{extra}\r\n"
+        f"x-request-id: {rejected.request_id}\r\n"
+        f"server-timing: total;dur={rejected.total_ms:.3f}\r\n"
+        f"content-length: {len(payload)}\r\n{extra}\r\n"
     ).encode() + payload
 
 
@@ -71,7 +84,7 @@ class Guard(TypedDict):
     read_ahead_bytes: int
     header_timeout_s: float
     retry_after_s: int
-    on_reject: Callable[[str], object]  # reason: counted as lidarseg_connection_rejects
+    on_reject: Callable[[Rejected], object]
 
 
 class GuardedConfig(uvicorn.Config):
@@ -87,8 +100,10 @@ class GuardedH11(ReadAheadH11):
     config: GuardedConfig  # uvicorn_config's: the protocol gets the server's config
     _header_timer: asyncio.TimerHandle | None
     _request_bytes = False  # a byte of the next request has come (else a timeout says nothing)
+    _request_start = 0.0  # time.perf_counter() at that byte (or the connection's start)
 
     def connection_made(self, transport) -> None:
+        self._request_start = time.perf_counter()
         guard = self.config.lidarseg_guard
         self.read_ahead_bytes = guard["read_ahead_bytes"]
         super().connection_made(transport)
@@ -105,10 +120,19 @@ class GuardedH11(ReadAheadH11):
         self._arm_header_timer()
 
     def _refuse(self, status: str, code: str, detail: str, extra: str = "") -> None:
-        """Writes a JSON answer given before any route, counted by its code (on_reject);
-        the caller closes the connection."""
-        self.config.lidarseg_guard["on_reject"](code)
-        self.transport.write(_raw_response(status, {"error": code, "detail": detail}, extra))
+        """Writes a JSON answer given before any route, counted and logged (on_reject); the
+        caller closes the connection."""
+        peer = self.transport.get_extra_info("peername")
+        rejected = Rejected(
+            code,
+            int(status.split()[0]),
+            uuid.uuid4().hex,
+            (time.perf_counter() - self._request_start) * 1e3,
+            f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) and len(peer) >= 2 else None,
+        )
+        self.config.lidarseg_guard["on_reject"](rejected)
+        body = {"error": code, "detail": detail}
+        self.transport.write(_raw_response(status, body, rejected, extra))
 
     def _between_requests(self) -> bool:
         return self.cycle is None or self.cycle.response_complete
@@ -126,6 +150,7 @@ class GuardedH11(ReadAheadH11):
             # (their_state IDLE), whose headers get the whole timeout from here.
             if self.conn.their_state is h11.IDLE and not self._request_bytes:
                 self._request_bytes = True
+                self._request_start = time.perf_counter()
                 self._disarm_header_timer()
             if getattr(self, "_header_timer", None) is None:
                 self._arm_header_timer()
@@ -169,6 +194,7 @@ class GuardedH11(ReadAheadH11):
             pipelined = self.conn.their_state is h11.IDLE and bool(self.conn.trailing_data[0])
             self._request_bytes = pipelined
             if pipelined:
+                self._request_start = time.perf_counter()
                 self._arm_header_timer()
 
     def connection_lost(self, exc) -> None:
@@ -177,9 +203,9 @@ class GuardedH11(ReadAheadH11):
 
 
 def uvicorn_config(
-    app, settings: Settings, on_reject: Callable[[str], object] = lambda reason: None
+    app, settings: Settings, on_reject: Callable[[Rejected], object] = lambda rejected: None
 ) -> GuardedConfig:
-    """uvicorn's config for `app`, with GuardedH11's limits; on_reject(reason) for every
+    """uvicorn's config for `app`, with GuardedH11's limits; on_reject(Rejected) for every
     connection answered before any route."""
     config = GuardedConfig(
         app,
@@ -239,10 +265,15 @@ def run(app) -> int:
                 self.should_exit = True  # fail fast: a restart, not a pod that is never ready
             return await super().on_tick(counter)
 
-    rejects = service.metrics.connection_rejects
-    server = DrainingServer(
-        uvicorn_config(app, settings, lambda reason: rejects.labels(reason=reason).inc())
-    )
+    def on_reject(rejected: Rejected) -> None:
+        service.metrics.connection_rejects.labels(reason=rejected.code).inc()
+        if service.observe is not None:  # the request line never reached a route: "-" for it
+            service.observe.access_log.write(
+                "-", "-", rejected.status, rejected.client, rejected.request_id, "-",
+                {"total": rejected.total_ms}, {"error": rejected.code},
+            )  # fmt: skip
+
+    server = DrainingServer(uvicorn_config(app, settings, on_reject))
     server.run()
     return 0 if server.fatal is None else 3
 

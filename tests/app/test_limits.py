@@ -126,6 +126,15 @@ def test_no_second_answer_after_an_answer_to_a_request_whose_body_was_not_read(s
         assert _read_all(s) == b""
 
 
+def _logged(srv: Server, request_id: str) -> bool:
+    end = time.monotonic() + 5
+    while time.monotonic() < end:
+        if request_id in srv.output():  # a new id (uuid4): only its own line has it
+            return True
+        time.sleep(0.05)
+    return False
+
+
 def test_unparsable_requests_get_a_json_400(srv):
     for bad in (b"Content-Length: +16", b"Content-Length: 1\r\nContent-Length: 2", b"Bad Name: 1"):
         with _connect(srv) as s:
@@ -133,6 +142,9 @@ def test_unparsable_requests_get_a_json_400(srv):
             status, headers, body = _status_and_body(_read_all(s))
         assert status == 400 and headers["content-type"] == "application/json", body
         assert json.loads(body)["error"] == "bad_request" and json.loads(body)["detail"]
+        # as every answer: a Server-Timing total, and the request id in the access log
+        assert float(headers["server-timing"].split("dur=")[1]) >= 0
+        assert _logged(srv, headers["x-request-id"]), srv.output()[-2000:]
     assert httpx.get(f"{srv.url}/healthz").status_code == 200
     assert _rejects(srv, "bad_request") >= 3  # answered before any route: counted all the same
 
@@ -148,7 +160,8 @@ def test_a_request_with_both_lengths_is_refused(srv):
     assert status == 400 and headers["connection"] == "close", body
     assert json.loads(body)["error"] == "ambiguous_framing" and "x-request-id" in headers
     text = httpx.get(f"{srv.url}/metrics").text
-    assert metric_value(text, "lidarseg_errors_total", 'code="ambiguous_framing",route="other"')
+    labels = 'code="ambiguous_framing",route="/v1/segment"'  # the segment error ratios see it
+    assert metric_value(text, "lidarseg_errors_total", labels)
 
 
 def _declare(s: socket.socket, size: int, sent: bytes = b"") -> None:
