@@ -1,13 +1,15 @@
 """Command line: the HTTP service, its client, and in-process segmentation.
 
     python -m app [serve] [--host H] [--port P] [--device auto|cpu|cuda] [--weights W]
+                  [--precision auto|fp32|bf16|int8]
                                          start the HTTP service (every option is also an
                                          environment variable LIDARSEG_<OPTION>, see
                                          app/service/config.py)
-    python -m app client FRAME --url URL [--format F] [--repeat N --concurrency C]
+    python -m app client FRAME [--url URL] [--format F] [--repeat N --concurrency C]
                                          POST a frame to a running service: per-class counts and
                                          timing, or with --repeat latency percentiles + throughput
-    python -m app segment FRAME [--weights W] [--format F] [--layers]   in-process, no server
+    python -m app segment FRAME [--weights W] [--format F] [--sensor S] [--precision P]
+                                [--layers]       in-process, no server
     python -m app crosscheck FRAME [--weights W]     ours vs the spconv twin, one JSON line
     python -m app evaluate FRAME.bin LABELS.label [--weights W]   mIoU, one JSON line
 
@@ -121,12 +123,7 @@ def add_serve_options(p: argparse.ArgumentParser, default=None) -> None:
         default=default,
         help="LIDARSEG_DEVICE; auto = cuda if available (default)",
     )
-    p.add_argument(
-        "--weights",
-        default=default,
-        help="LIDARSEG_WEIGHTS: 'default' (the shipped model, default), 'random' "
-        "or a lidarseg checkpoint",
-    )
+    p.add_argument("--weights", default=default, help="LIDARSEG_WEIGHTS: " + WEIGHTS_HELP)
     add_precision_option(p, default)
 
 
@@ -155,11 +152,20 @@ def main(argv: list[str] | None = None) -> int:
     serve_p.set_defaults(func=cmd_serve)
     client_p = sub.add_parser("client", help="POST a frame to a running service")
     client_p.add_argument("frame")
-    client_p.add_argument("--url", default="http://127.0.0.1:8000")
-    client_p.add_argument("--format", default=None)
+    client_p.add_argument("--url", default="http://127.0.0.1:8000", help="%(default)s")
+    client_p.add_argument(
+        "--format",
+        default=None,
+        help="?format= (kitti, nuscenes, ouster, pcd, ply, las, json, ...); default: a .bin "
+        "file's raw layout by its name, else the service reads the bytes",
+    )
     add_sensor_option(client_p)
-    client_p.add_argument("--repeat", type=positive_int, default=1)
-    client_p.add_argument("--concurrency", type=positive_int, default=1)
+    client_p.add_argument(
+        "--repeat", type=positive_int, default=1, help="post it N times: latency percentiles"
+    )
+    client_p.add_argument(
+        "--concurrency", type=positive_int, default=1, help="with --repeat: C at once"
+    )
     client_p.add_argument("--api-key", default=None, help="default: env LIDARSEG_API_KEY")
     client_p.add_argument("--binary", action="store_true", help="ask for uint8 labels")
     client_p.set_defaults(func=cmd_client)
@@ -181,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return args.func(args)
-    except PrecisionError as e:  # bf16 or int8 this CPU cannot run, or a name from the environment
+    except PrecisionError as e:  # bf16 or int8 this CPU cannot run: a setting, as argparse's 2
         print(f"lidarseg: {e}", file=sys.stderr)
         return 2
     except (OSError, ValueError) as e:  # a file, a format, a value: the user's to mend
