@@ -57,6 +57,15 @@ def test_model_probes_and_docs(http):
     assert {"application/octet-stream", "multipart/form-data", "application/json"} <= set(body)
     ok = spec["paths"]["/v1/segment"]["post"]["responses"]
     assert "application/octet-stream" in ok["200"]["content"]
+    # the answer's headers as documented, no more and no fewer (four of eight were listed)
+    for accept in ("application/json", "application/octet-stream"):
+        r = http.post(
+            "/v1/segment?format=nuscenes",
+            content=frame_bytes(NUSCENES),
+            headers={"Content-Type": "application/octet-stream", "Accept": accept},
+        )
+        sent = {k.lower() for k in r.headers if k.lower().startswith("x-")}
+        assert sent == {k.lower() for k in ok["200"]["headers"]}, accept
     assert {"413", "415", "422", "503", "504"} <= set(ok)
     assert {"/v1/model", "/healthz", "/readyz", "/metrics"} <= set(spec["paths"])
     assert http.get("/docs").status_code == 200

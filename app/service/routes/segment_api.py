@@ -99,10 +99,26 @@ class SegmentResponse(BaseModel):
     layer_ms: dict[str, float] | None = None
 
 
+# The headers of a segment answer (JSON and binary alike), as /openapi.json lists them
+ANSWER_HEADERS = {
+    "X-Request-Id": "the request's id (the client's X-Request-Id when sane, else a new one)",
+    "X-Model": "name:version of the model that ran",
+    "X-Num-Points": "points in the frame (one label each)",
+    "X-Num-Voxels": "voxels the network ran on",
+    "X-Ignored-Points": "points outside the range or not finite (label 255)",
+    "X-Cleaned-Points": "points whose intensity was clamped or replaced",
+    "X-Sensor": "the intensity convention the frame was read in (kitti, nuscenes, ouster)",
+    "X-Batch-Size": "frames in the forward this one ran in",
+}
+
 RESPONSES = {
     200: {
         "description": "Labels: JSON (default), or N uint8 bytes with Accept: "
-        "application/octet-stream (headers X-Num-Points, X-Request-Id, X-Model, X-Sensor)",
+        "application/octet-stream; the same headers on both",
+        "headers": {
+            name: {"description": text, "schema": {"type": "string"}}
+            for name, text in ANSWER_HEADERS.items()
+        },
         "content": {
             "application/json": {"schema": SegmentResponse.model_json_schema()},
             "application/octet-stream": {"schema": _BINARY_SCHEMA},
