@@ -82,7 +82,7 @@ class HeapTrim:
             trim(0)
 
 
-def heap_trim(points: int, idle_s: float) -> dict:
+def worker_trim_hooks(points: int, idle_s: float) -> dict:
     """The worker's trim arguments: none when the trim is off or there is no glibc."""
     if not points or MALLOC_TRIM is None:
         return {}

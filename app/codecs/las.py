@@ -69,7 +69,8 @@ def decode(body: bytes, max_points: int | None = None) -> Frame:
 
 
 def on_unit_scale(frame: Frame) -> Frame:
-    """A decoded LAS frame's intensity on 0..1 (pinned to kitti): 0..65535 / 65535."""
+    """A decoded LAS frame's intensity (0..255 from decode's / 257) on 0..1, pinned to kitti: the
+    file's 0..65535 / 65535. Changes the frame in place and returns it."""
     frame.points[:, 3] /= np.float32(255.0)
     return frame
 

@@ -19,7 +19,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from app.heap import heap_trim
+from app.heap import worker_trim_hooks
 from app.service import observe
 from app.service.accounting import RequestAccounting, route_error
 from app.service.config import Settings
@@ -79,7 +79,7 @@ def load_service(service: ServiceState) -> None:
             on_restart=metrics.worker_restarts.inc,
             on_run=service.observe.on_run if service.observe else None,
         ),
-        **heap_trim(settings.trim_after_points, settings.trim_idle_s),
+        **worker_trim_hooks(settings.trim_after_points, settings.trim_idle_s),
         max_batch_points=settings.max_points,  # a batch's memory: that of one largest frame
     )
     metrics.model.info(

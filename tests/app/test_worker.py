@@ -130,7 +130,7 @@ def test_heap_trim_waits_for_a_pause_and_counts_points_over_batches(monkeypatch)
     calls = []
     monkeypatch.setattr(heap, "MALLOC_TRIM", lambda pad: calls.append((pad, time.monotonic())))
     pipe = FakePipeline(ms_per_point=0.001)
-    w = InferenceWorker(pipe, queue_size=16, **heap.heap_trim(100_000, idle_s=0.3))
+    w = InferenceWorker(pipe, queue_size=16, **heap.worker_trim_hooks(100_000, idle_s=0.3))
     jobs = [w.submit(frame(tag), "kitti", time.monotonic() + 30) for tag in range(6)]
     jobs[-1].future.result(30)  # 120k points back to back: no trim between the frames
     done = time.monotonic()
@@ -146,7 +146,7 @@ def test_heap_trim_waits_for_a_pause_and_counts_points_over_batches(monkeypatch)
     time.sleep(0.8)
     assert len(calls) == 2  # 110k counted over two batches
     w.stop(30)
-    assert heap.heap_trim(0, 0.5) == {}  # LIDARSEG_TRIM_AFTER_POINTS=0: off
+    assert heap.worker_trim_hooks(0, 0.5) == {}  # LIDARSEG_TRIM_AFTER_POINTS=0: off
 
 
 class ReleasingPipeline(FakePipeline):
