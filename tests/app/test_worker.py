@@ -323,7 +323,7 @@ def test_a_frame_given_up_counts_once_as_dropped_or_as_a_wasted_run():
     from types import SimpleNamespace
 
     from app.service.metrics import Metrics
-    from app.service.routes.segment import give_up
+    from app.service.routes.waiting import give_up
 
     metrics = Metrics()
     drops: list[str] = []

@@ -1,0 +1,94 @@
+"""Before a frame's body is read, and after its job is queued: admission (503 while the queue is
+full or the decoders busy) and the wait for the worker's result under the request's deadline
+(504), dropping or writing off the job when the client goes (499) or the deadline passes."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from fastapi import Request
+
+from app.service.admission import CLIENT_GONE, DEADLINE, DeadlineExceeded, Job
+from app.service.routes.decoding import decodes_inline
+from app.service.state import ServiceError, ServiceState
+
+
+def admit(service: ServiceState, inline: bool = False) -> None:
+    """Before the body is read: 503 + Retry-After (closing the connection) when the queue is
+    full, or every decode slot is taken and the body needs one (`inline`: a small raw body,
+    decoded on the event loop, needs none: a flood of slow text bodies refused them too)."""
+    service.require_ready()
+    settings = service.settings
+    if service.worker.depth >= settings.queue_size:
+        raise ServiceError(
+            503,
+            "queue_full",
+            f"server busy: {service.worker.depth} requests already waiting",
+            service.retry_after(close=True),
+        )
+    if not inline and service.decoding >= settings.decode_slots:
+        raise ServiceError(
+            503,
+            "decoders_busy",
+            f"server busy: {service.decoding} frames being decoded (LIDARSEG_DECODE_CONCURRENCY)",
+            service.retry_after(close=True),
+        )
+
+
+async def wait_result(request: Request, service: ServiceState, job, deadline: float):
+    """The job's result; 504 past the deadline; the job is cancelled (never run if it still
+    waits) when the client disconnects or the deadline passes."""
+    waiter = asyncio.wrap_future(job.future)
+    gone = asyncio.ensure_future(_disconnected(request))
+    try:
+        done, _ = await asyncio.wait(
+            {waiter, gone},
+            timeout=max(0.0, deadline - time.monotonic()),
+            return_when=asyncio.FIRST_COMPLETED,
+        )
+        if waiter in done:
+            return waiter.result()
+        if gone in done:
+            give_up(service, job, CLIENT_GONE)
+            raise ServiceError(499, "client_closed_request", "the client went away")
+        raise asyncio.TimeoutError
+    except (asyncio.TimeoutError, DeadlineExceeded):
+        give_up(service, job, DEADLINE)
+        raise ServiceError(
+            504,
+            "deadline_exceeded",
+            f"not segmented within {service.settings.deadline_s} s (LIDARSEG_DEADLINE_S)",
+        ) from None
+    finally:
+        gone.cancel()
+        if not waiter.done():
+            waiter.cancel()
+
+
+def declared_inline(request: Request, fmt: str | None) -> bool:
+    """Whether the request's headers promise a body decoded inline (decodes_inline: a raw
+    layout of a declared size within the limit)."""
+    declared = request.headers.get("content-length", "")
+    return declared.isdigit() and decodes_inline(
+        fmt, request.headers.get("content-type"), int(declared)
+    )
+
+
+def give_up(service: ServiceState, job: Job, reason: str) -> None:
+    """The route stops waiting for `job`. Not started, it never runs: out of the queue, or its
+    future cancelled here and now (a forming batch drops it as it starts), and the worker counts
+    it as lidarseg_dropped. Started (running or done), its answer goes nowhere:
+    lidarseg_wasted_runs. A job the worker refused has its future failed already: neither."""
+    if service.worker.cancel(job, reason) or job.future.cancel():
+        return
+    if job.started:
+        service.metrics.wasted_runs.labels(reason=reason).inc()
+
+
+async def _disconnected(request: Request) -> None:
+    """Returns once the client has disconnected (the body is already read)."""
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            return
