@@ -18,6 +18,7 @@ from __future__ import annotations
 import codecs
 import json
 import re
+import sys
 
 import numpy as np
 
@@ -42,8 +43,15 @@ _LEAD = re.compile(rb"[ \t\r\n]*")
 _TO_SPACE = bytes.maketrans(b"[],", b"   ")
 _NOT_SKELETON = bytes(sorted(set(range(256)) - set(b"[],")))
 _EMPTY_SLOT = (b"[,", b",,", b",]", b"[]")
+# Separators and whole values (a value ends at a separator), never backtracking into one: with
+# the possessive repeats Python's re has from 3.11; on 3.10 (JetPack 6's Python) with each step
+# made atomic by a lookahead and a back-reference instead (the same matches, about 2x slower:
+# 4.1 against 1.9 ms a 256 KiB chunk on the Zen 4, 2026-12-06).
 _NUMBER = rb"-?+(?:0|[1-9][0-9]*+)(?:\.[0-9]++)?+(?:[eE][+-]?+[0-9]++)?+|NaN|-?+Infinity"
-_NUMBERS = re.compile(rb"(?:[\[\],]|(?:" + _NUMBER + rb")(?=[\],]))*+")  # values end at a separator
+_PLAIN_NUMBER = re.sub(rb"(?<=[?*+])\+", b"", _NUMBER)  # its possessive marks dropped
+_NUMBERS_ATOMIC = re.compile(rb"(?:(?=([\[\],]+|(?:" + _PLAIN_NUMBER + rb")(?=[\],])))\1)*")
+_NUMBERS_POSSESSIVE = rb"(?:[\[\],]|(?:" + _NUMBER + rb")(?=[\],]))*+"  # Python >= 3.11 only
+_NUMBERS = re.compile(_NUMBERS_POSSESSIVE) if sys.version_info >= (3, 11) else _NUMBERS_ATOMIC
 
 
 def decode(body: bytes, max_points: int | None = None) -> Frame:
