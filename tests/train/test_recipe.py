@@ -39,7 +39,7 @@ def test_one_command_chains_the_stages_and_writes_the_shipped_file(tmp_path, cap
     model, meta = load_checkpoint(path)
     assert meta["version"] == recipe.version + "-best2"
     assert meta["training_data"] == recipe.training_data and meta["licence"] == REAL_LICENCE
-    stored = torch.load(path)["state_dict"].values()
+    stored = torch.load(path, weights_only=True)["state_dict"].values()
     assert all(v.dtype == torch.float16 for v in stored if v.is_floating_point())
     best, _ = load_checkpoint(tmp_path / "stage3" / "best.pt")
     for (k, a), b in zip(model.state_dict().items(), best.state_dict().values()):
