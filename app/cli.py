@@ -166,6 +166,12 @@ def main(argv: list[str] | None = None) -> int:
     client_p.add_argument(
         "--concurrency", type=positive_int, default=1, help="with --repeat: C at once"
     )
+    client_p.add_argument(
+        "--deadline-ms",
+        type=float,
+        default=None,
+        help="X-Deadline-Ms: the frame is refused (504) rather than answered later than this",
+    )
     client_p.add_argument("--api-key", default=None, help="default: env LIDARSEG_API_KEY")
     client_p.add_argument("--binary", action="store_true", help="ask for uint8 labels")
     client_p.set_defaults(func=cmd_client)

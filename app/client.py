@@ -17,7 +17,8 @@ import numpy as np
 
 class ServiceClient:
     """Thread-safe: one httpx.Client per thread (connection reuse, keep-alive). `sensor`: the
-    intensity convention of the frames it posts (the service's `sensor` parameter), if known."""
+    intensity convention of the frames it posts (the service's `sensor` parameter), if known;
+    `deadline_ms`: each frame's deadline (X-Deadline-Ms: late frames are refused, not answered)."""
 
     def __init__(
         self,
@@ -25,9 +26,12 @@ class ServiceClient:
         api_key: str | None = None,
         timeout: float = 120.0,
         sensor: str | None = None,
+        deadline_ms: float | None = None,
     ):
         self.url, self.timeout, self.sensor = url.rstrip("/"), timeout, sensor
         self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        if deadline_ms:
+            self.headers["X-Deadline-Ms"] = f"{deadline_ms:g}"
         self._local = threading.local()
 
     @property
@@ -148,7 +152,7 @@ def main(args) -> int:
     body = Path(args.frame).read_bytes()
     fmt = args.format
     key = args.api_key or os.environ.get("LIDARSEG_API_KEY")
-    client = ServiceClient(args.url, key, sensor=args.sensor)
+    client = ServiceClient(args.url, key, sensor=args.sensor, deadline_ms=args.deadline_ms)
     try:
         if args.repeat > 1 or args.concurrency > 1:
             report = load_run(

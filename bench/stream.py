@@ -1,19 +1,23 @@
 """A sensor's stream: frames posted at the sensor's rate whatever the answers are doing.
 
-    python -m bench.stream [--hz 10] [--seconds 30] [--sequential 20] [--frames F ...]
-                           [--weights default] [--precision auto] [--device cpu] [--url URL]
-                           [--json OUT]
+    python -m bench.stream [--hz 10] [--seconds 30] [--sequential 20] [--deadline-ms 200]
+                           [--frames F ...] [--weights default] [--precision auto]
+                           [--device cpu] [--url URL] [--json OUT]
 
 bench.service times a frame alone (one request at a time: item 5's figure). A LiDAR driver does
 not wait for an answer before publishing its next scan: here frame i is due at t0 + i / hz and is
 posted then (open loop, a thread each, keep-alive connections of their own), so a frame that runs
 long makes the next one wait in the server's queue. In the same run, first, the same frames are
 posted back to back (closed loop): the two side by side say what the stream's pacing costs.
+Then the stream again with X-Deadline-Ms (--deadline-ms, default two periods; 0: skip): where
+the server cannot keep up, frames it cannot answer in time are refused (504) instead of queued,
+and the answered ones stay fresh.
 
 Latency is from a frame's due time to the last byte of its answer (a frame whose thread started
-late is charged for it). Printed for both: median, p90, p99 and max, the share of frames answered
-later than one period (1 / hz: after the next scan was due), statuses other than 200, and the
-server's own queue and network stages (Server-Timing medians). Frames: six consecutive scans of
+late is charged for it), over the answered frames (200). Printed for each: median, p90, p99 and
+max, the share of answered frames later than one period (1 / hz: after the next scan was due),
+the frames not answered (504 past a deadline, 503), and the server's own queue and network
+stages (Server-Timing medians). Frames: six consecutive scans of
 SemanticKITTI sequence 04 (a 10 Hz drive, 123-124k points each), posted raw (float32 x, y, z,
 intensity) asking for one label byte a point.
 """
@@ -26,7 +30,7 @@ import signal
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from http.client import HTTPConnection
+from http.client import HTTPConnection, HTTPException
 from urllib.parse import urlsplit
 
 import numpy as np
@@ -42,23 +46,38 @@ WARM_UPS = 3
 class Poster:
     """Posts frame bodies on keep-alive connections, one per thread."""
 
-    def __init__(self, url: str, bodies: list[bytes]):
+    def __init__(self, url: str, bodies: list[bytes], deadline_ms: float = 0.0):
         self.server, self.bodies = urlsplit(url), bodies
+        self.headers = {**HEADERS, "X-Deadline-Ms": f"{deadline_ms:g}"} if deadline_ms else HEADERS
         self.local = threading.local()
 
     def post(self, i: int, due: float) -> dict:
-        """Frame i (cycling through the bodies), due at perf_counter() == due."""
-        conn = getattr(self.local, "conn", None)
-        if conn is None:
-            conn = self.local.conn = HTTPConnection(
-                self.server.hostname, self.server.port, timeout=60
-            )
-        conn.request("POST", "/v1/segment?format=kitti", self.bodies[i % len(self.bodies)], HEADERS)
-        r = conn.getresponse()
-        r.read()
-        ms = (time.perf_counter() - due) * 1e3
-        stages = server_timing(r.getheader("server-timing", ""))
-        return {"ms": ms, "status": r.status, "stages": stages}
+        """Frame i (cycling through the bodies), due at perf_counter() == due. A connection the
+        server closed (idle past its keep-alive timeout, or after a refusal) is replaced once."""
+        body = self.bodies[i % len(self.bodies)]
+        for attempt in (0, 1):
+            conn = getattr(self.local, "conn", None)
+            if conn is None:
+                conn = self.local.conn = HTTPConnection(
+                    self.server.hostname, self.server.port, timeout=60
+                )
+            try:
+                conn.request("POST", "/v1/segment?format=kitti", body, self.headers)
+                r = conn.getresponse()
+                r.read()
+            except (OSError, HTTPException):
+                conn.close()
+                self.local.conn = None
+                if attempt:
+                    raise
+                continue
+            if (r.getheader("connection") or "").lower() == "close":
+                conn.close()
+                self.local.conn = None
+            ms = (time.perf_counter() - due) * 1e3
+            stages = server_timing(r.getheader("server-timing", ""))
+            return {"ms": ms, "status": r.status, "stages": stages}
+        raise AssertionError("unreachable")
 
 
 def sequential(poster: Poster, count: int) -> list[dict]:
@@ -81,9 +100,11 @@ def stream(poster: Poster, hz: float, count: int) -> list[dict]:
 
 
 def summary(results: list[dict], period_ms: float) -> dict:
-    ms = np.array([r["ms"] for r in results])
+    """Latency figures of the answered frames (NaN when none was), and how many were not."""
+    answered = [r for r in results if r["status"] == 200]
+    ms = np.array([r["ms"] for r in answered]) if answered else np.full(1, np.nan)
     stage = {
-        s: float(np.median([r["stages"].get(s, 0.0) for r in results]))
+        s: float(np.median([r["stages"].get(s, 0.0) for r in answered])) if answered else np.nan
         for s in ("queue", "network")
     }
     return {
@@ -93,7 +114,7 @@ def summary(results: list[dict], period_ms: float) -> dict:
         "p99_ms": float(np.percentile(ms, 99)),
         "max_ms": float(ms.max()),
         "late_share": float(np.mean(ms > period_ms)),
-        "not_200": sum(r["status"] != 200 for r in results),
+        "not_200": len(results) - len(answered),
         "queue_ms": stage["queue"],
         "network_ms": stage["network"],
     }
@@ -114,6 +135,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--hz", type=float, default=10.0)
     ap.add_argument("--seconds", type=float, default=30.0)
     ap.add_argument("--sequential", type=int, default=20, help="back-to-back frames first")
+    ap.add_argument(
+        "--deadline-ms",
+        type=float,
+        default=None,
+        help="X-Deadline-Ms of the second stream (default: two periods; 0: no second stream)",
+    )
     ap.add_argument("--frames", nargs="+", default=list(FRAMES))
     ap.add_argument("--weights", default="default")
     ap.add_argument("--precision", default="auto", help="LIDARSEG_PRECISION of the server")
@@ -131,13 +158,19 @@ def main(argv=None) -> int:
         (None, args.url) if args.url else common.start_server(args.weights, 1.0, args.device, env)
     )
     period_ms = 1e3 / args.hz
+    deadline_ms = 2 * period_ms if args.deadline_ms is None else args.deadline_ms
+    count = round(args.seconds * args.hz)
     try:
         poster = Poster(url, bodies)
         sequential(poster, WARM_UPS)
         rows = {
             "sequential": summary(sequential(poster, args.sequential), period_ms),
-            "stream": summary(stream(poster, args.hz, round(args.seconds * args.hz)), period_ms),
+            "stream": summary(stream(poster, args.hz, count), period_ms),
         }
+        if deadline_ms:
+            time.sleep(2.0)  # the first stream's backlog drains
+            with_deadline = stream(Poster(url, bodies, deadline_ms), args.hz, count)
+            rows["stream_deadline"] = summary(with_deadline, period_ms)
     finally:
         if proc is not None:
             proc.send_signal(signal.SIGTERM)
@@ -145,15 +178,20 @@ def main(argv=None) -> int:
     print(f"# {len(bodies)} frames cycled, {args.hz:g} Hz (period {period_ms:.0f} ms), "
           f"weights {args.weights}, precision {args.precision}, device {args.device}")  # fmt: skip
     print("# latency ms from each frame's due time; late: share answered after one period")
+    print("# of answered frames; !200: frames not answered (504 past a deadline, 503)")
     print(f"{'':<11}{'frames':>7}{'p50':>9}{'p90':>9}{'p99':>9}{'max':>9}{'late %':>8}"
           f"{'!200':>6}{'queue':>8}{'network':>9}")  # fmt: skip
     for name, s in rows.items():
-        print_row(name, s)
+        print_row(name if name != "stream_deadline" else f"+{deadline_ms:g} ms", s)
     ratio = rows["stream"]["p50_ms"] / rows["sequential"]["p50_ms"]
     print(f"stream p50 / sequential p50: x{ratio:.2f}")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"hz": args.hz, "device": args.device, **rows}, f, indent=1)
+            json.dump(
+                {"hz": args.hz, "device": args.device, "deadline_ms": deadline_ms, **rows},
+                f,
+                indent=1,
+            )
     return 0
 
 

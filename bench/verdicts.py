@@ -80,7 +80,7 @@ def voxelize_lines(rows: list | None) -> list[str]:
 
 def service_lines(report: dict | None) -> list[str]:
     if report is None or not report.get("rows"):
-        return [_line("3", None, "bench.service wrote no JSON"), _line("5", None, "")]
+        return [_line("3", None, "bench.service wrote no JSON"), _line("5", None, "the same")]
     row = report["rows"][0]
     ratio = statistics.median(row["http_over_network"])
     extra = statistics.median(row["json_minus_binary_ms"])
@@ -100,12 +100,20 @@ def stream_lines(report: dict | None) -> list[str]:
     if not report:
         return [_line("5 stream", None, "bench.stream wrote no JSON")]
     s, alone = report["stream"], report["sequential"]
-    return [
+    lines = [
         _line("5 stream", s["p50_ms"] <= FRAME_MS_MAX,
               f"posted at {report['hz']:g} Hz, {s['frames']} frames: p50 {s['p50_ms']:.1f} ms, "
               f"p90 {s['p90_ms']:.1f}, {s['late_share']:.1%} later than a period "
               f"(one at a time: p50 {alone['p50_ms']:.1f}; bar p50 {FRAME_MS_MAX} ms)")
     ]  # fmt: skip
+    shed = report.get("stream_deadline")
+    if shed:  # what a client's deadline makes of the same stream: no bar, the trade it shows
+        lines.append(
+            f"     (with X-Deadline-Ms {report['deadline_ms']:g}: {shed['not_200']} of "
+            f"{shed['frames']} frames refused, the answered p50 {shed['p50_ms']:.1f} ms, p90 "
+            f"{shed['p90_ms']:.1f})"
+        )
+    return lines
 
 
 def scaling_lines(report: dict | None) -> list[str]:

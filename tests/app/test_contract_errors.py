@@ -124,3 +124,28 @@ def test_api_keys_and_range_policy():
             "/v1/segment?format=xyz", content=pts[1:].tobytes(), headers={**WANT_BIN, **auth}
         )
         assert r.status_code == 200 and len(r.content) == 2999
+
+
+def test_a_client_deadline_shorter_than_the_servers_is_kept(http):
+    """X-Deadline-Ms: a frame that cannot be answered within the client's budget is a 504 that
+    names it (never an answer seconds late); a longer one than LIDARSEG_DEADLINE_S leaves the
+    server's; anything but a positive number of milliseconds is a 400."""
+    body = frame_bytes(NUSCENES)
+    late = http.post("/v1/segment?format=nuscenes", content=body,
+                     headers={**WANT_BIN, "X-Deadline-Ms": "0.001"})  # fmt: skip
+    assert "X-Deadline-Ms" in assert_error(late, 504, "deadline_exceeded")["detail"]
+    ok = http.post("/v1/segment?format=nuscenes", content=body,
+                   headers={**WANT_BIN, "X-Deadline-Ms": "600000"})  # fmt: skip
+    assert ok.status_code == 200 and len(ok.content) == len(body) // 20
+    for bad in ("soon", "0", "-5", "nan", "inf"):
+        r = http.post("/v1/segment?format=nuscenes", content=body,
+                      headers={**WANT_BIN, "X-Deadline-Ms": bad})  # fmt: skip
+        assert "X-Deadline-Ms" in assert_error(r, 400, "invalid_request")["detail"], bad
+    twice = http.post(
+        "/v1/segment?format=nuscenes",
+        content=body,
+        headers=[("Content-Type", "application/octet-stream"), ("X-Deadline-Ms", "100"),
+                 ("X-Deadline-Ms", "900")],
+    )  # fmt: skip
+    assert "more than once" in assert_error(twice, 400, "invalid_request")["detail"]
+    assert_good(http)

@@ -83,6 +83,9 @@ def test_failures_and_missing_figures(tmp_path):
     assert "FAIL item 1 speed" in text and "FAIL item 1 int8 accuracy" in text
     assert "n/a  item 2" in text and "n/a  item 3" in text and "FAIL item 4" in text
     assert "n/a  item 5 stream" in text
-    _write(tmp_path, stream=_stream(61.0))
-    assert "PASS item 5 stream" in verdicts(tmp_path, XEON_AMX)
+    shed = {**_stream(61.0), "deadline_ms": 200.0}
+    shed["stream_deadline"] = {**shed["stream"], "not_200": 7}
+    _write(tmp_path, stream=shed)
+    text = verdicts(tmp_path, XEON_AMX)
+    assert "PASS item 5 stream" in text and "X-Deadline-Ms 200: 7 of 300 frames refused" in text
     assert "n/a  item 1 speed" in verdicts(tmp_path, ("AVX2",))  # no bar without bf16 or AMX

@@ -26,7 +26,13 @@ from app.service import observe
 from app.service.admission import DeadlineExceeded, Job, QueueFull, WorkerStopped
 from app.service.routes.body import read_body, release_body
 from app.service.routes.decoding import Posted, decode_body
-from app.service.routes.waiting import admit, declared_inline, wait_result
+from app.service.routes.waiting import (
+    Deadline,
+    admit,
+    declared_inline,
+    request_deadline,
+    wait_result,
+)
 from app.service.state import ServiceError, ServiceState
 from app.service.routes.deps import ApiKey, Service
 from app.service.routes.multipart import one_file_part
@@ -115,7 +121,7 @@ async def _segment(request: Request, service: ServiceState) -> Response:
     fmt, detail, sensor = query_options(request)
     request_id = request.state.request_id
     admit(service, declared_inline(request, fmt))
-    deadline = time.monotonic() + service.settings.deadline_s
+    deadline = request_deadline(request, service)
     frame = await read_frame(request, service, fmt, request_id, sensor)
     job = submit(request, service, frame, deadline, detail)
     result = await wait_result(request, service, job, deadline)
@@ -190,16 +196,19 @@ async def read_frame(
 
 
 def submit(
-    request: Request, service: ServiceState, frame: PostedFrame, deadline: float, detail: str | None
+    request: Request,
+    service: ServiceState,
+    frame: PostedFrame,
+    deadline: Deadline,
+    detail: str | None,
 ) -> Job:
     """The frame's job in the worker's queue: 503 when the queue is full or the server drains,
     504 when the work ahead already rules out the deadline."""
-    settings = service.settings
     try:
         job = service.worker.submit(
             frame.points,
             frame.sensor,
-            deadline,
+            deadline.at,
             layer_timing=detail == "layers",
             trace=observe.trace_of(request),
             valid=frame.valid,
@@ -209,9 +218,7 @@ def submit(
     except WorkerStopped as e:
         raise ServiceError(503, "draining", str(e), service.retry_after()) from None
     except DeadlineExceeded as e:
-        raise ServiceError(
-            504, "deadline_exceeded", f"{e} (LIDARSEG_DEADLINE_S = {settings.deadline_s} s)"
-        ) from None
+        raise ServiceError(504, "deadline_exceeded", f"{e} ({deadline.budget})") from None
     service.metrics.queue_depth.set(service.worker.depth)
     return job
 

@@ -13,6 +13,16 @@ DETAILS = ("layers",)  # `detail` values
 
 PARAMETERS = [
     {
+        "name": "X-Deadline-Ms",
+        "in": "header",
+        "required": False,
+        "description": "This frame's deadline in milliseconds from its arrival, when shorter "
+        "than the server's LIDARSEG_DEADLINE_S: a frame that cannot be answered in time is "
+        "refused at once or dropped unrun (504), never answered late. A robot at 10 Hz sends "
+        "about 100-200: a stale frame is worth less than the next scan.",
+        "schema": {"type": "number", "exclusiveMinimum": 0},
+    },
+    {
         "name": "format",
         "in": "query",
         "required": False,

@@ -5,7 +5,9 @@ full or the decoders busy) and the wait for the worker's result under the reques
 from __future__ import annotations
 
 import asyncio
+import math
 import time
+from typing import NamedTuple
 
 from fastapi import Request
 
@@ -36,7 +38,43 @@ def admit(service: ServiceState, inline: bool = False) -> None:
         )
 
 
-async def wait_result(request: Request, service: ServiceState, job, deadline: float):
+DEADLINE_HEADER = "X-Deadline-Ms"
+
+
+class Deadline(NamedTuple):
+    """When a request's answer is due (time.monotonic()), and what set it, for the 504's text."""
+
+    at: float
+    budget: str  # "0.15 s (X-Deadline-Ms)" or "30 s (LIDARSEG_DEADLINE_S)"
+
+
+def request_deadline(request: Request, service: ServiceState) -> Deadline:
+    """From now: the client's X-Deadline-Ms (a robot's frame is worth nothing after its next
+    scans: a stale one is dropped unrun or refused at once, not answered seconds late) when it
+    asks for less than LIDARSEG_DEADLINE_S, else the setting; 400 for a value that is no
+    positive number of milliseconds, or given twice."""
+    setting = service.settings.deadline_s
+    values = request.headers.getlist(DEADLINE_HEADER)
+    if len(values) > 1:
+        raise ServiceError(400, "invalid_request", f"{DEADLINE_HEADER}: given more than once")
+    seconds, what = setting, "LIDARSEG_DEADLINE_S"
+    if values:
+        try:
+            ms = float(values[0])
+        except ValueError:
+            ms = math.nan
+        if not (math.isfinite(ms) and ms > 0):
+            raise ServiceError(
+                400,
+                "invalid_request",
+                f"{DEADLINE_HEADER}: {values[0][:40]!r} is no positive number of milliseconds",
+            )
+        if ms / 1e3 < setting:
+            seconds, what = ms / 1e3, DEADLINE_HEADER
+    return Deadline(time.monotonic() + seconds, f"{seconds:g} s ({what})")
+
+
+async def wait_result(request: Request, service: ServiceState, job, deadline: Deadline):
     """The job's result; 504 past the deadline; the job is cancelled (never run if it still
     waits) when the client disconnects or the deadline passes."""
     waiter = asyncio.wrap_future(job.future)
@@ -44,7 +82,7 @@ async def wait_result(request: Request, service: ServiceState, job, deadline: fl
     try:
         done, _ = await asyncio.wait(
             {waiter, gone},
-            timeout=max(0.0, deadline - time.monotonic()),
+            timeout=max(0.0, deadline.at - time.monotonic()),
             return_when=asyncio.FIRST_COMPLETED,
         )
         if waiter in done:
@@ -58,7 +96,7 @@ async def wait_result(request: Request, service: ServiceState, job, deadline: fl
         raise ServiceError(
             504,
             "deadline_exceeded",
-            f"not segmented within {service.settings.deadline_s} s (LIDARSEG_DEADLINE_S)",
+            f"not segmented within {deadline.budget}",
         ) from None
     finally:
         gone.cancel()
