@@ -44,6 +44,9 @@ VERSION = 1
 ARCH = "MinkUNet"
 
 INPUT_FEATURES: tuple[str, ...] = ("x", "y", "z", "intensity")
+# SemanticKITTI's common 5 cm: a meta's and the voxelizer's default, what an imported reference
+# checkpoint and the random model run at (the shipped models say 0.1 in their meta)
+DEFAULT_VOXEL_SIZE = 0.05
 INTENSITY_NORMALISATION: dict[str, str] = {
     "kitti": "0-1",
     "nuscenes": "0-255 -> /255",
@@ -90,7 +93,7 @@ def make_meta(
     class_names=SEMANTIC_KITTI_CLASSES,
     class_colors=SEMANTIC_KITTI_COLORS,
     *,
-    voxel_size: float = 0.05,
+    voxel_size: float = DEFAULT_VOXEL_SIZE,
     input_features=INPUT_FEATURES,
     intensity_normalisation: Mapping[str, str] | None = None,
     training_data: str = "",

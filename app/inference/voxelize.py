@@ -25,7 +25,12 @@ import numpy as np
 import torch
 
 from kernels import voxel as voxel_kernels
-from models.checkpoints import INPUT_FEATURES, INTENSITY_NORMALISATION, intensity_scales
+from models.checkpoints import (
+    DEFAULT_VOXEL_SIZE,
+    INPUT_FEATURES,
+    INTENSITY_NORMALISATION,
+    intensity_scales,
+)
 from models.labels import IGNORE_LABEL
 
 # Open3D's CPU hash set (oneTBB) on one thread: for a KITTI frame's 66,060 run keys two threads
@@ -68,7 +73,7 @@ FEATURE_COLUMNS = {"x": 0, "y": 1, "z": 2, "intensity": 3}
 
 @dataclass(frozen=True)
 class VoxelizeConfig:
-    voxel_size: float = 0.05
+    voxel_size: float = DEFAULT_VOXEL_SIZE
     features: tuple[str, ...] = INPUT_FEATURES
     max_xy: float = 120.0  # metres from the sensor, per axis
     z_range: tuple[float, float] = (-20.0, 20.0)
