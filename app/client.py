@@ -30,8 +30,8 @@ class ServiceClient:
     ):
         self.url, self.timeout, self.sensor = url.rstrip("/"), timeout, sensor
         self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        if deadline_ms:
-            self.headers["X-Deadline-Ms"] = f"{deadline_ms:g}"
+        if deadline_ms is not None:
+            self.headers["X-Deadline-Ms"] = repr(float(deadline_ms))
         self._local = threading.local()
 
     @property

@@ -80,7 +80,7 @@ def voxelize_lines(rows: list | None) -> list[str]:
 
 def service_lines(report: dict | None) -> list[str]:
     if report is None or not report.get("rows"):
-        return [_line("3", None, "bench.service wrote no JSON"), _line("5", None, "the same")]
+        return [_line(item, None, "bench.service wrote no JSON") for item in ("3", "5")]
     row = report["rows"][0]
     ratio = statistics.median(row["http_over_network"])
     extra = statistics.median(row["json_minus_binary_ms"])

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import random
 import sys
 from pathlib import Path
@@ -85,7 +86,7 @@ def init_weights(cfg: TrainConfig) -> dict:
     """The --init checkpoint's weights; ValueError when it was trained at another voxel size or
     channel ratio (its filters would see the scene at the wrong scale, or not fit)."""
     init, meta = load_checkpoint(cfg.init)
-    if meta["voxel_size"] != cfg.voxel_size:
+    if not math.isclose(meta["voxel_size"], cfg.voxel_size, rel_tol=1e-6):
         raise ValueError(
             f"--init {cfg.init} was trained with {meta['voxel_size']:g} m voxels, this run uses "
             f"{cfg.voxel_size:g} m (--voxel-size)"

@@ -152,7 +152,8 @@ def _both_lengths(scope) -> bool:
 async def _ambiguous_framing(scope, receive, send) -> None:
     scope["state"][ERROR_KEY] = "ambiguous_framing"
     detail = "both Content-Length and Transfer-Encoding: send one"
-    await error_response(400, "ambiguous_framing", detail)(scope, receive, send)
+    headers = {"Connection": "close"}  # RFC 9112 6.1: closed after the answer, whatever the length
+    await error_response(400, "ambiguous_framing", detail, headers)(scope, receive, send)
 
 
 def _has_body(scope) -> bool:

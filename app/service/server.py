@@ -130,9 +130,12 @@ class GuardedH11(ReadAheadH11):
             (time.perf_counter() - self._request_start) * 1e3,
             f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) and len(peer) >= 2 else None,
         )
-        self.config.lidarseg_guard["on_reject"](rejected)
         body = {"error": code, "detail": detail}
         self.transport.write(_raw_response(status, body, rejected, extra))
+        try:  # counted and logged after the answer is out; nothing may escape into uvicorn
+            self.config.lidarseg_guard["on_reject"](rejected)
+        except Exception:  # noqa: BLE001 - a metric or log failure must not cost the answer
+            logging.getLogger("lidarseg").exception("counting a refused connection")
 
     def _between_requests(self) -> bool:
         return self.cycle is None or self.cycle.response_complete

@@ -153,12 +153,14 @@ def test_a_request_with_both_lengths_is_refused(srv):
     """Content-Length and Transfer-Encoding together: h11 reads the chunks, while the body's
     memory hold and the inline-decode choice went by the (small) length. 400, and closed."""
     head = b"POST /v1/segment HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer " + KEY.encode()
-    with _connect(srv) as s:
-        s.sendall(head + b"\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n")
-        s.sendall(b"10\r\n" + b"\0" * 16 + b"\r\n0\r\n\r\n")
-        status, headers, body = _status_and_body(_read_all(s))
-    assert status == 400 and headers["connection"] == "close", body
-    assert json.loads(body)["error"] == "ambiguous_framing" and "x-request-id" in headers
+    for length in (b"4", b"0"):  # 0: no body by the length, closed all the same
+        with _connect(srv) as s:
+            s.sendall(head + b"\r\nContent-Length: " + length + b"\r\nTransfer-Encoding: chunked")
+            s.sendall(b"\r\n\r\n10\r\n" + b"\0" * 16 + b"\r\n0\r\n\r\n")
+            s.sendall(b"GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n")  # never answered
+            status, headers, body = _status_and_body(_read_all(s))
+        assert status == 400 and headers["connection"] == "close", body
+        assert json.loads(body)["error"] == "ambiguous_framing" and "x-request-id" in headers
     text = httpx.get(f"{srv.url}/metrics").text
     labels = 'code="ambiguous_framing",route="/v1/segment"'  # the segment error ratios see it
     assert metric_value(text, "lidarseg_errors_total", labels)

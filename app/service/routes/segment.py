@@ -120,8 +120,8 @@ async def _segment(request: Request, service: ServiceState) -> Response:
     t0 = time.perf_counter()
     fmt, detail, sensor = query_options(request)
     request_id = request.state.request_id
+    deadline = request_deadline(request, service)  # a bad header: its 400 before a busy 503
     admit(service, declared_inline(request, fmt))
-    deadline = request_deadline(request, service)
     frame = await read_frame(request, service, fmt, request_id, sensor)
     job = submit(request, service, frame, deadline, detail)
     result = await wait_result(request, service, job, deadline)

@@ -7,13 +7,14 @@ from pydantic import BaseModel
 
 from app.codecs import FORMATS, SENSORS
 from app.service.routes.deps import ERROR_RESPONSES
+from app.service.routes.waiting import DEADLINE_HEADER
 
 FORMAT_MAX_LENGTH = 32
 DETAILS = ("layers",)  # `detail` values
 
 PARAMETERS = [
     {
-        "name": "X-Deadline-Ms",
+        "name": DEADLINE_HEADER,
         "in": "header",
         "required": False,
         "description": "This frame's deadline in milliseconds from its arrival, when shorter "

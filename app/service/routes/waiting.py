@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import re
 import time
 from typing import NamedTuple
 
@@ -39,6 +40,7 @@ def admit(service: ServiceState, inline: bool = False) -> None:
 
 
 DEADLINE_HEADER = "X-Deadline-Ms"
+_MILLISECONDS = re.compile(r"[0-9]+(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?")  # a JSON-like number
 
 
 class Deadline(NamedTuple):
@@ -50,20 +52,18 @@ class Deadline(NamedTuple):
 
 def request_deadline(request: Request, service: ServiceState) -> Deadline:
     """From now: the client's X-Deadline-Ms (a robot's frame is worth nothing after its next
-    scans: a stale one is dropped unrun or refused at once, not answered seconds late) when it
-    asks for less than LIDARSEG_DEADLINE_S, else the setting; 400 for a value that is no
-    positive number of milliseconds, or given twice."""
+    scans: a stale one is dropped unrun or refused, not answered seconds late) when it asks for
+    less than LIDARSEG_DEADLINE_S, else the setting (a number too large for a float too); 400 for
+    a value that is no positive decimal number of milliseconds, or given twice."""
     setting = service.settings.deadline_s
     values = request.headers.getlist(DEADLINE_HEADER)
     if len(values) > 1:
         raise ServiceError(400, "invalid_request", f"{DEADLINE_HEADER}: given more than once")
     seconds, what = setting, "LIDARSEG_DEADLINE_S"
     if values:
-        try:
-            ms = float(values[0])
-        except ValueError:
-            ms = math.nan
-        if not (math.isfinite(ms) and ms > 0):
+        text = values[0].strip()
+        ms = float(text) if _MILLISECONDS.fullmatch(text) else math.nan  # inf: past any setting
+        if not ms > 0:
             raise ServiceError(
                 400,
                 "invalid_request",

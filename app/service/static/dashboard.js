@@ -255,8 +255,9 @@ function formatOf(name) {
 
 async function segmentFile(file) {
   setStatus(`segmenting ${file.name} ...`);
-  if (!state.rawLayouts) await poll();
-  if (!state.rawLayouts) {
+  const raw = file.name.toLowerCase().endsWith(".bin");  // only these need the server's table
+  if (raw && !state.rawLayouts) await poll();
+  if (raw && !state.rawLayouts) {
     setStatus(`${file.name}: the server's list of layouts did not come (${$("updated").textContent})`);
     return;
   }
