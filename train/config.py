@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .losses import check_loss
-from .real import check_training_frames
+from .real import REAL_DIR, VALIDATION, check_training_frames, frames_in_role
 
 
 @dataclass
@@ -27,6 +27,7 @@ class TrainConfig:
     voxel_size: float = 0.1
     class_weights: str = "sqrt-inv"  # or "none"
     real_frames: tuple[str, ...] = ()  # training-pool frames (train/real.py)
+    real_dir: str = str(REAL_DIR)  # their folder: the shared SemanticKITTI one, or a team's own
     real_share: float = 0.0  # probability that a batch slot is a real frame
     paste: int = 0  # instances pasted into each frame (real frames needed)
     init: str | None = None  # checkpoint to start from (fine-tuning)
@@ -36,7 +37,9 @@ class TrainConfig:
     loss: str = "ce"  # or "ce+lovasz" (train/losses.py)
 
     def __post_init__(self):
-        self.real_frames = check_training_frames(self.real_frames)
+        self.real_frames = check_training_frames(self.real_frames, self.real_dir)
+        if self.val_every and not frames_in_role(VALIDATION, self.real_dir):
+            raise ValueError(f"--val-every: {self.real_dir} names no validation frame")
         self.loss = check_loss(self.loss)
         if not 0.0 <= self.real_share <= 1.0 or not 0.0 <= self.scene_mix <= 1.0:
             raise ValueError("--real-share and --scene-mix are shares: 0 to 1")

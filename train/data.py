@@ -34,7 +34,7 @@ from .augment import (
     sector_crop,
     swap_sector,
 )
-from .real import GROUND_CLASSES, check_training_frames, instance_bank, load_real
+from .real import REAL_DIR, GROUND_CLASSES, check_training_frames, instance_bank, load_real
 
 TRAIN_SEED_START = 0
 HELDOUT_SEED_START = 1_000_000
@@ -172,15 +172,19 @@ class MixedBatches(SyntheticBatches):
         real_augment: AugmentConfig | None = REAL_AUGMENT,
         crop_degrees: float = 360.0,
         scene_mix: float = 0.0,
+        real_dir: str = str(REAL_DIR),
         **kw,
     ):
         super().__init__(seeds, **kw)
         self.crop_degrees, self.scene_mix = float(crop_degrees), float(scene_mix)
-        self.real_frames = check_training_frames(real_frames)
+        self.real_dir = str(real_dir)
+        self.real_frames = check_training_frames(real_frames, self.real_dir)
         if not self.real_frames and real_share > 0:
             raise ValueError("real_share > 0 needs at least one real training frame")
         self.real_share, self.paste, self.real_augment = float(real_share), int(paste), real_augment
-        self.bank = instance_bank(self.real_frames) if self.real_frames and paste > 0 else ()
+        self.bank = (
+            instance_bank(self.real_frames, self.real_dir) if self.real_frames and paste > 0 else ()
+        )
 
     def frame(
         self, rng: np.random.Generator
@@ -188,11 +192,12 @@ class MixedBatches(SyntheticBatches):
         """(the sources of the sample: frame names or synth:SEED, points, labels, augmentation)."""
         if rng.random() < self.real_share:
             name = self.real_frames[rng.integers(0, len(self.real_frames))]
-            points, labels, _ = load_real(name)
+            points, labels, _ = load_real(name, self.real_dir)
             others = [n for n in self.real_frames if n != name]
             if others and self.scene_mix > 0 and rng.random() < self.scene_mix:
                 other = others[rng.integers(0, len(others))]
-                points, labels = swap_sector(points, labels, *load_real(other)[:2], rng)
+                other_frame = load_real(other, self.real_dir)
+                points, labels = swap_sector(points, labels, *other_frame[:2], rng)
                 return (name, other), points, labels, self.real_augment
             return (name,), points, labels, self.real_augment
         seed = self.seeds[rng.integers(0, len(self.seeds))]

@@ -31,12 +31,9 @@ from app.inference.pipeline import SegmentationPipeline
 from app.inference.scoring import confusion, iou_metrics, metrics_from_confusion, read_labels
 
 from .data import HELDOUT_SEED_START, heldout_seeds, synthetic_frame
-from .real import GROUND_CLASSES, ROLES, TRAIN, VALIDATION
+from .real import GROUND_CLASSES, REAL_DIR, TRAIN, VALIDATION, roles_of
 from app.argtypes import positive_int
 
-DEFAULT_REAL_DIR = (
-    Path(__file__).resolve().parents[2] / "shared" / "data" / "real" / "semantickitti"
-)
 FIXED_FRAME_SEED = HELDOUT_SEED_START
 
 
@@ -69,7 +66,8 @@ def fixed_frame_miou(pipeline, names: list[str]) -> float:
 
 def real_frames(real_dir: Path, roles=(VALIDATION,)) -> list[Path]:
     """The .bin files of the roles table's frames in `roles` (each with a .label beside it)."""
-    return [real_dir / f"{n}.bin" for n in sorted(n for n, r in ROLES.items() if r in roles)]
+    names = sorted(n for n, r in roles_of(str(real_dir)).items() if r in roles)
+    return [real_dir / f"{n}.bin" for n in names]
 
 
 def evaluate_real(pipeline, names: list[str], real_dir: Path, roles=(VALIDATION,)) -> dict:
@@ -83,7 +81,7 @@ def evaluate_real(pipeline, names: list[str], real_dir: Path, roles=(VALIDATION,
         ground = list(GROUND_CLASSES)
         out[frame_path.name] = {
             **iou_metrics(gt, pred, names),
-            "role": ROLES[name],
+            "role": roles_of(str(real_dir))[name],
             "ground_confusion": {
                 names[g]: {names[p]: int(conf[g, p]) for p in ground}
                 for g in ground
@@ -101,7 +99,11 @@ def main(argv=None) -> int:
     )
     ap.add_argument("--weights", default="default")
     ap.add_argument("--frames", type=positive_int, default=50, help="held-out synthetic frames")
-    ap.add_argument("--real-dir", default=str(DEFAULT_REAL_DIR))
+    ap.add_argument(
+        "--real-dir",
+        default=str(REAL_DIR),
+        help="labelled frames: the shared SemanticKITTI folder, or yours with a roles.json",
+    )
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--json", default=None, help="also write the result here")
     ap.add_argument(
@@ -111,7 +113,10 @@ def main(argv=None) -> int:
     )
     a = ap.parse_args(argv)
     roles = (VALIDATION, TRAIN) if a.training_frames else (VALIDATION,)
-    frames = real_frames(Path(a.real_dir), roles)
+    try:
+        frames = real_frames(Path(a.real_dir), roles)
+    except ValueError as e:  # a folder of one's own scans without (or with a bad) roles.json
+        ap.error(str(e))
     missing = [f for p in frames for f in (p, p.with_suffix(".label")) if not f.is_file()]
     if missing:  # before minutes of scoring synthetic frames
         ap.error(f"{len(missing)} real frame files missing, first {missing[0]} (--real-dir)")

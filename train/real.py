@@ -1,14 +1,17 @@
-"""Real labelled SemanticKITTI frames for training: their roles, loading, and an instance bank.
+"""Real labelled frames for training: their roles, loading, and an instance bank.
 
-ROLES mirrors the roles table of ../shared/data/real/SOURCES.md (one home in the code): frames in
-the training pool may feed gradients; validation frames are only for model selection and
-reporting, and `check_training_frames` refuses them (and anything not in the table) in a
-training list.
+ROLES mirrors the roles table of ../shared/data/real/SOURCES.md (one home in the code) for the
+shared SemanticKITTI folder: frames in the training pool may feed gradients; validation frames
+are only for model selection and reporting, and `check_training_frames` refuses them (and
+anything not in the table) in a training list. A folder of a team's own labelled scans (`.bin`
+and `.label` in SemanticKITTI's layout, `train.train --real-dir`) names its frames' roles in its
+own ROLES_FILE, and the same rules hold there.
 """
 
 from __future__ import annotations
 
 import functools
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,6 +31,44 @@ ROLES = {
 }
 TRAINING_POOL = tuple(k for k, v in ROLES.items() if v == TRAIN)
 VALIDATION_FRAMES = tuple(k for k, v in ROLES.items() if v == VALIDATION)
+ROLES_FILE = "roles.json"  # {"frame": "training pool" | "validation", ...} in a folder of scans
+
+
+def is_shared(real_dir: str | Path) -> bool:
+    """Whether `real_dir` is the shared SemanticKITTI folder (ROLES), not a team's own."""
+    return Path(real_dir).resolve() == REAL_DIR.resolve()
+
+
+@functools.lru_cache(maxsize=8)
+def roles_of(real_dir: str = str(REAL_DIR)) -> dict[str, str]:
+    """Each frame's role in `real_dir`: ROLES for the shared folder, else its ROLES_FILE (every
+    frame named there must have its .bin and .label); ValueError saying what is wrong."""
+    if is_shared(real_dir):
+        return ROLES
+    path = Path(real_dir) / ROLES_FILE
+    try:
+        roles = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ValueError(
+            f"{path} is missing: a folder of your own labelled scans names each frame's role "
+            f'there, {{"frame": "{TRAIN}" | "{VALIDATION}"}} (validation frames never train)'
+        ) from None
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path}: not JSON ({e})") from None
+    if not isinstance(roles, dict) or not roles:
+        raise ValueError(f"{path}: expected an object of frame names and roles")
+    for name, role in roles.items():
+        if role not in (TRAIN, VALIDATION):
+            raise ValueError(f"{path}: {name!r}: role {role!r} is not {TRAIN!r} or {VALIDATION!r}")
+        for ext in (".bin", ".label"):
+            if not (Path(real_dir) / f"{name}{ext}").is_file():
+                raise ValueError(f"{path}: {name!r} has no {name}{ext} beside it")
+    return roles
+
+
+def frames_in_role(role: str, real_dir: str = str(REAL_DIR)) -> tuple[str, ...]:
+    return tuple(name for name, r in roles_of(str(real_dir)).items() if r == role)
+
 
 # classes whose instances may be cut and pasted (SemanticKITTI "things"), and the ground they
 # may be pasted onto (our ids: car 0 .. motorcyclist 7; road 8, parking 9, sidewalk 10,
@@ -36,17 +77,20 @@ THING_CLASSES = tuple(range(8))
 GROUND_CLASSES = (8, 9, 10, 11, 16)
 
 
-def check_training_frames(names) -> tuple[str, ...]:
-    """The names, if every one is a training-pool frame; ValueError naming the first that is not
-    (validation frames are never trained on)."""
+def check_training_frames(names, real_dir: str = str(REAL_DIR)) -> tuple[str, ...]:
+    """The names, if every one is a training-pool frame of `real_dir`; ValueError naming the
+    first that is not (validation frames are never trained on)."""
     names = tuple(names)
+    roles = roles_of(str(real_dir)) if names else ROLES
     for name in names:
-        role = ROLES.get(name)
+        role = roles.get(name)
         if role != TRAIN:
             why = f"its role is {role!r}" if role else "it is not in the roles table"
+            table = "see SOURCES.md" if is_shared(real_dir) else f"{real_dir}/{ROLES_FILE}"
+            pool = ", ".join(frames_in_role(TRAIN, str(real_dir)))
             raise ValueError(
                 f"real frame {name!r} may not be used for training: {why} "
-                f"(training pool: {', '.join(TRAINING_POOL)}; see SOURCES.md)"
+                f"(training pool: {pool}; {table})"
             )
     return names
 
@@ -80,7 +124,7 @@ def instances_of(
 ) -> list[Instance]:
     """Every labelled thing instance (instance id > 0, thing class, >= min_points points, at
     most max_extent metres across in x and y) of a training-pool frame."""
-    check_training_frames([name])
+    check_training_frames([name], real_dir)
     points, labels, inst = load_real(name, real_dir)
     out = []
     keep = (inst > 0) & np.isin(labels, THING_CLASSES)
@@ -96,5 +140,7 @@ def instances_of(
 @functools.lru_cache(maxsize=4)
 def instance_bank(names: tuple[str, ...], real_dir: str = str(REAL_DIR)) -> tuple[Instance, ...]:
     return tuple(
-        i for n in check_training_frames(names) for i in instances_of(n, real_dir=real_dir)
+        i
+        for n in check_training_frames(names, real_dir)
+        for i in instances_of(n, real_dir=real_dir)
     )

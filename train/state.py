@@ -22,12 +22,13 @@ from models.checkpoints import load_checkpoint, make_meta
 
 from .config import TrainConfig
 from .data import HELDOUT_SEED_START
-from .real import VALIDATION_FRAMES as VAL_NAMES
+from .real import VALIDATION, frames_in_role, is_shared
 
 TRAINING_VERSION = "synth-v2"
 REAL_VERSION = "real-v1"
 SYNTHETIC_LICENCE = "ours; no third-party data (synthetic scans only)"
 REAL_LICENCE = "CC BY-NC-SA 4.0, non-commercial: trained on SemanticKITTI"
+OWN_DATA_LICENCE = "the terms of the labelled scans it was trained on"  # a team's own folder
 
 
 def rng_states() -> dict:
@@ -110,13 +111,32 @@ def load_state(
 
 
 def trained_on_real(cfg: TrainConfig) -> bool:
-    """Whether the run's weights come from SemanticKITTI in any way: real frames listed (batch
+    """Whether the run's weights come from real scans in any way: real frames listed (batch
     slots, pasted instances, class weights), or an --init checkpoint that is not synthetic-only.
     (Until 2026-12-06 only real batch slots counted: a fine-tune of the shipped real model on
     synthetic scans was labelled 'no third-party data'.)"""
     if cfg.real_frames or cfg.paste > 0:
         return True
-    return bool(cfg.init) and load_checkpoint(cfg.init)[1].get("licence") != SYNTHETIC_LICENCE
+    return bool(cfg.init) and init_licence(cfg) != SYNTHETIC_LICENCE
+
+
+def init_licence(cfg: TrainConfig) -> str | None:
+    return load_checkpoint(cfg.init)[1].get("licence") if cfg.init else None
+
+
+def real_licence(cfg: TrainConfig) -> str:
+    """A run on real scans: SemanticKITTI's terms where any of its data (the shared folder's
+    frames, or an --init trained on them) went in, a team's own scans' terms where those did,
+    both where both did."""
+    own = bool(cfg.real_frames) and not is_shared(cfg.real_dir)
+    inherited = init_licence(cfg)
+    kitti = (bool(cfg.real_frames) and not own) or inherited not in (None, SYNTHETIC_LICENCE)
+    if not own:
+        return REAL_LICENCE if kitti else SYNTHETIC_LICENCE
+    terms = f"{OWN_DATA_LICENCE} ({cfg.real_dir})"
+    if inherited == REAL_LICENCE:
+        return f"{REAL_LICENCE}; and {terms}"
+    return terms if inherited in (None, SYNTHETIC_LICENCE) else f"{terms}; and {inherited}"
 
 
 def meta_for(cfg: TrainConfig) -> dict:
@@ -142,9 +162,13 @@ def meta_for(cfg: TrainConfig) -> dict:
     init = f"fine-tuned from {Path(cfg.init).name}; " if cfg.init else ""
     mix = f", {cfg.scene_mix:.0%} scene-mixed" if cfg.scene_mix > 0 else ""
     if cfg.real_frames:
+        scans = (
+            "SemanticKITTI scans {} (CC BY-NC-SA 4.0; "
+            if is_shared(cfg.real_dir)
+            else f"own labelled scans {{}} of {cfg.real_dir} ("
+        ).format(", ".join(cfg.real_frames))
         data = (
-            f"{init}SemanticKITTI scans {', '.join(cfg.real_frames)} (CC BY-NC-SA 4.0; "
-            f"{cfg.real_share:.0%} of batch slots, {cfg.paste} pasted instances a "
+            f"{init}{scans}{cfg.real_share:.0%} of batch slots, {cfg.paste} pasted instances a "
             f"frame, {cfg.crop_degrees:g} degree wedges{mix}) mixed with {synth}"
         )
     else:  # an --init trained on SemanticKITTI, fine-tuned on synthetic scans
@@ -155,9 +179,10 @@ def meta_for(cfg: TrainConfig) -> dict:
     meta = make_meta(
         voxel_size=cfg.voxel_size,
         training_data=(
-            f"{data}; model selection on {', '.join(VAL_NAMES)} (never trained on); {recipe}"
+            f"{data}; model selection on {', '.join(frames_in_role(VALIDATION, cfg.real_dir))} "
+            f"(never trained on); {recipe}"
         ),
         version=f"{REAL_VERSION}-cr{cfg.cr:g}-steps{cfg.steps}-seed{cfg.seed}",
     )
-    meta["licence"] = REAL_LICENCE
+    meta["licence"] = real_licence(cfg)
     return meta

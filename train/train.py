@@ -50,7 +50,7 @@ from .data import (
 )
 from .config import TrainConfig
 from .losses import LOSSES, segmentation_loss
-from .real import TRAINING_POOL, load_real
+from .real import REAL_DIR, TRAIN, frames_in_role, load_real
 from .state import load_state, meta_for, save_state
 from .validate import Progress, validate
 from app.argtypes import non_negative_int, positive_int
@@ -75,7 +75,7 @@ def class_weights(cfg: TrainConfig) -> torch.Tensor | None:
         seeds = list(train_seeds(cfg.train_seeds))[:CLASS_FREQ_FRAMES]
         counts += (1 - cfg.real_share) * freq(synthetic_frame(s, cfg.profile)[1] for s in seeds)
     if cfg.real_share > 0:
-        counts += cfg.real_share * freq(load_real(n)[1] for n in cfg.real_frames)
+        counts += cfg.real_share * freq(load_real(n, cfg.real_dir)[1] for n in cfg.real_frames)
     counts *= 1e6
     w = 1.0 / np.sqrt(np.maximum(counts, 1.0) / counts.sum())
     w = np.clip(w / w.mean(), 0.2, 10.0)
@@ -114,7 +114,7 @@ def run_validation(
     cfg: TrainConfig, out: Path, step: int, model, best: dict | None, log, meta: dict
 ):
     """Scores the model, logs to DIR/val.jsonl, writes DIR/best.pt on a new best; the best."""
-    result = validate(model, cfg.voxel_size)
+    result = validate(model, cfg.voxel_size, real_dir=cfg.real_dir)
     per_frame = {k: round(v["miou"], 4) for k, v in result["frames"].items()}
     with open(out / "val.jsonl", "a") as f:
         f.write(json.dumps({"step": step, **result}) + "\n")
@@ -192,6 +192,7 @@ def make_data(cfg: TrainConfig):
         cfg.paste,
         crop_degrees=cfg.crop_degrees,
         scene_mix=cfg.scene_mix,
+        real_dir=cfg.real_dir,
         **common,
     )
 
@@ -241,6 +242,13 @@ def cli_parser() -> argparse.ArgumentParser:
         default="",
         help="'pool' (the whole training pool) or comma-separated training-pool frame names",
     )
+    p.add_argument(
+        "--real-dir",
+        default=str(REAL_DIR),
+        help="the real frames' folder: the shared SemanticKITTI one (default), or your own "
+        "labelled scans (.bin + .label, SemanticKITTI's layout) with a roles.json naming each "
+        "frame 'training pool' or 'validation'",
+    )
     p.add_argument("--real-share", type=float, default=0.0, help="share of real batch slots")
     p.add_argument(
         "--paste", type=non_negative_int, default=0, help="instances pasted into each frame"
@@ -275,7 +283,7 @@ def cli_parser() -> argparse.ArgumentParser:
 def config_from(a: argparse.Namespace) -> TrainConfig:
     """The TrainConfig that parsed flags (cli_parser) describe."""
     real = (
-        TRAINING_POOL
+        frames_in_role(TRAIN, a.real_dir)
         if a.real_frames == "pool"
         else tuple(n for n in a.real_frames.split(",") if n)
     )
@@ -294,6 +302,7 @@ def config_from(a: argparse.Namespace) -> TrainConfig:
         voxel_size=a.voxel_size,
         class_weights=a.class_weights,
         real_frames=real,
+        real_dir=a.real_dir,
         real_share=a.real_share,
         paste=a.paste,
         init=a.init,

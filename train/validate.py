@@ -17,20 +17,22 @@ from app.inference.builder import pipeline_for
 from app.inference.scoring import iou_metrics
 from models.checkpoints import make_meta
 
-from .real import VALIDATION_FRAMES, ROLES, VALIDATION, load_real
+from .real import REAL_DIR, VALIDATION, frames_in_role, load_real, roles_of
 
 
-def validate(model, voxel_size: float, frames=VALIDATION_FRAMES) -> dict:
-    """{"score": mean frame mIoU, "frames": {name: iou_metrics}}; `model` is not changed (a
-    copy runs in eval mode)."""
+def validate(model, voxel_size: float, frames=None, real_dir: str = str(REAL_DIR)) -> dict:
+    """{"score": mean frame mIoU, "frames": {name: iou_metrics}} over `frames` (default: every
+    validation frame of `real_dir`); `model` is not changed (a copy runs in eval mode)."""
+    real_dir = str(real_dir)
+    frames = frames_in_role(VALIDATION, real_dir) if frames is None else frames
     for name in frames:
-        if ROLES.get(name) != VALIDATION:
+        if roles_of(real_dir).get(name) != VALIDATION:
             raise ValueError(f"{name!r} is not a validation frame")
     pipeline = pipeline_for(copy.deepcopy(model), make_meta(voxel_size=voxel_size))
     names = pipeline.meta["class_names"]
     out = {}
     for name in frames:
-        points, labels, _ = load_real(name)
+        points, labels, _ = load_real(name, real_dir)
         pred = pipeline.segment(np.ascontiguousarray(points), "kitti").labels
         out[name] = iou_metrics(labels, pred, names)
     return {"score": float(np.mean([m["miou"] for m in out.values()])), "frames": out}

@@ -234,4 +234,4 @@ def test_evaluate_refuses_a_missing_real_frame_before_scoring(tmp_path, monkeypa
         evaluate.main(["--real-dir", str(tmp_path), "--frames", "1"])
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
-    assert "real frame files missing" in err and str(tmp_path) in err
+    assert "roles.json is missing" in err and str(tmp_path) in err  # not the shared folder
