@@ -124,19 +124,23 @@ def init_licence(cfg: TrainConfig) -> str | None:
     return load_checkpoint(cfg.init)[1].get("licence") if cfg.init else None
 
 
+LICENCE_JOIN = "; and "
+
+
 def real_licence(cfg: TrainConfig) -> str:
-    """A run on real scans: SemanticKITTI's terms where any of its data (the shared folder's
-    frames, or an --init trained on them) went in, a team's own scans' terms where those did,
-    both where both did."""
-    own = bool(cfg.real_frames) and not is_shared(cfg.real_dir)
+    """Every source's terms, joined: SemanticKITTI's where the shared folder's frames went in,
+    the --init checkpoint's (SemanticKITTI's, a team's scans', or both), and a team's own scans'
+    where those went in; synthetic-only when none did."""
+    terms: list[str] = []
+    if cfg.real_frames and is_shared(cfg.real_dir):
+        terms.append(REAL_LICENCE)
     inherited = init_licence(cfg)
-    kitti = (bool(cfg.real_frames) and not own) or inherited not in (None, SYNTHETIC_LICENCE)
-    if not own:
-        return REAL_LICENCE if kitti else SYNTHETIC_LICENCE
-    terms = f"{OWN_DATA_LICENCE} ({cfg.real_dir})"
-    if inherited == REAL_LICENCE:
-        return f"{REAL_LICENCE}; and {terms}"
-    return terms if inherited in (None, SYNTHETIC_LICENCE) else f"{terms}; and {inherited}"
+    if inherited not in (None, SYNTHETIC_LICENCE):
+        terms += [t for t in str(inherited).split(LICENCE_JOIN) if t not in terms]
+    if cfg.real_frames and not is_shared(cfg.real_dir):
+        own = f"{OWN_DATA_LICENCE} ({cfg.real_dir})"
+        terms += [own] if own not in terms else []
+    return LICENCE_JOIN.join(terms) or SYNTHETIC_LICENCE
 
 
 def meta_for(cfg: TrainConfig) -> dict:
@@ -171,11 +175,8 @@ def meta_for(cfg: TrainConfig) -> dict:
             f"{init}{scans}{cfg.real_share:.0%} of batch slots, {cfg.paste} pasted instances a "
             f"frame, {cfg.crop_degrees:g} degree wedges{mix}) mixed with {synth}"
         )
-    else:  # an --init trained on SemanticKITTI, fine-tuned on synthetic scans
-        data = (
-            f"fine-tuned from {Path(cfg.init).name} (trained on SemanticKITTI, CC BY-NC-SA "
-            f"4.0) on {synth}"
-        )
+    else:  # an --init trained on real scans, fine-tuned on synthetic ones
+        data = f"fine-tuned from {Path(cfg.init).name} ({init_licence(cfg)}) on {synth}"
     meta = make_meta(
         voxel_size=cfg.voxel_size,
         training_data=(

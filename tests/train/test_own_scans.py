@@ -73,7 +73,14 @@ def test_a_run_on_ones_own_scans_says_whose_they_are(own_dir, tmp_path, capsys):
                            "init": "models/weights/minkunet_real.pt", "cr": 0.5})  # fmt: skip
     train(tuned, log=lambda s: None)
     licence = load_checkpoint(tmp_path / "tuned" / "model.pt")[1]["licence"]
-    assert licence.startswith(REAL_LICENCE) and str(own_dir) in licence
+    assert licence == f"{REAL_LICENCE}; and {OWN_DATA_LICENCE} ({own_dir})"
+    # a fine-tune of the own-scans model on synthetic scans keeps its terms (not SemanticKITTI's)
+    synthetic = TrainConfig(out=str(tmp_path / "again"), init=str(tmp_path / "own" / "model.pt"),
+                            **SMOKE)  # fmt: skip
+    train(synthetic, log=lambda s: None)
+    again = load_checkpoint(tmp_path / "again" / "model.pt")[1]
+    assert again["licence"] == f"{OWN_DATA_LICENCE} ({own_dir})"
+    assert "SemanticKITTI" not in again["training_data"]
     with pytest.raises(SystemExit):  # train.evaluate reads the same roles
         evaluate.main(["--real-dir", str(own_dir / "nowhere")])
     assert "roles.json is missing" in capsys.readouterr().err
