@@ -163,7 +163,7 @@ def test_train_evaluate_scores_the_same_labels(xyz_checkpoint, frame, expected, 
         (real / f"{name}.bin").symlink_to(frame[0])
         (real / f"{name}.label").symlink_to(frame[1])
     # a folder of one's own: its roles.json names the frames' roles (train/real.py)
-    (real / "roles.json").write_text(json.dumps({n: "validation" for n in VALIDATION_FRAMES}))
+    (real / "roles.json").write_text(json.dumps(dict.fromkeys(VALIDATION_FRAMES, "validation")))
     out = tmp_path / "eval.json"
     assert (
         train_evaluate.main(
