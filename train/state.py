@@ -110,31 +110,18 @@ def load_state(
     return int(state["step"]), list(state["losses"]), state.get("best")
 
 
-def trained_on_real(cfg: TrainConfig) -> bool:
-    """Whether the run's weights come from real scans in any way: real frames listed (batch
-    slots, pasted instances, class weights), or an --init checkpoint that is not synthetic-only.
-    (Until 2026-12-06 only real batch slots counted: a fine-tune of the shipped real model on
-    synthetic scans was labelled 'no third-party data'.)"""
-    if cfg.real_frames or cfg.paste > 0:
-        return True
-    return bool(cfg.init) and init_licence(cfg) != SYNTHETIC_LICENCE
-
-
-def init_licence(cfg: TrainConfig) -> str | None:
-    return load_checkpoint(cfg.init)[1].get("licence") if cfg.init else None
-
-
 LICENCE_JOIN = "; and "
 
 
-def real_licence(cfg: TrainConfig) -> str:
+def run_licence(cfg: TrainConfig, inherited: str | None) -> str:
     """Every source's terms, joined: SemanticKITTI's where the shared folder's frames went in,
-    the --init checkpoint's (SemanticKITTI's, a team's scans', or both), and a team's own scans'
-    where those went in; synthetic-only when none did."""
+    the --init checkpoint's (`inherited`: SemanticKITTI's, a team's scans', or both), and a
+    team's own scans' where those went in; synthetic-only when no real scan went in any way.
+    (Until 2026-12-06 only real batch slots counted: a fine-tune of the shipped real model on
+    synthetic scans was labelled 'no third-party data'.)"""
     terms: list[str] = []
     if cfg.real_frames and is_shared(cfg.real_dir):
         terms.append(REAL_LICENCE)
-    inherited = init_licence(cfg)
     if inherited not in (None, SYNTHETIC_LICENCE):
         terms += [t for t in str(inherited).split(LICENCE_JOIN) if t not in terms]
     if cfg.real_frames and not is_shared(cfg.real_dir):
@@ -155,7 +142,9 @@ def meta_for(cfg: TrainConfig) -> dict:
     )
     if cfg.loss != "ce":
         recipe += f", loss {cfg.loss}"
-    if not trained_on_real(cfg):
+    inherited = load_checkpoint(cfg.init)[1].get("licence") if cfg.init else None  # read once
+    licence = run_licence(cfg, inherited)
+    if licence == SYNTHETIC_LICENCE:
         meta = make_meta(
             voxel_size=cfg.voxel_size,
             training_data=f"{synth}; {recipe}",
@@ -176,7 +165,7 @@ def meta_for(cfg: TrainConfig) -> dict:
             f"frame, {cfg.crop_degrees:g} degree wedges{mix}) mixed with {synth}"
         )
     else:  # an --init trained on real scans, fine-tuned on synthetic ones
-        data = f"fine-tuned from {Path(cfg.init).name} ({init_licence(cfg)}) on {synth}"
+        data = f"fine-tuned from {Path(cfg.init).name} ({inherited}) on {synth}"
     meta = make_meta(
         voxel_size=cfg.voxel_size,
         training_data=(
@@ -185,5 +174,5 @@ def meta_for(cfg: TrainConfig) -> dict:
         ),
         version=f"{REAL_VERSION}-cr{cfg.cr:g}-steps{cfg.steps}-seed{cfg.seed}",
     )
-    meta["licence"] = real_licence(cfg)
+    meta["licence"] = licence
     return meta
