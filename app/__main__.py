@@ -1,8 +1,13 @@
-"""`python -m app`: see app/cli.py. The OpenMP variables (app/threads.py) and glibc's malloc
-parameters (app/heap.py) are set first, before anything loads libgomp or starts a thread."""
+"""`python -m app`: see app/cli.py. A stop signal is held from the first line (app/stop_signals.py);
+the OpenMP variables (app/threads.py) and glibc's malloc parameters (app/heap.py) are set before
+anything loads libgomp or starts a thread."""
 
-from app.heap import configure_malloc
-from app.threads import configure_env
+from app import stop_signals
+
+stop_signals.hold()
+
+from app.heap import configure_malloc  # noqa: E402
+from app.threads import configure_env  # noqa: E402
 
 configure_env()
 configure_malloc()

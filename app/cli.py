@@ -31,6 +31,7 @@ import torch
 from kernels.precision import PRECISIONS, PrecisionError
 from models.labels import class_counts
 
+from app import stop_signals
 from app.argtypes import positive_int
 from app.codecs import SENSORS
 from app.codecs.files import posting_format, read_frame
@@ -191,6 +192,8 @@ def main(argv: list[str] | None = None) -> int:
     add_model_options(eval_p, "auto")
     eval_p.set_defaults(func=cmd_evaluate)
     args = parser.parse_args(argv)
+    if args.func is not cmd_serve:  # only the service acts on a stop signal held since start
+        stop_signals.release()
     try:
         return args.func(args)
     except PrecisionError as e:  # bf16 or int8 this CPU cannot run: a setting, as argparse's 2

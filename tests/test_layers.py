@@ -19,8 +19,8 @@ PACKAGES = ("app", "models", "kernels", "train", "bench", "synth", "deploy", "te
 
 # layer -> layers it may import (its own layer always allowed)
 ALLOWED: dict[str, set[str]] = {
-    # app/threads.py, app/heap.py, app/argtypes.py: process set-up (thread counts, glibc's heap,
-    # command-line argument types), nothing of ours
+    # app/threads.py, app/heap.py, app/argtypes.py, app/stop_signals.py: process set-up (thread
+    # counts, glibc's heap, command-line argument types, early stop signals), nothing of ours
     "runtime": set(),
     "kernels": set(),
     "models": {"kernels"},
@@ -45,6 +45,7 @@ APP_LAYERS = {
     "threads": "runtime",
     "heap": "runtime",
     "argtypes": "runtime",
+    "stop_signals": "runtime",
 }
 SERVER_ENTRY = "app.service.server"
 

@@ -14,7 +14,8 @@ from uvicorn.server import ServerState
 
 from app.service.config import Settings
 from app.service.read_ahead import READ_AHEAD_BYTES, ReadAheadH11, declared_length
-from app.service.server import GuardedH11, uvicorn_config
+from app.service.guard import GuardedH11
+from app.service.server import uvicorn_config
 
 
 class RecordingTransport(asyncio.Transport):

@@ -1,0 +1,86 @@
+"""A stop signal before the server listens (app/stop_signals.py): `python -m app serve` exits
+with status 0 at once, or drains as soon as it serves; the other commands die of it as before."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tests.app.service_helpers import free_port
+from tests.conftest import REPO_ROOT, require_real_data
+
+ENV = {"LIDARSEG_WEIGHTS": "random", "LIDARSEG_CR": "0.25", "LIDARSEG_LOG_LEVEL": "info"}
+
+
+def catches_sigterm(pid: int) -> bool:
+    """Whether the process has a handler for SIGTERM (its SigCgt mask in /proc)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("SigCgt:"):
+            return bool(int(line.split()[1], 16) >> (signal.SIGTERM - 1) & 1)
+    return False
+
+
+def started(args: list[str], env: dict[str, str]) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, *args],
+        cwd=REPO_ROOT,
+        env={**os.environ, **env},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def finished(proc: subprocess.Popen, timeout: float = 120) -> str:
+    try:
+        return proc.communicate(timeout=timeout)[0]
+    finally:
+        proc.kill()
+
+
+def sigterm_early(proc: subprocess.Popen) -> None:
+    """SIGTERM within half a second of the start: once a handler is in, or at 0.5 s anyway
+    (Python's default then kills it: what the test must see fail)."""
+    end = time.monotonic() + 0.5
+    while time.monotonic() < end and not catches_sigterm(proc.pid):
+        time.sleep(0.005)
+    proc.send_signal(signal.SIGTERM)
+
+
+def test_serve_exits_zero_on_sigterm_while_starting():
+    proc = started(["-m", "app", "serve", "--port", str(free_port())], ENV)
+    sigterm_early(proc)
+    out = finished(proc)
+    assert proc.returncode == 0, out  # was -15: killed while it imported torch
+    assert "SIGTERM before serving" in out, out
+    assert "Started server process" not in out, out  # no model was loaded
+
+
+def test_signal_between_the_check_and_uvicorn_drains_once_serving():
+    """A signal recorded after serve() looked (while the app is built) is acted on by the first
+    tick: the server drains and exits 0 (it would serve on, deaf to it)."""
+    port = free_port()
+    code = (
+        "from app import stop_signals; stop_signals.hold(); import logging, signal, os; "
+        "logging.basicConfig(level='INFO'); "
+        "from app.service.config import Settings; from app.service.main import create_app; "
+        "from app.service.server import run; "
+        "app = create_app(Settings()); os.kill(os.getpid(), signal.SIGTERM); "
+        "raise SystemExit(run(app))"
+    )
+    proc = started(["-c", code], {**ENV, "LIDARSEG_PORT": str(port)})
+    out = finished(proc, timeout=60)
+    assert proc.returncode == 0, out
+    assert "drained; bye" in out, out
+
+
+def test_other_commands_still_die_of_sigterm():
+    frame = str(require_real_data() / "semantickitti" / "seq00_000000.bin")
+    proc = started(["-m", "app", "segment", frame, "--weights", "random"], {})
+    sigterm_early(proc)
+    out = finished(proc)
+    assert proc.returncode == -signal.SIGTERM, out
