@@ -1,8 +1,9 @@
 """lidarseg models: the sparse tensor and its maps (sparse_tensor.py), sparse layers (layers.py),
 the networks (minkunet.py, spunet.py) and their folded inference copies (fold.py), checkpoints in
-our format (checkpoints.py) and importers of reference layouts (importers.py,
-reference_layouts.py, pointcept.py, *_compat.py), the label space (labels.py) and the shipped
-weights (weights/). Built on kernels/; nothing here imports app/."""
+our format (checkpoints.py; its meta: checkpoint_meta.py; errors: checkpoint_errors.py) and
+importers of reference layouts (importers.py, reference_layouts.py, pointcept.py, *_compat.py),
+the label space (labels.py) and the shipped weights (weights/). Built on kernels/; nothing here
+imports app/."""
 
 from kernels.engine import EngineConfig
 

@@ -17,7 +17,8 @@ from typing import Any, Mapping
 
 import torch
 
-from .checkpoints import CheckpointError, MissingKeyError, load_state_exact
+from .checkpoint_errors import CheckpointError, MissingKeyError
+from .checkpoints import load_state_exact
 from .minkunet import BASE_CHANNELS, MinkUNet, MinkUNetConfig
 from .reference_layouts import LAYOUTS, POINTCEPT_MISMATCH, key_map, layout_entries
 

@@ -26,7 +26,7 @@ from typing import Any, Mapping
 
 import torch
 
-from .checkpoints import CheckpointError, MissingKeyError
+from .checkpoint_errors import CheckpointError, MissingKeyError
 from .importers import unwrap_state_dict
 from .spconv_compat import weight_from_spconv, weight_to_spconv
 from .spunet import SpUNet, SpUNetConfig

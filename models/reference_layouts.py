@@ -63,7 +63,7 @@ from typing import Callable, Iterator, Literal, TypeAlias
 
 import torch
 
-from .checkpoints import CheckpointError
+from .checkpoint_errors import CheckpointError
 from .minkunet import MinkUNetConfig
 from .spconv_compat import cube_root, weight_from_spconv, weight_to_spconv
 from .torchsparse_compat import weight_from_torchsparse, weight_to_torchsparse

@@ -5,7 +5,7 @@ DIR/last.pt is one torch.save'd dict: the TrainConfig, step, model, optimizer an
 state_dicts, the torch / numpy / python RNG states, every loss so far and the best validation
 (None before the first); save_state writes it atomically (a .tmp file, then a rename),
 load_state restores it into a freshly built model, optimizer and scheduler. meta_for is the meta
-(models/checkpoints.py) of model.pt, best.pt and exports: training data, version and licence,
+(models/checkpoint_meta.py) of model.pt, best.pt and exports: training data, version and licence,
 synthetic-only runs apart from runs that saw real SemanticKITTI scans.
 """
 
@@ -18,7 +18,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from models.checkpoints import load_checkpoint, make_meta
+from models.checkpoint_meta import make_meta
+from models.checkpoints import load_checkpoint
 
 from .config import TrainConfig
 from .data import HELDOUT_SEED_START

@@ -38,7 +38,8 @@ import torch
 
 from app.inference.voxelize import VoxelizeConfig
 from models import SparseTensor
-from models.checkpoints import INPUT_FEATURES, load_checkpoint, save_checkpoint
+from models.checkpoint_meta import INPUT_FEATURES
+from models.checkpoints import load_checkpoint, save_checkpoint
 from models.minkunet import MinkUNet
 
 from .data import (

@@ -15,7 +15,7 @@ import numpy as np
 
 from app.inference.builder import pipeline_for
 from app.inference.scoring import iou_metrics
-from models.checkpoints import make_meta
+from models.checkpoint_meta import make_meta
 
 from .real import REAL_DIR, VALIDATION, frames_in_role, load_real, roles_of
 

@@ -15,14 +15,9 @@ from pathlib import Path
 
 import torch
 
-from models.checkpoints import (
-    INPUT_FEATURES,
-    CheckpointError,
-    check_meta,
-    intensity_scales,
-    load_checkpoint,
-    make_meta,
-)
+from models.checkpoint_errors import CheckpointError
+from models.checkpoint_meta import INPUT_FEATURES, check_meta, intensity_scales, make_meta
+from models.checkpoints import load_checkpoint
 from models.importers import load_reference
 from models.minkunet import MinkUNet
 from models.weights import parse_weights
@@ -99,6 +94,6 @@ def pipeline_for(
     model: MinkUNet, meta: dict, device: str | torch.device = "cpu", **pipeline_options
 ) -> SegmentationPipeline:
     """A SegmentationPipeline for a model in hand (e.g. one being trained) and the meta its
-    checkpoint would carry (models.checkpoints.make_meta)."""
+    checkpoint would carry (models.checkpoint_meta.make_meta)."""
     meta = check_meta(meta, model.config.num_classes, model.config.in_channels)
     return SegmentationPipeline(model, voxel_config(meta), device, meta=meta, **pipeline_options)

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from kernels import voxel as voxel_kernels
-from models.checkpoints import (
+from models.checkpoint_meta import (
     DEFAULT_VOXEL_SIZE,
     INPUT_FEATURES,
     INTENSITY_NORMALISATION,

@@ -19,7 +19,9 @@ from app.inference.scoring import iou_metrics, read_labels
 from app.inference.voxelize import VoxelizeConfig
 from app.service.config import Settings
 from app.service.main import create_app
-from models.checkpoints import CheckpointError, make_meta, save_checkpoint
+from models.checkpoint_errors import CheckpointError
+from models.checkpoint_meta import make_meta
+from models.checkpoints import save_checkpoint
 from models.labels import SEMANTIC_KITTI_CLASSES, class_counts
 from models.minkunet import MinkUNet
 from tests.conftest import randomize_batchnorm, require_real_data

@@ -9,7 +9,9 @@ import pytest
 import torch
 
 from models import SparseTensor
-from models.checkpoints import CheckpointError, load_checkpoint, make_meta, save_checkpoint
+from models.checkpoint_errors import CheckpointError
+from models.checkpoint_meta import make_meta
+from models.checkpoints import load_checkpoint, save_checkpoint
 from models.importers import export_state_dict
 from models.labels import SEMANTIC_KITTI_CLASSES, SEMANTIC_KITTI_COLORS
 from models.minkunet import MinkUNet

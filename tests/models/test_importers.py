@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from models.checkpoints import CheckpointError, MissingKeyError
+from models.checkpoint_errors import CheckpointError, MissingKeyError
 from models.importers import LAYOUTS, export_state_dict, import_model, import_state_dict, key_map
 from models.minkunet import MinkUNetConfig
 from tests.models.checkpoint_helpers import CFG, random_minkunet

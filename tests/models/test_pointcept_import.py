@@ -12,7 +12,7 @@ import functools
 import pytest
 import torch
 
-from models.checkpoints import CheckpointError, MissingKeyError
+from models.checkpoint_errors import CheckpointError, MissingKeyError
 from models.pointcept import (
     export_pointcept,
     import_pointcept,
