@@ -24,7 +24,8 @@ import time
 import torch
 
 from app.inference.builder import build_pipeline
-from app.inference.voxelize import VoxelizeConfig, voxelize
+from app.inference.voxel_config import VoxelizeConfig
+from app.inference.voxelize import voxelize
 from bench import common
 from app.argtypes import positive_int
 

@@ -32,7 +32,8 @@ configure_malloc()
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from app.inference.voxelize import VoxelizeConfig, voxelize  # noqa: E402
+from app.inference.voxel_config import VoxelizeConfig  # noqa: E402
+from app.inference.voxelize import voxelize  # noqa: E402
 from bench import common  # noqa: E402
 
 

@@ -20,7 +20,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from app.inference.voxelize import VoxelizeConfig, voxelize
+from app.inference.voxel_config import VoxelizeConfig
+from app.inference.voxelize import voxelize
 from models.labels import IGNORE_LABEL as IGNORE
 from models.labels import NUM_CLASSES
 from synth.generate import generate_frame

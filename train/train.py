@@ -36,7 +36,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from app.inference.voxelize import VoxelizeConfig
+from app.inference.voxel_config import VoxelizeConfig
 from models import SparseTensor
 from models.checkpoint_meta import INPUT_FEATURES
 from models.checkpoints import load_checkpoint, save_checkpoint

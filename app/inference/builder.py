@@ -23,7 +23,7 @@ from models.minkunet import MinkUNet
 from models.weights import parse_weights
 
 from app.inference.pipeline import SegmentationPipeline
-from app.inference.voxelize import VoxelizeConfig
+from app.inference.voxel_config import VoxelizeConfig
 
 
 def load_model(weights: str | Path | None = "default", cr: float = 1.0) -> tuple[MinkUNet, dict]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from app.inference.voxelize import Valid, VoxelizeConfig, checked_points
+from app.inference.voxel_config import Valid, VoxelizeConfig, checked_points
 
 
 def intensity_top(config: VoxelizeConfig, sensor: str) -> np.float32:

@@ -28,7 +28,8 @@ from models.labels import IGNORE_LABEL
 from models.minkunet import MinkUNet
 
 from app.inference.cleaning import clean_frame
-from app.inference.voxelize import VoxelizeConfig, devoxelize, per_frame, voxelize
+from app.inference.voxel_config import VoxelizeConfig, per_frame
+from app.inference.voxelize import devoxelize, voxelize
 
 # Every stage a request goes through, in order: the single source of the names the service's
 # timing (JSON, Server-Timing), its metrics and the tests use. The pipeline times PIPELINE_STAGES;

@@ -11,6 +11,10 @@ outside the configured range) and counted as such. Voxels are in ascending (batc
 order, so the same frame always gives the same voxels in the same order, whatever order Open3D's
 parallel insert visits them in; it is also the order in which kernel maps build fastest (merge
 joins instead of hash probes, kernels/csrc/sorted_kmap_cpu.cpp), and downsampling keeps it.
+
+The configuration, the result and the per-point rules (which points are kept, their features)
+are in app/inference/voxel_config.py; without Open3D, or for a grid beyond the packed keys'
+range, app/inference/voxelize_fallback.py sorts the points' cells with torch.unique instead.
 """
 
 from __future__ import annotations
@@ -18,19 +22,20 @@ from __future__ import annotations
 import functools
 import importlib.util
 import logging
-from dataclasses import dataclass
 from types import ModuleType
 
 import numpy as np
 import torch
 
-from kernels import voxel as voxel_kernels
-from models.checkpoint_meta import (
-    DEFAULT_VOXEL_SIZE,
-    INPUT_FEATURES,
-    INTENSITY_NORMALISATION,
-    intensity_scales,
+from app.inference.voxel_config import (
+    Valid,
+    VoxelBatch,
+    VoxelizeConfig,
+    feature_columns,
+    per_frame,
 )
+from app.inference.voxelize_fallback import voxelize_by_sorting
+from kernels import voxel as voxel_kernels
 from models.labels import IGNORE_LABEL
 
 # Open3D's CPU hash set (oneTBB) on one thread: for a KITTI frame's 66,060 run keys two threads
@@ -66,82 +71,6 @@ def voxelizer() -> str:
     return "open3d" if o3c is not None else "torch.unique"
 
 
-# sensor -> intensity factor of our checkpoint format's default normalisation
-INTENSITY_SCALE = intensity_scales(INTENSITY_NORMALISATION)
-FEATURE_COLUMNS = {"x": 0, "y": 1, "z": 2, "intensity": 3}
-
-
-@dataclass(frozen=True)
-class VoxelizeConfig:
-    voxel_size: float = DEFAULT_VOXEL_SIZE
-    features: tuple[str, ...] = INPUT_FEATURES
-    max_xy: float = 120.0  # metres from the sensor, per axis
-    z_range: tuple[float, float] = (-20.0, 20.0)
-    # (sensor, factor) pairs: intensity * factor is the feature (a checkpoint's
-    # intensity_normalisation, app/inference/builder.py); sensors not listed use 1.0
-    intensity_scale: tuple[tuple[str, float], ...] = tuple(INTENSITY_SCALE.items())
-
-    def __post_init__(self):
-        if self.voxel_size <= 0:
-            raise ValueError(f"voxel_size must be positive, got {self.voxel_size}")
-        unknown = set(self.features) - set(FEATURE_COLUMNS)
-        if unknown:
-            raise ValueError(
-                f"unknown input features {sorted(unknown)}; known: {list(FEATURE_COLUMNS)}"
-            )
-
-
-@dataclass
-class VoxelBatch:
-    coords: torch.Tensor  # int32 [M, 4] (batch, x, y, z)
-    feats: torch.Tensor  # float32 [M, F]: mean of the voxel's point features
-    point_to_voxel: list[torch.Tensor]  # per frame, int64 [N_i]: voxel row, -1 if ignored
-    ignored: list[dict[str, int]]  # per frame: {"non_finite": .., "out_of_range": ..}
-
-
-def point_features(points: np.ndarray, config: VoxelizeConfig, sensor: str) -> np.ndarray:
-    """[N, F] float32 input features, intensity scaled for the sensor (the sorting fallback's
-    counterpart of the kernel's sums; both take the columns from _feature_columns)."""
-    if points.ndim != 2 or points.shape[1] < 3:
-        raise ValueError(f"points must be [N, >=3], got {points.shape}")
-    columns, scales = _feature_columns(points, config, sensor)
-    out = np.zeros((len(points), len(columns)), np.float32)
-    for j, (col, scale) in enumerate(zip(columns, scales)):
-        if col >= 0:  # -1: xyz-only input, a constant intensity of 0
-            out[:, j] = points[:, col].astype(np.float32) * np.float32(scale)
-    return out
-
-
-def valid_mask(points: np.ndarray, config: VoxelizeConfig) -> Valid:
-    """(keep mask, ignored counts): kept are points with finite x, y, z inside the configured
-    range, by the rule the voxelizer's kernel pass applies (float32 comparisons)."""
-    return checked_points(points, config)[0]
-
-
-def checked_points(
-    points: np.ndarray, config: VoxelizeConfig, extras_top: float = float("inf")
-) -> tuple[Valid, int]:
-    """valid_mask's result and, from the same pass, how many rows have columns after x, y, z
-    to clean: an intensity (column 3) outside 0 .. extras_top or NaN, a later column not finite."""
-    if points.ndim != 2 or points.shape[1] < 3:
-        raise ValueError(f"points must be [N, >=3], got {points.shape}")
-    keep, non_finite, out_of_range, unclean = voxel_kernels.valid_points(
-        points, config.max_xy, config.z_range, extras_top
-    )
-    return (keep, {"non_finite": non_finite, "out_of_range": out_of_range}), unclean
-
-
-Valid = tuple[np.ndarray, dict[str, int]]  # valid_mask's (keep mask, ignored counts)
-
-
-def per_frame(sensor: str | list[str], frames: int) -> list[str]:
-    """One sensor name per frame from one name for all or a list of them (checked)."""
-    sensors = [sensor] * frames if isinstance(sensor, str) else list(sensor)
-    if len(sensors) != frames:
-        raise ValueError(f"{frames} frames but {len(sensors)} sensor names")
-    return sensors
-
-
 def voxelize(
     frames: list[np.ndarray],
     config: VoxelizeConfig,
@@ -159,7 +88,7 @@ def voxelize(
         raise ValueError(f"{len(frames)} frames but {len(known)} validity masks")
     grid = voxel_grid(config, len(frames))
     if o3c is None or grid is None:
-        return _voxelize_by_sorting(frames, config, sensors, device, known)
+        return voxelize_by_sorting(frames, config, sensors, device, known)
     keys: list[voxel_kernels.FrameKeys] = []
     first_run = first_row = 0
     for b, points in enumerate(frames):
@@ -178,7 +107,7 @@ def voxelize(
     feats = torch.empty((len(coords), num_features), dtype=torch.float32)
     point_to_voxel = []
     for b, (points, frame_keys, frame_sensor) in enumerate(zip(frames, keys, sensors)):
-        columns, scales = _feature_columns(points, config, frame_sensor)
+        columns, scales = feature_columns(points, config, frame_sensor)
         mapping = voxel_kernels.voxel_sums(
             points,
             columns,
@@ -214,26 +143,6 @@ def voxel_grid(config: VoxelizeConfig, batches: int = 1) -> voxel_kernels.Grid |
     span = tuple(int(v) + 1 for v in hi - lo)
     shift = voxel_kernels.block_shift(config.voxel_size)
     return voxel_kernels.Grid(origin, span, batches, shift)  # type: ignore[arg-type]
-
-
-def _feature_columns(
-    points: np.ndarray, config: VoxelizeConfig, sensor: str
-) -> tuple[list[int], list[float]]:
-    """Per input feature: its column in points (-1: a constant 0, intensity of xyz-only input)
-    and its float32 factor (the sensor's intensity scale, else 1)."""
-    scale = dict(config.intensity_scale).get(sensor, 1.0)
-    columns, scales = [], []
-    for name in config.features:
-        col = FEATURE_COLUMNS[name]
-        if col >= points.shape[1]:
-            if name != "intensity":
-                raise ValueError(
-                    f"feature {name!r} needs column {col}, points have {points.shape[1]}"
-                )
-            col = -1
-        columns.append(col)
-        scales.append(scale if name == "intensity" else 1.0)
-    return columns, scales
 
 
 def _batch_runs(
@@ -294,53 +203,6 @@ def _distinct_in_order(
     # Open3D's table goes before the ordering pass (its memory crowds the caches the pass needs)
     del table, inserted
     return voxel_kernels.voxel_order(run_keys, blocks, slots, num_slots, grid.origin)
-
-
-def _voxelize_by_sorting(
-    frames: list[np.ndarray],
-    config: VoxelizeConfig,
-    sensors: list[str],
-    device: torch.device,
-    known: list[Valid | None],
-) -> VoxelBatch:
-    """The fallback without Open3D or beyond the packed keys' range: torch.unique sorts the
-    (batch, x, y, z) rows of the kept points and gives every point its voxel."""
-    rows, feats, masks, ignored = [], [], [], []
-    for b, (points, frame_sensor, given) in enumerate(zip(frames, sensors, known)):
-        keep, counts = given if given is not None else valid_mask(points, config)
-        ignored.append(counts)
-        masks.append(keep)
-        kept = points[keep]
-        cells = np.floor(kept[:, :3] / np.float32(config.voxel_size)).astype(np.int32)
-        rows.append(np.column_stack([np.full(len(cells), b, np.int32), cells]))
-        feats.append(point_features(kept, config, frame_sensor))
-    if not rows or sum(len(r) for r in rows) == 0:
-        coords, inverse = torch.zeros((0, 4), dtype=torch.int32), torch.zeros(0, dtype=torch.int64)
-    else:
-        # on the target device: a GPU box without Open3D sorts there, not on one CPU thread
-        coords, inverse = torch.unique(
-            torch.from_numpy(np.concatenate(rows)).to(device), dim=0, return_inverse=True
-        )
-        inverse = inverse.cpu()
-    all_feats = np.concatenate(feats) if feats else np.zeros((0, len(config.features)), np.float32)
-    vfeats = _voxel_means(inverse.numpy(), all_feats, len(coords))
-    point_to_voxel, start = [], 0
-    for mask in masks:
-        ids = inverse[start : start + int(mask.sum())]
-        start += len(ids)
-        mapping = torch.full((len(mask),), -1, dtype=torch.int64)
-        mapping[torch.from_numpy(np.flatnonzero(mask))] = ids
-        point_to_voxel.append(mapping)
-    return VoxelBatch(coords.to(device), vfeats.to(device), point_to_voxel, ignored)
-
-
-def _voxel_means(voxel_of_point: np.ndarray, feats: np.ndarray, num_voxels: int) -> torch.Tensor:
-    """float32 [M, F] mean feature of each voxel's points (sums in float64, in point order)."""
-    counts = np.maximum(np.bincount(voxel_of_point, minlength=num_voxels), 1)
-    out = np.empty((num_voxels, feats.shape[1]), dtype=np.float32)
-    for j in range(feats.shape[1]):
-        out[:, j] = np.bincount(voxel_of_point, weights=feats[:, j], minlength=num_voxels) / counts
-    return torch.from_numpy(out)
 
 
 def devoxelize(

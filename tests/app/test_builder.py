@@ -16,7 +16,7 @@ from app import cli
 from app.inference.builder import build_pipeline, load_model
 from app.inference.pipeline import SegmentationPipeline
 from app.inference.scoring import iou_metrics, read_labels
-from app.inference.voxelize import VoxelizeConfig
+from app.inference.voxel_config import VoxelizeConfig
 from app.service.config import Settings
 from app.service.main import create_app
 from models.checkpoint_errors import CheckpointError

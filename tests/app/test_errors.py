@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from app.codecs import decode
-from app.inference.voxelize import VoxelizeConfig
+from app.inference.voxel_config import VoxelizeConfig
 from app.service.config import Settings
 from app.service.main import create_app
 from app.inference import cleaning

@@ -9,7 +9,8 @@ import torch
 
 from app.codecs.files import read_frame
 from app.inference.pipeline import IGNORE_LABEL, SegmentationPipeline
-from app.inference.voxelize import VoxelizeConfig, valid_mask, voxelize
+from app.inference.voxel_config import VoxelizeConfig, valid_mask
+from app.inference.voxelize import voxelize
 from models.minkunet import MinkUNet
 from tests.conftest import FRAMES, REAL_DATA, frame_id, require_real_data
 

@@ -91,7 +91,8 @@ configure_env()
 import numpy as np  # noqa: E402
 
 from app.codecs.encode import encode  # noqa: E402
-from app.inference.voxelize import VoxelizeConfig, voxel_kernels  # noqa: E402
+from app.inference.voxel_config import VoxelizeConfig  # noqa: E402
+from app.inference.voxelize import voxel_kernels  # noqa: E402
 from app.service.routes.decoding import Posted, decode_frame  # noqa: E402
 from kernels.labels import labels_json  # noqa: E402
 

@@ -68,7 +68,8 @@ def _reference(config: SpUNetConfig) -> dict[str, torch.Tensor]:
 def frame_voxels():
     """(coords int32 [M, 4], feats [M, 4] mean x, y, z, intensity) of a real KITTI frame; the
     coordinates start at 0 on each axis, as Pointcept's GridSample leaves its grid_coord."""
-    from app.inference.voxelize import VoxelizeConfig, voxelize
+    from app.inference.voxel_config import VoxelizeConfig
+    from app.inference.voxelize import voxelize
 
     require_real_data()
     batch = voxelize([load_frame(FRAME)], VoxelizeConfig(voxel_size=VOXEL), "kitti")

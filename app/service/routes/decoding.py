@@ -16,7 +16,7 @@ import numpy as np
 from app.codecs import DecodeError, binary, decode
 from app.codecs.sniff import content_type_format
 from app.inference.cleaning import clean_frame
-from app.inference.voxelize import Valid
+from app.inference.voxel_config import Valid
 from app.service.state import ServiceError, ServiceState
 
 log = logging.getLogger("lidarseg")
