@@ -13,9 +13,10 @@ import pytest
 from models.checkpoints import load_checkpoint
 from tests.conftest import require_real_data
 from train import evaluate
+from train.config import TrainConfig
+from train.loop import train
 from train.real import REAL_DIR, ROLES_FILE, TRAIN, VALIDATION, roles_of
 from train.state import OWN_DATA_LICENCE, REAL_LICENCE
-from train.train import TrainConfig, train
 
 SMOKE = {"cr": 0.25, "batch": 1, "train_seeds": 2, "max_points": 20000, "seed": 0, "steps": 2}
 OURS = {"depot_a": "seq04_000001", "depot_b": "seq04_000002", "depot_val": "seq04_000003"}

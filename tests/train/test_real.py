@@ -11,7 +11,9 @@ import torch
 
 from tests.conftest import require_real_data
 from train.augment import REAL_AUGMENT, augment, paste_instances, sector_dropout, swap_sector
+from train.config import TrainConfig
 from train.data import MixedBatches, train_seeds
+from train.loop import train
 from train.real import (
     GROUND_CLASSES,
     ROLES,
@@ -25,7 +27,6 @@ from train.real import (
     instances_of,
     load_real,
 )
-from train.train import TrainConfig, train
 
 
 def test_roles_table_mirrors_sources_md():

@@ -8,8 +8,9 @@ import torch
 
 from models.checkpoints import load_checkpoint
 from train.augment import augment
+from train.config import TrainConfig
 from train.data import HELDOUT_SEED_START, SyntheticBatches, synthetic_frame, voxel_labels
-from train.train import TrainConfig, train
+from train.loop import train
 
 SMOKE = {"cr": 0.25, "batch": 1, "train_seeds": 2, "max_points": 20000, "seed": 0}
 
