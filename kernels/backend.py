@@ -7,7 +7,7 @@ process's CUDA context). CUDA ops run under their tensors' device (torch.cuda.de
 current stream; with LIDARSEG_CUDA_SYNC=1 every CUDA call is followed by a synchronisation, so a
 fault inside a kernel raises here, with the CUDA error text and the op's name.
 
-The libraries are built on first use or found prebuilt (kernels/build.py `library_path`) and
+The libraries are built on first use or found prebuilt (kernels/libraries.py `library_path`) and
 loaded once per process; `library()` memoises the handle. torch is imported first so the CPU
 library shares PyTorch's OpenMP runtime.
 """
@@ -104,11 +104,11 @@ def signatures() -> dict[str, tuple[Param, ...]]:
 def library(device_type: str) -> ctypes.CDLL:
     """The loaded kernel library for 'cpu' or 'cuda' (built on first use or found prebuilt),
     every function declared with its argument types."""
-    from . import build  # imported lazily so `python -m kernels.build` runs without a warning
+    from . import libraries  # lazily: `python -m kernels.build` then runs without a warning
 
     if device_type == "cuda" and not torch.cuda.is_available():
         raise KernelError("a CUDA kernel was asked for, but torch sees no CUDA device")
-    return bind(build.library_path(device_type), device_type)
+    return bind(libraries.library_path(device_type), device_type)
 
 
 def bind(path, device_type: str) -> ctypes.CDLL:

@@ -144,8 +144,8 @@ class Settings(BaseSettings):
         return self.decode_concurrency or self.compute_threads
 
 
-# LIDARSEG_* variables read outside Settings: the kernels' build and run (kernels/build.py,
-# backend.py, chunking.py), the client's key (app/client.py), CI and the image scripts.
+# LIDARSEG_* variables read outside Settings: the kernels' build and run (kernels/toolchain.py,
+# build.py, backend.py, chunking.py), the client's key (app/client.py), CI and the image scripts.
 OTHER_VARIABLES = frozenset(
     {
         "LIDARSEG_API_KEY",

@@ -118,8 +118,8 @@ step probe 60 "$SETUP" "$PY" - <<'EOF'
 import shutil, sys, torch
 print("python", sys.version)
 print("torch", torch.__version__, "cuda", torch.version.cuda, "available", torch.cuda.is_available())
-from kernels import build
-print("nvcc", build.nvcc_path(), "compute-sanitizer", shutil.which("compute-sanitizer"))
+from kernels import toolchain
+print("nvcc", toolchain.nvcc_path(), "compute-sanitizer", shutil.which("compute-sanitizer"))
 try:
     import spconv, spconv.pytorch as sp
     print("spconv", spconv.__version__, spconv.__file__)

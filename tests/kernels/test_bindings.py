@@ -19,6 +19,7 @@ from kernels import (
     downsample,
     hashtable,
     submanifold_map,
+    toolchain,
 )
 from tests.conftest import DEVICES
 
@@ -180,7 +181,7 @@ def test_cuda_request_without_cuda_is_a_clear_error():
         )
 
 
-@pytest.mark.skipif(build.nvcc_path() is None, reason="nvcc not found")
+@pytest.mark.skipif(toolchain.nvcc_path() is None, reason="nvcc not found")
 def test_cuda_library_exports_its_last_error_text(tmp_path, monkeypatch):
     # Without a GPU every CUDA call fails; the library must say which call and why.
     monkeypatch.setenv("LIDARSEG_BUILD_DIR", str(tmp_path))

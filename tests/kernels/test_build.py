@@ -19,11 +19,11 @@ from pathlib import Path
 
 import pytest
 
-from kernels import build, targets
+from kernels import build, libraries, targets, toolchain
 
 x86_only = pytest.mark.skipif(platform.machine() != "x86_64", reason="x86-64 ISA levels")
 needs_objdump = pytest.mark.skipif(shutil.which("objdump") is None, reason="objdump not found")
-needs_nvcc = pytest.mark.skipif(build.nvcc_path() is None, reason="nvcc not found")
+needs_nvcc = pytest.mark.skipif(toolchain.nvcc_path() is None, reason="nvcc not found")
 
 
 # The sources allowed AVX-512 in a portable library: their functions carry target attributes
@@ -89,10 +89,10 @@ def test_key_sees_resolved_target_and_compiler(monkeypatch):
     keys = set()
     for version, macro in (("12.2.0", "AVX2"), ("12.2.0", "AVX512F"), ("13.1.0", "AVX2")):
         monkeypatch.setattr(
-            build, "compiler_identity", lambda cxx, v=version: ("x86_64-linux-gnu", v)
+            toolchain, "compiler_identity", lambda cxx, v=version: ("x86_64-linux-gnu", v)
         )
         monkeypatch.setattr(
-            build, "predefined_macros", lambda cxx, flags, m=macro: (f"#define __{m}__ 1",)
+            toolchain, "predefined_macros", lambda cxx, flags, m=macro: (f"#define __{m}__ 1",)
         )
         keys.add(build.build_cpu("native"))
     assert len(keys) == 3
@@ -142,9 +142,9 @@ def test_cuda_arch_list_covers(archs, ptx, cap, expected):
 def test_prebuilt_only_fails_clearly_and_finds_a_fitting_library(tmp_path, monkeypatch):
     monkeypatch.setenv("LIDARSEG_BUILD_DIR", str(tmp_path))
     monkeypatch.setenv("LIDARSEG_KERNEL_BUILD", "never")
-    monkeypatch.setattr(build, "_device_capability", lambda: (8, 7))
+    monkeypatch.setattr(toolchain, "device_capability", lambda: (8, 7))
     with pytest.raises(targets.LibraryMissing, match=r"no prebuilt CUDA .*sm_87.*found: none"):
-        build.library_path("cuda")
+        libraries.library_path("cuda")
     sources = build.sources_digest(build.CUDA_SOURCES)
     here, other = platform.machine(), "aarch64" if platform.machine() != "aarch64" else "x86_64"
     for name, archs, ptx, digest, machine in (
@@ -159,12 +159,12 @@ def test_prebuilt_only_fails_clearly_and_finds_a_fitting_library(tmp_path, monke
             json.dumps({**manifest, "machine": machine})
         )
     # 0 is for another machine, b is stale, a is sm_90
-    assert build.library_path("cuda").name == "liblidarseg_cuda-c.so"
-    monkeypatch.setattr(build, "_device_capability", lambda: (7, 0))
+    assert libraries.library_path("cuda").name == "liblidarseg_cuda-c.so"
+    monkeypatch.setattr(toolchain, "device_capability", lambda: (7, 0))
     with pytest.raises(targets.LibraryMissing, match=r"sm_70.*liblidarseg_cuda-a\.so \(sm_90"):
-        build.library_path("cuda")
+        libraries.library_path("cuda")
     with pytest.raises(targets.LibraryMissing, match="no prebuilt CPU"):
-        build.library_path("cpu")
+        libraries.library_path("cpu")
 
 
 def _fatbin_cubin_archs(lib: Path) -> set[int]:
@@ -180,15 +180,15 @@ def _fatbin_cubin_archs(lib: Path) -> set[int]:
 def test_cuda_build_without_gpu_holds_every_arch_and_ptx(tmp_path, monkeypatch):
     monkeypatch.setenv("LIDARSEG_BUILD_DIR", str(tmp_path))
     monkeypatch.setenv("LIDARSEG_CUDA_ARCHS", "90 75")
-    monkeypatch.setattr(build, "_device_capability", lambda: None)  # as in an image build
+    monkeypatch.setattr(toolchain, "device_capability", lambda: None)  # as in an image build
     lib = build.build_cuda()
     manifest = json.loads(lib.with_suffix(".json").read_text())
     assert manifest["archs"] == ["75", "90"] and manifest["ptx"] == "90"
     assert _fatbin_cubin_archs(lib) == {75, 90}
     assert b".target sm_90" in lib.read_bytes()  # PTX for the highest arch
     monkeypatch.setenv("LIDARSEG_KERNEL_BUILD", "never")
-    monkeypatch.setattr(build, "_device_capability", lambda: (10, 0))  # a newer GPU: PTX
-    assert build.library_path("cuda") == lib
+    monkeypatch.setattr(toolchain, "device_capability", lambda: (10, 0))  # a newer GPU: PTX
+    assert libraries.library_path("cuda") == lib
 
 
 @pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not found")
@@ -208,8 +208,8 @@ def test_parallel_build_links_every_source_and_names_a_failing_one(tmp_path, mon
     assert [getattr(loaded, f"part{i}")() for i in range(5)] == [0, 7, 14, 21, 28]
 
     sources[3].write_text("int broken( {\n")
-    with pytest.raises(build.BuildError, match="part3.cpp"):
+    with pytest.raises(toolchain.BuildError, match="part3.cpp"):
         build.compile_shared("g++", ["-O2", "-fPIC", "-shared"], sources, tmp_path / "libx.so")
     monkeypatch.setenv("LIDARSEG_BUILD_JOBS", "two")
-    with pytest.raises(build.BuildError, match="LIDARSEG_BUILD_JOBS"):
-        build.build_jobs()
+    with pytest.raises(toolchain.BuildError, match="LIDARSEG_BUILD_JOBS"):
+        toolchain.build_jobs()

@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from kernels import build
+from kernels import build, toolchain
 
 ARCHS = ("87", "90")
 CUDA_SOURCES = sorted((build.CSRC / "cuda").glob("*.cu"))
 
-needs_nvcc = pytest.mark.skipif(build.nvcc_path() is None, reason="nvcc not found")
+needs_nvcc = pytest.mark.skipif(toolchain.nvcc_path() is None, reason="nvcc not found")
 
 
 def _declared_cuda_entry_points() -> set[str]:
