@@ -2,11 +2,12 @@
 // *_cpu.cpp) and the CUDA twin (liblidarseg_cuda.so, cuda/*.cu) export the same names with the
 // suffix _cpu / _cuda; CUDA variants take the stream as a trailing `void* stream` and device
 // pointers everywhere. Python binds them with ctypes (kernels/backend.py) so neither build needs
-// the PyTorch C++ headers; backend.py reads this file to declare every function's argument types,
-// so keep one declaration per function in the form `LS_API int name(type name, ...);`. Every
-// function returns a status code from common.h (0 = ok); errors found inside kernels are reported
-// through `err`, one int64 word that the caller fills with kNoError (-1) and the kernels lower to
-// the packed minimum over (status, row) (common.h: report_error; device memory for CUDA).
+// the PyTorch C++ headers; kernels/arguments.py reads this file to declare every function's
+// argument types, so keep one declaration per function in the form
+// `LS_API int name(type name, ...);`. Every function returns a status code from common.h (0 = ok);
+// errors found inside kernels are reported through `err`, one int64 word that the caller fills
+// with kNoError (-1) and the kernels lower to the packed minimum over (status, row) (common.h:
+// report_error; device memory for CUDA).
 #pragma once
 #include <stdint.h>
 

@@ -14,6 +14,7 @@ from kernels import (
     CoordHashTable,
     CoordinateRangeError,
     DuplicateCoordinateError,
+    arguments,
     backend,
     build,
     downsample,
@@ -98,7 +99,7 @@ def test_key_layout_matches_the_kernels():
 def test_every_declared_function_is_bound():
     text = (build.CSRC / "api.h").read_text()
     declared = re.findall(r"LS_API\s+int\s+(ls_\w+)", text)
-    sigs = backend.signatures()
+    sigs = arguments.signatures()
     assert sorted(declared) == sorted(sigs)
     lib = backend.library("cpu")
     for name, params in sigs.items():
