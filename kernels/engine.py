@@ -2,20 +2,8 @@
 
 Weight-stationary: the identity offset is one mm over all rows; every other launch of the plan
 (kernels/grouping.py) gathers its input rows into a buffer, runs one mm or bmm, and the partial
-sums are scatter-added into the output.
-- CPU, "fused" dataflow (the tuned default for fp32): one C++ kernel multiplies tiles of map
-  entries straight from the input rows and adds them into the output rows, each thread owning a
-  range of output rows, walked in L2-sized blocks with every offset per block; the identity
-  offset is computed there too, as each row's first contribution (csrc/fused_cpu.cpp).
-- CPU, "grouped" dataflow (f64, odd channel counts, or when tuned so): launch by launch with
-  cache-sized buffers (kernels/grouped.py); within one offset the output rows are distinct, so
-  each offset's scatter runs in parallel without atomics.
-  Either way every output row adds its offsets in plan order: bitwise reproducible, for any
-  thread count.
-- CUDA: the grouped dataflow, per chunk of launches one gather, the matmuls, one scatter. The
-  default scatter uses float atomics; EngineConfig(deterministic=True) switches to a scatter
-  ordered by output row (CSR) with no float atomics. fp16 accumulates scatters in an fp32 copy
-  of the output.
+sums are scatter-added into the output. The dataflows by device and dtype, and the backward
+pass: kernels/autograd_conv.py; CPU inference in bf16 and int8: kernels/bf16.py, kernels/int8.py.
 Scratch buffers stay under EngineConfig.memory_cap (kernels/chunking.py): chunks keep the plan's
 row order, so chunking changes no result except where a launch too big for the cap is split.
 """
@@ -31,9 +19,9 @@ import torch
 from . import backend, deferred
 from .concat import MadeOnUse, RowConcat, concat_rows
 from .chunking import Workspace, default_cap, rows_under_cap
-from .fused import fused_output, walk_args
+from .autograd_conv import _SparseConvFunction
 from .bf16 import conv_bf16
-from .grouped import Run, grouped_conv, weight_grads
+from .grouped import Run
 from .grouping import ExecutionPlan, build_plan
 from .int8 import NO_USE, OutputUse, conv_int8, int8_fits, memoized
 from .kmap import KernelMap
@@ -73,68 +61,6 @@ class EngineConfig:
     def max_rows(self, cin: int, cout: int, dtype: torch.dtype, device: torch.device) -> int:
         """Buffer rows per chunk under the memory cap."""
         return rows_under_cap(self.scratch_cap(device), cin, cout, dtype)
-
-
-def _fused_conv(
-    src, weight, plan: ExecutionPlan, transposed: bool, bias=None, relu=False, residual=None
-) -> torch.Tensor | None:
-    """CPU fused gather-GEMM-scatter (csrc/fused_cpu.cpp), offsets in plan order, the identity
-    offset included (computed in the kernel, so no separate mm and no zeroed output). None where
-    it does not apply (not fp32, or channels not a multiple of the vector width)."""
-    lib = backend.library("cpu")
-    if src.dtype != torch.float32 or weight.shape[2] % lib.ls_fused_lanes_cpu() != 0:
-        return None
-    kmap = plan.kmap.transposed if transposed else plan.kmap  # entries sorted by output
-    dst = fused_output(plan.num_in if transposed else plan.num_out, weight.shape[2])
-    backend.call(
-        "fused_conv_f32",
-        src.device,
-        src,
-        src.shape[1],
-        weight,
-        weight.shape[2],
-        *walk_args(kmap, plan, bias, residual, relu, dst),
-    )
-    return dst
-
-
-def _conv(src, weight, plan, transposed: bool, run: Run, epilogue=None) -> torch.Tensor:
-    """The whole conv (transposed: grads flow out -> in): the identity offset, if any (inside
-    the fused CPU kernel, else one mm), plus the other offsets by the plan's dataflow; then the
-    epilogue (bias or None, relu, residual or None): + bias + residual, then ReLU, inside the
-    fused kernel or in place afterwards."""
-    bias, relu, residual = epilogue or (None, False, None)
-    if src.device.type == "cpu" and plan.fused:
-        dst = _fused_conv(src, weight, plan, transposed, bias, relu, residual)
-        if dst is not None:
-            return dst
-    with deferred.eager():  # torch reads the rows: kernels that made them have run
-        return grouped_conv(src, weight, plan, transposed, run, bias, relu, residual)
-
-
-class _SparseConvFunction(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, feats, weight, plan: ExecutionPlan, run: Run, epilogue):
-        feats, weight = feats.contiguous(), weight.contiguous()
-        out = _conv(feats, weight, plan, False, run, epilogue)  # [N, Cout]
-        ctx.save_for_backward(feats, weight)
-        # the map too: a plan holds it weakly, and the backward pass may come after the sparse
-        # tensors that held it are gone
-        ctx.plan, ctx.kmap, ctx.run = plan, plan.kmap, run
-        return out
-
-    @staticmethod
-    def backward(ctx, grad_out):
-        feats, weight = ctx.saved_tensors
-        plan: ExecutionPlan = ctx.plan
-        grad_out = grad_out.contiguous()
-        grad_feats = grad_weight = None
-        if ctx.needs_input_grad[0]:
-            w_t = weight.transpose(1, 2).contiguous()  # [K, Cout, Cin]
-            grad_feats = _conv(grad_out, w_t, plan, True, ctx.run)
-        if ctx.needs_input_grad[1]:
-            grad_weight = weight_grads(feats, grad_out, weight, plan, ctx.run.max_rows)
-        return grad_feats, grad_weight, None, None, None
 
 
 def _check_args(feats, weight, kmap: KernelMap, bias, residual) -> None:
