@@ -1,39 +1,18 @@
 """The inference worker with a stand-in pipeline: deadline-aware admission, abandoned jobs never
-run, the supervised loop (an injected failure), /readyz following the worker's life, and a batch
-waiting max_wait_s for more frames (within its deadlines, cut short by a stop)."""
+run, the supervised loop (an injected failure), /readyz following the worker's life, the heap trim
+and the frame's release, and a frame given up counted once (the batching tests:
+test_worker_batching.py)."""
 
 from __future__ import annotations
 
-import threading
 import time
 
 import httpx
-import numpy as np
 import pytest
 
 from app.service.admission import DeadlineExceeded
 from app.service.worker import InferenceWorker, WorkerStats
-
-
-class FakePipeline:
-    """Takes `ms_per_point` per point; records every frame it ran (by its first value)."""
-
-    def __init__(self, ms_per_point: float = 0.01):
-        self.ms_per_point, self.ran = ms_per_point, []
-        self.gate = threading.Event()
-        self.gate.set()
-
-    def run(self, frames, sensors, layer_timing=False, **_):
-        self.gate.wait(30)
-        time.sleep(sum(len(f) for f in frames) * self.ms_per_point / 1e3)
-        self.ran.extend(int(f[0, 0]) for f in frames)
-        return [len(f) for f in frames]
-
-
-def frame(tag: int, n: int = 20_000) -> np.ndarray:
-    pts = np.zeros((n, 4), np.float32)
-    pts[0, 0] = tag
-    return pts
+from tests.app.worker_helpers import FakePipeline, frame, wait_until_taken
 
 
 def test_admits_only_what_can_finish_in_time():
@@ -183,138 +162,6 @@ def test_the_frame_is_freed_after_the_hand_over_unless_the_next_job_waits():
 
 
 # ---- max_wait_s: a batch waits for frames that arrive after its first ---------------------------
-
-
-def wait_until_taken(w: InferenceWorker) -> None:
-    """Returns once the worker has taken every submitted job off the queue."""
-    end = time.monotonic() + 30
-    while w.depth and time.monotonic() < end:
-        time.sleep(0.001)
-    assert w.depth == 0
-
-
-def test_a_frame_submitted_while_the_first_waits_joins_its_batch():
-    """The auditor's case: the worker took the first frame with the queue empty; one submitted
-    next, within max_wait_s, runs in the same batch (ed17c00's worker waited only while frames
-    were queued, so it ran them one by one)."""
-    sizes: list[int] = []
-    pipe = FakePipeline()
-    w = InferenceWorker(
-        pipe, 4, max_batch=4, max_wait_s=2.0, stats=WorkerStats(on_batch=sizes.append)
-    )
-    first = w.submit(frame(1, 10), "kitti", time.monotonic() + 30)
-    wait_until_taken(w)  # the queue is empty now: the worker holds the first frame
-    second = w.submit(frame(2, 10), "kitti", time.monotonic() + 30)
-    assert first.future.result(30) == second.future.result(30) == 10
-    assert sizes == [2] and pipe.ran == [1, 2]
-    w.stop(30)
-
-
-def test_without_max_wait_a_lone_frame_runs_at_once():
-    """max_wait_s = 0 (the default): the worker runs a lone frame without waiting for another,
-    however large max_batch; the next frame, submitted while the first one runs, runs alone."""
-    sizes: list[int] = []
-    pipe = FakePipeline()
-    pipe.gate.clear()  # hold the first run
-    w = InferenceWorker(pipe, 4, max_batch=4, stats=WorkerStats(on_batch=sizes.append))
-    first = w.submit(frame(1, 10), "kitti", time.monotonic() + 30)
-    wait_until_taken(w)
-    second = w.submit(frame(2, 10), "kitti", time.monotonic() + 30)
-    pipe.gate.set()
-    assert first.future.result(30) == second.future.result(30) == 10
-    assert sizes == [1, 1] and pipe.ran == [1, 2]
-    w.stop(30)
-
-
-def test_stop_ends_the_wait_and_the_held_frame_still_runs():
-    """stop() during a 60 s wait: the thread ends well before the wait would have (within stop's
-    30 s), after running the frame it held (stop finishes the queued work)."""
-    pipe = FakePipeline()
-    w = InferenceWorker(pipe, 4, max_batch=4, max_wait_s=60.0)
-    job = w.submit(frame(1, 10), "kitti", time.monotonic() + 600)
-    wait_until_taken(w)
-    assert not w.idle  # a held frame keeps the worker busy (the drain waits for it)
-    w.stop(30)
-    assert not w.alive
-    assert job.future.result(0) == 10 and pipe.ran == [1]
-
-
-def test_the_wait_leaves_room_for_the_deadline():
-    """A 60 s wait and a frame due in 3 s: the frame is held only for its share of the slack
-    (WAIT_SLACK_SHARE), then runs in time (not DeadlineExceeded), within result's 30 s."""
-    sizes: list[int] = []
-    pipe = FakePipeline()
-    w = InferenceWorker(
-        pipe, 4, max_batch=4, max_wait_s=60.0, stats=WorkerStats(on_batch=sizes.append)
-    )
-    job = w.submit(frame(1, 10), "kitti", time.monotonic() + 3)
-    assert job.future.result(30) == 10 and sizes == [1]
-    w.stop(30)
-
-
-def test_a_frame_that_cannot_join_ends_the_wait():
-    """A frame with layer timing never shares a batch with others; arriving while a batch waits,
-    it ends that wait (holding the batch would only delay it), then waits in a batch of its own
-    (ended here by stop)."""
-    sizes: list[int] = []
-    pipe = FakePipeline()
-    stats = WorkerStats(on_batch=sizes.append)
-    w = InferenceWorker(pipe, 4, max_batch=4, max_wait_s=60.0, stats=stats)
-    first = w.submit(frame(1, 10), "kitti", time.monotonic() + 600)
-    wait_until_taken(w)
-    timed = w.submit(frame(2, 10), "kitti", time.monotonic() + 600, layer_timing=True)
-    assert first.future.result(30) == 10  # long before the 60 s wait's end
-    assert sizes == [1] and pipe.ran == [1]
-    w.stop(30)
-    assert timed.future.result(0) == 10 and sizes == [1, 1] and pipe.ran == [1, 2]
-
-
-def test_a_frame_cancelled_while_its_batch_waits_never_runs():
-    """A client that leaves has its job's future cancelled (the route's wait_result; the worker's
-    cancel only removes queued jobs): a frame held by a waiting batch is then dropped as the batch
-    starts, and the frame that filled the batch runs."""
-    sizes, drops = [], []
-    pipe = FakePipeline()
-    stats = WorkerStats(on_batch=sizes.append, on_drop=drops.append)
-    w = InferenceWorker(pipe, 4, max_batch=2, max_wait_s=60.0, stats=stats)
-    gone = w.submit(frame(1, 10), "kitti", time.monotonic() + 600)
-    wait_until_taken(w)
-    assert not w.cancel(gone, "client_gone")  # as the route: not queued any more
-    assert gone.future.cancel()
-    kept = w.submit(frame(2, 10), "kitti", time.monotonic() + 600)  # fills the batch
-    assert kept.future.result(30) == 10
-    assert pipe.ran == [2] and sizes == [1] and drops == ["client_gone"]
-    w.stop(30)
-
-
-def test_a_batch_holds_at_most_max_batch_points():
-    """Four queued frames of 40 points under a 100-point bound run as batches of 2, 2 (the
-    service passes LIDARSEG_MAX_POINTS: a batch's peak memory is that of one frame at the limit,
-    where four 2 M-point frames in one forward took 6 GB); a frame alone over it still runs."""
-    sizes: list[int] = []
-    pipe = FakePipeline()
-    pipe.gate.clear()  # hold the first run while the rest queue up
-    w = InferenceWorker(
-        pipe, 8, max_batch=4, stats=WorkerStats(on_batch=sizes.append), max_batch_points=100
-    )
-    jobs = [w.submit(frame(0, 150), "kitti", time.monotonic() + 30)]
-    wait_until_taken(w)
-    jobs += [w.submit(frame(k, 40), "kitti", time.monotonic() + 30) for k in range(1, 5)]
-    pipe.gate.set()
-    assert [j.future.result(30) for j in jobs] == [150, 40, 40, 40, 40]
-    assert sizes == [1, 2, 2] and pipe.ran == [0, 1, 2, 3, 4]
-    w.stop(30)
-    sizes.clear()  # a first frame over the bound takes no company (it was 'no bound' before)
-    w = InferenceWorker(pipe, 8, max_batch=4, stats=WorkerStats(on_batch=sizes.append),
-                        max_batch_points=100)  # fmt: skip
-    pipe.gate.clear()
-    held = w.submit(frame(0, 10), "kitti", time.monotonic() + 30)
-    wait_until_taken(w)
-    jobs = [w.submit(frame(k, n), "kitti", time.monotonic() + 30) for k, n in ((1, 150), (2, 60))]
-    pipe.gate.set()
-    assert [j.future.result(30) for j in (held, *jobs)] == [10, 150, 60]
-    assert sizes == [1, 1, 1]
-    w.stop(30)
 
 
 def test_a_frame_given_up_counts_once_as_dropped_or_as_a_wasted_run():
