@@ -135,9 +135,11 @@ class SegmentationPipeline:
         engine: EngineConfig | None = None,
         precision: str | None = None,
         meta: dict | None = None,
+        deterministic: bool = False,
     ):
-        """precision: auto (None), fp32, bf16 or int8 on the CPU (kernels/precision.py); an `engine`
-        given keeps its own."""
+        """precision: auto (None), fp32, bf16 or int8 on the CPU (kernels/precision.py);
+        deterministic: CUDA's ordered scatter (kernels/grouped.py); an `engine` given keeps its
+        own."""
         self.device = torch.device(device)
         self.meta = dict(meta or {})  # class names and colours, name, version (builder.py)
         self.model = model.to(self.device).eval()
@@ -152,10 +154,16 @@ class SegmentationPipeline:
         requests = getattr(self.model, "map_requests", None)
         self._map_requests: tuple = requests() if requests is not None else ()
         self.engine = engine or EngineConfig(
-            precision=precision_mod.resolve(precision, self.device)
+            precision=precision_mod.resolve(precision, self.device), deterministic=deterministic
         )
         self._maps_helper: Executor | None = None  # made at the first CPU frame on 2+ threads
         self._last_frame: tuple | None = None  # the last run's voxels, maps, logits: release()
+
+    @property
+    def deterministic(self) -> bool:
+        """Whether a frame's labels are bitwise the same run to run: always on the CPU (no float
+        atomics there), on CUDA with the ordered scatter."""
+        return self.device.type == "cpu" or self.engine.deterministic
 
     @property
     def precision(self) -> str:

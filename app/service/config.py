@@ -28,6 +28,8 @@ class Settings(BaseSettings):
     precision: Literal["auto", "fp32", "bf16", "int8"] = (
         "auto"  # CPU arithmetic (kernels/precision.py)
     )
+    # CUDA: the ordered scatter, no float atomics: bitwise-repeatable labels (the CPU always is)
+    deterministic: bool = False
 
     threads: int = Field(0, ge=0)  # compute threads; 0: cgroup quota, else CPUs
     queue_size: int = Field(16, ge=1)  # requests waiting for the worker, beyond: 503

@@ -53,7 +53,11 @@ def load_service(service: ServiceState) -> None:
     apply_threads(settings.compute_threads)
     service.device = settings.torch_device
     pipeline = build_pipeline(
-        settings.weights, service.device, settings.cr, precision=settings.precision
+        settings.weights,
+        service.device,
+        settings.cr,
+        precision=settings.precision,
+        deterministic=settings.deterministic,
     )
     meta = pipeline.meta
     service.class_names = list(meta["class_names"])
@@ -88,6 +92,7 @@ def load_service(service: ServiceState) -> None:
             "version": service.model_version,
             "device": service.device,
             "precision": pipeline.precision,
+            "deterministic": str(pipeline.deterministic).lower(),
             "voxelizer": voxelizer(),  # torch.unique: Open3D did not load (alert on it)
             "voxel_size": str(service.voxel_size),
             "classes": str(len(service.class_names)),

@@ -46,6 +46,7 @@ def test_model_probes_and_docs(http):
     assert m["engine"]["int8_kernel"] == want_kernel
     assert m["engine"]["amx_tiles"] == tiles_running(resolve("auto"))
     assert m["engine"]["voxelizer"] == "open3d"  # Open3D is a requirement here
+    assert m["engine"]["deterministic"] is True  # the CPU adds in plan order (it said false)
     info = http.get("/metrics").text.split("lidarseg_model_info{", 1)[1].split("}", 1)[0]
     assert 'voxelizer="open3d"' in info
     assert http.get("/healthz").status_code == 200
@@ -85,6 +86,18 @@ def test_a_pinned_precision_is_what_runs_and_what_is_reported():
             "/v1/segment?format=nuscenes", content=frame_bytes(NUSCENES), headers=WANT_BIN
         )
         assert r.status_code == 200 and len(r.content) == 34688
+
+
+def test_deterministic_setting_reaches_the_engine():
+    """LIDARSEG_DETERMINISTIC=true: the engine's ordered scatter (what CUDA runs by it); the CPU
+    is reported deterministic either way, in /v1/model and lidarseg_model_info."""
+    with serving(deterministic=True) as client:
+        assert client.app.state.service.pipeline.engine.deterministic is True
+        assert client.get("/v1/model").json()["engine"]["deterministic"] is True
+        info = client.get("/metrics").text.split("lidarseg_model_info{", 1)[1].split("}", 1)[0]
+        assert 'deterministic="true"' in info
+    with serving() as client:
+        assert client.app.state.service.pipeline.engine.deterministic is False
 
 
 def test_metrics_move(http):

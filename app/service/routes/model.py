@@ -23,7 +23,9 @@ class ClassInfo(BaseModel):
 class EngineInfo(BaseModel):
     device: str
     grouping_plan_file: str | None  # file name (never a path); None: built-in defaults
-    deterministic: bool
+    deterministic: (
+        bool  # labels bitwise repeatable: the CPU always, CUDA with LIDARSEG_DETERMINISTIC
+    )
     precision: str  # what the network runs in: fp32, bf16 or int8 (CPU), fp32 / fp16
     precision_requested: str  # LIDARSEG_PRECISION: auto, fp32, bf16 or int8
     cpu_features: list[str]  # the CPU features auto chose from
@@ -59,7 +61,6 @@ class ModelInfo(BaseModel):
 )
 async def model_info(service: Service) -> ModelInfo:
     service.require_ready()
-    engine = service.pipeline.engine
     precision = service.pipeline.precision
     return ModelInfo(
         name=service.model_name,
@@ -77,7 +78,7 @@ async def model_info(service: Service) -> ModelInfo:
         engine=EngineInfo(
             device=service.device,
             grouping_plan_file=service.grouping_file,
-            deterministic=bool(engine.deterministic),
+            deterministic=service.pipeline.deterministic,
             precision=precision,
             precision_requested=service.pipeline.requested_precision,
             cpu_features=list(cpu_features()),
