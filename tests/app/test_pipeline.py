@@ -238,3 +238,21 @@ def test_a_frame_leaves_no_reference_cycle(pipeline):
         assert all(ref() is None for ref in kept) and gc.collect() == 0
     finally:
         gc.enable()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_deterministic_cuda_pipeline_repeats_bitwise():
+    """LIDARSEG_DETERMINISTIC on CUDA: the whole frame (voxels, maps on the GPU, the ordered
+    scatter) gives the same logits, bit for bit, run after run."""
+    torch.manual_seed(0)
+    pipe = SegmentationPipeline(MinkUNet(cr=0.5), device="cuda", deterministic=True)
+    assert pipe.deterministic and pipe.engine.deterministic
+    points = kitti_frame()
+    runs = [pipe.segment(points, keep_logits=True) for _ in range(3)]
+    for r in runs[1:]:
+        assert torch.equal(r.logits, runs[0].logits)
+        assert np.array_equal(r.labels, runs[0].labels)
+
+
+def test_the_cpu_pipeline_is_deterministic_either_way(pipeline):
+    assert pipeline.deterministic and not pipeline.engine.deterministic
