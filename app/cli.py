@@ -173,6 +173,11 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="X-Deadline-Ms: the frame is refused (504) rather than answered later than this",
     )
+    client_p.add_argument(
+        "--stream-id",
+        default=None,
+        help="X-Stream-Id: a newer frame of it drops the older ones still queued (409)",
+    )
     client_p.add_argument("--api-key", default=None, help="default: env LIDARSEG_API_KEY")
     client_p.add_argument("--binary", action="store_true", help="ask for uint8 labels")
     client_p.set_defaults(func=cmd_client)

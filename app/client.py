@@ -18,7 +18,9 @@ import numpy as np
 class ServiceClient:
     """Thread-safe: one httpx.Client per thread (connection reuse, keep-alive). `sensor`: the
     intensity convention of the frames it posts (the service's `sensor` parameter), if known;
-    `deadline_ms`: each frame's deadline (X-Deadline-Ms: late frames are refused, not answered)."""
+    `deadline_ms`: each frame's deadline (X-Deadline-Ms: late frames are refused, not answered);
+    `stream_id`: the sensor stream its frames belong to (X-Stream-Id: a newer frame drops the
+    stream's older ones still queued, answered 409 superseded)."""
 
     def __init__(
         self,
@@ -27,11 +29,14 @@ class ServiceClient:
         timeout: float = 120.0,
         sensor: str | None = None,
         deadline_ms: float | None = None,
+        stream_id: str | None = None,
     ):
         self.url, self.timeout, self.sensor = url.rstrip("/"), timeout, sensor
         self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         if deadline_ms is not None:
             self.headers["X-Deadline-Ms"] = repr(float(deadline_ms))
+        if stream_id is not None:
+            self.headers["X-Stream-Id"] = stream_id
         self._local = threading.local()
 
     @property
@@ -152,7 +157,9 @@ def main(args) -> int:
     body = Path(args.frame).read_bytes()
     fmt = args.format
     key = args.api_key or os.environ.get("LIDARSEG_API_KEY")
-    client = ServiceClient(args.url, key, sensor=args.sensor, deadline_ms=args.deadline_ms)
+    client = ServiceClient(
+        args.url, key, sensor=args.sensor, deadline_ms=args.deadline_ms, stream_id=args.stream_id
+    )
     try:
         if args.repeat > 1 or args.concurrency > 1:
             report = load_run(

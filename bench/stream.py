@@ -1,8 +1,8 @@
 """A sensor's stream: frames posted at the sensor's rate whatever the answers are doing.
 
     python -m bench.stream [--hz 10] [--seconds 30] [--sequential 20] [--deadline-ms 200]
-                           [--frames F ...] [--weights default] [--precision auto]
-                           [--device cpu] [--url URL] [--json OUT]
+                           [--stream-id lidar] [--frames F ...] [--weights default]
+                           [--precision auto] [--device cpu] [--url URL] [--json OUT]
 
 bench.service times a frame alone (one request at a time: item 5's figure). A LiDAR driver does
 not wait for an answer before publishing its next scan: here frame i is due at t0 + i / hz and is
@@ -11,13 +11,15 @@ long makes the next one wait in the server's queue. In the same run, first, the 
 posted back to back (closed loop): the two side by side say what the stream's pacing costs.
 Then the stream again with X-Deadline-Ms (--deadline-ms, default two periods; 0: skip): where
 the server cannot keep up, frames it cannot answer in time are refused (504) instead of queued,
-and the answered ones stay fresh.
+and the answered ones stay fresh. Then once more with X-Stream-Id (--stream-id; '': skip) and
+no deadline: each frame drops its stream's older frames still queued (409 superseded), so the
+server always works on the newest scan.
 
 Latency is from a frame's due time to the last byte of its answer (a frame whose thread started
 late is charged for it), over the answered frames (200). Printed for each: median, p90, p99 and
 max, the share of answered frames later than one period (1 / hz: after the next scan was due),
-the frames not answered (504 past a deadline, 503), and the server's own queue and network
-stages (Server-Timing medians). Frames: six consecutive scans of
+the frames not answered (504 past a deadline, 409 superseded, 503), and the server's own queue
+and network stages (Server-Timing medians). Frames: six consecutive scans of
 SemanticKITTI sequence 04 (a 10 Hz drive, 123-124k points each), posted raw (float32 x, y, z,
 intensity) asking for one label byte a point.
 """
@@ -46,9 +48,15 @@ WARM_UPS = 3
 class Poster:
     """Posts frame bodies on keep-alive connections, one per thread."""
 
-    def __init__(self, url: str, bodies: list[bytes], deadline_ms: float = 0.0):
+    def __init__(
+        self, url: str, bodies: list[bytes], deadline_ms: float = 0.0, stream_id: str = ""
+    ):
         self.server, self.bodies = urlsplit(url), bodies
-        self.headers = {**HEADERS, "X-Deadline-Ms": f"{deadline_ms:g}"} if deadline_ms else HEADERS
+        self.headers = dict(HEADERS)
+        if deadline_ms:
+            self.headers["X-Deadline-Ms"] = f"{deadline_ms:g}"
+        if stream_id:
+            self.headers["X-Stream-Id"] = stream_id
         self.local = threading.local()
 
     def post(self, i: int, due: float) -> dict:
@@ -141,6 +149,9 @@ def parse_args(argv=None) -> argparse.Namespace:
         default=None,
         help="X-Deadline-Ms of the second stream (default: two periods; 0: no second stream)",
     )
+    ap.add_argument(
+        "--stream-id", default="lidar", help="X-Stream-Id of the third stream ('': none)"
+    )
     ap.add_argument("--frames", nargs="+", default=list(FRAMES))
     ap.add_argument("--weights", default="default")
     ap.add_argument("--precision", default="auto", help="LIDARSEG_PRECISION of the server")
@@ -171,6 +182,10 @@ def main(argv=None) -> int:
             time.sleep(2.0)  # the first stream's backlog drains
             with_deadline = stream(Poster(url, bodies, deadline_ms), args.hz, count)
             rows["stream_deadline"] = summary(with_deadline, period_ms)
+        if args.stream_id:
+            time.sleep(2.0)
+            superseding = stream(Poster(url, bodies, stream_id=args.stream_id), args.hz, count)
+            rows["stream_superseding"] = summary(superseding, period_ms)
     finally:
         if proc is not None:
             proc.send_signal(signal.SIGTERM)
@@ -178,11 +193,13 @@ def main(argv=None) -> int:
     print(f"# {len(bodies)} frames cycled, {args.hz:g} Hz (period {period_ms:.0f} ms), "
           f"weights {args.weights}, precision {args.precision}, device {args.device}")  # fmt: skip
     print("# latency ms from each frame's due time; late: share answered after one period")
-    print("# of answered frames; !200: frames not answered (504 past a deadline, 503)")
+    print("# of answered frames; !200: frames not answered (504 past a deadline, 409")
+    print("# superseded by a newer frame of the stream, 503)")
     print(f"{'':<11}{'frames':>7}{'p50':>9}{'p90':>9}{'p99':>9}{'max':>9}{'late %':>8}"
           f"{'!200':>6}{'queue':>8}{'network':>9}")  # fmt: skip
+    labels = {"stream_deadline": f"+{deadline_ms:g} ms", "stream_superseding": "+stream id"}
     for name, s in rows.items():
-        print_row(name if name != "stream_deadline" else f"+{deadline_ms:g} ms", s)
+        print_row(labels.get(name, name), s)
     ratio = rows["stream"]["p50_ms"] / rows["sequential"]["p50_ms"]
     print(f"stream p50 / sequential p50: x{ratio:.2f}")
     if args.json:

@@ -113,6 +113,12 @@ def stream_lines(report: dict | None) -> list[str]:
             f"{shed['frames']} frames refused, the answered p50 {shed['p50_ms']:.1f} ms, p90 "
             f"{shed['p90_ms']:.1f})"
         )
+    newest = report.get("stream_superseding")
+    if newest:  # X-Stream-Id: the server works on the newest scan; no bar either
+        lines.append(
+            f"     (with X-Stream-Id: {newest['not_200']} of {newest['frames']} frames "
+            f"superseded, the answered p50 {newest['p50_ms']:.1f} ms, p90 {newest['p90_ms']:.1f})"
+        )
     return lines
 
 

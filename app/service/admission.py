@@ -19,7 +19,7 @@ import concurrent.futures
 import statistics
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Collection, Iterable
+from typing import Callable, Collection, Iterable, MutableSequence
 
 import numpy as np
 
@@ -34,6 +34,10 @@ class DeadlineExceeded(Exception):
 
 class WorkerStopped(Exception):
     pass
+
+
+class Superseded(Exception):
+    """A newer frame of the same stream (X-Stream-Id) was queued before this one ran."""
 
 
 class CostModel:
@@ -60,7 +64,8 @@ class CostModel:
         return 0.0 if per is None else per * points / 1e3
 
 
-DEADLINE, CLIENT_GONE = "deadline", "client_gone"  # why a frame was dropped or its run wasted
+# why a frame was dropped (or its run wasted: the first two)
+DEADLINE, CLIENT_GONE, SUPERSEDED = "deadline", "client_gone", "superseded"
 
 
 @dataclass
@@ -76,6 +81,7 @@ class Job:
     trace: object = None  # the request's trace (the pipeline run links to it)
     valid: object = None  # valid_mask's result from the route (computed once)
     abandoned: str | None = None  # why its caller gave up: DEADLINE or CLIENT_GONE
+    stream: str | None = None  # X-Stream-Id: a newer frame of it drops this one while queued
     started: bool = False  # the worker took it to run (its answer is then computed, wanted or not)
 
     @property
@@ -86,6 +92,23 @@ class Job:
     @property
     def size(self) -> int:
         return len(self.points)
+
+
+def supersede(
+    queued: MutableSequence[Job], stream: str | None, dropped: Callable[[str], object]
+) -> None:
+    """Drops from `queued` every job of `stream` (a newer frame of it is about to join): each
+    fails with Superseded, its route answers 409, and dropped(SUPERSEDED) counts it. A job that a
+    batch holds or that runs is no longer queued: it is answered as usual."""
+    if stream is None:
+        return
+    for job in [j for j in queued if j.stream == stream]:
+        queued.remove(job)
+        job.abandoned = SUPERSEDED
+        job.future.set_exception(
+            Superseded(f"a newer frame of stream {stream!r} arrived before this one ran")
+        )
+        dropped(SUPERSEDED)
 
 
 def estimated_end(cost: CostModel, jobs: Iterable[Job], start: float) -> float:

@@ -130,7 +130,8 @@ class Metrics:
         self.dropped = Counter(
             "lidarseg_dropped",
             "Frames never run: their deadline could not be met or passed (reason=deadline: at "
-            "submit, in the queue or in a forming batch), or their client left (client_gone)",
+            "submit, in the queue or in a forming batch), their client left (client_gone), or a "
+            "newer frame of their X-Stream-Id took their place in the queue (superseded)",
             ["reason"],
             registry=r,
         )

@@ -35,6 +35,7 @@ from app.service.admission import (
     estimated_end,
     refuse,
     start_jobs,
+    supersede,
 )
 
 log = logging.getLogger("lidarseg.worker")
@@ -102,11 +103,15 @@ class InferenceWorker:
         layer_timing: bool = False,
         trace: object = None,
         valid: object = None,
+        stream: str | None = None,
     ) -> Job:
-        job = Job(points, sensor, layer_timing, deadline, trace=trace, valid=valid)
+        """Queues a frame (stream: its sensor stream's id; its own queued frames are dropped as
+        superseded, admission.supersede)."""
+        job = Job(points, sensor, layer_timing, deadline, trace=trace, valid=valid, stream=stream)
         with self._cond:
             if self._stopping:
                 raise WorkerStopped("the worker is shutting down")
+            supersede(self._jobs, stream, self._dropped)
             if len(self._jobs) >= self.queue_size:
                 raise QueueFull(f"{len(self._jobs)} requests already waiting")
             busy = bool(self._jobs or self._busy)

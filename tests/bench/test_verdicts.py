@@ -85,7 +85,9 @@ def test_failures_and_missing_figures(tmp_path):
     assert "n/a  item 5 stream" in text
     shed = {**_stream(61.0), "deadline_ms": 200.0}
     shed["stream_deadline"] = {**shed["stream"], "not_200": 7}
+    shed["stream_superseding"] = {**shed["stream"], "not_200": 12, "p50_ms": 140.0}
     _write(tmp_path, stream=shed)
     text = verdicts(tmp_path, XEON_AMX)
     assert "PASS item 5 stream" in text and "X-Deadline-Ms 200: 7 of 300 frames refused" in text
+    assert "X-Stream-Id: 12 of 300 frames superseded, the answered p50 140.0 ms" in text
     assert "n/a  item 1 speed" in verdicts(tmp_path, ("AVX2",))  # no bar without bf16 or AMX

@@ -40,6 +40,7 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
         (400, "Malformed body or parameters"),
         (401, "Missing or invalid API key"),
         (408, "The body did not arrive within the body timeout"),
+        (409, "Superseded: a newer frame of the same X-Stream-Id was queued before this one ran"),
         (413, "Body over the size limit, or too many points"),
         (415, "Unknown format, or a compressed body (Content-Encoding)"),
         (422, "Unusable values (no finite point, coordinates out of range)"),

@@ -31,6 +31,7 @@ from app.service.routes.waiting import (
     admit,
     declared_inline,
     request_deadline,
+    request_stream,
     wait_result,
 )
 from app.service.state import ServiceError, ServiceState
@@ -121,9 +122,10 @@ async def _segment(request: Request, service: ServiceState) -> Response:
     fmt, detail, sensor = query_options(request)
     request_id = request.state.request_id
     deadline = request_deadline(request, service)  # a bad header: its 400 before a busy 503
+    stream = request_stream(request)
     admit(service, declared_inline(request, fmt))
     frame = await read_frame(request, service, fmt, request_id, sensor)
-    job = submit(request, service, frame, deadline, detail)
+    job = submit(request, service, frame, deadline, detail, stream)
     result = await wait_result(request, service, job, deadline)
 
     t_enc = time.perf_counter()
@@ -201,6 +203,7 @@ def submit(
     frame: PostedFrame,
     deadline: Deadline,
     detail: str | None,
+    stream: str | None = None,
 ) -> Job:
     """The frame's job in the worker's queue: 503 when the queue is full or the server drains,
     504 when the work ahead already rules out the deadline."""
@@ -212,6 +215,7 @@ def submit(
             layer_timing=detail == "layers",
             trace=observe.trace_of(request),
             valid=frame.valid,
+            stream=stream,
         )
     except QueueFull as e:
         raise ServiceError(503, "queue_full", f"server busy: {e}", service.retry_after()) from None

@@ -7,7 +7,7 @@ from pydantic import BaseModel
 
 from app.codecs import FORMATS, SENSORS
 from app.service.routes.deps import ERROR_RESPONSES
-from app.service.routes.waiting import DEADLINE_HEADER
+from app.service.routes.waiting import DEADLINE_HEADER, STREAM_HEADER, STREAM_ID
 
 FORMAT_MAX_LENGTH = 32
 DETAILS = ("layers",)  # `detail` values
@@ -22,6 +22,16 @@ PARAMETERS = [
         "refused at once or dropped unrun (504), never answered late. A robot at 10 Hz sends "
         "about 100-200: a stale frame is worth less than the next scan.",
         "schema": {"type": "number", "exclusiveMinimum": 0},
+    },
+    {
+        "name": STREAM_HEADER,
+        "in": "header",
+        "required": False,
+        "description": "The sensor stream this frame belongs to (one id per LiDAR): its older "
+        "frames still waiting in the queue are dropped unrun when it arrives and answered 409 "
+        "`superseded`, so that a server running behind works on the newest scan (a frame "
+        "already running is answered as usual).",
+        "schema": {"type": "string", "pattern": f"^{STREAM_ID.pattern}$"},
     },
     {
         "name": "format",

@@ -1,6 +1,8 @@
 """Before a frame's body is read, and after its job is queued: admission (503 while the queue is
-full or the decoders busy) and the wait for the worker's result under the request's deadline
-(504), dropping or writing off the job when the client goes (499) or the deadline passes."""
+full or the decoders busy), the request's deadline (X-Deadline-Ms) and stream (X-Stream-Id), and
+the wait for the worker's result under the deadline (504), dropping or writing off the job when
+the client goes (499) or the deadline passes; 409 when a newer frame of its stream took its
+place in the queue."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ from typing import NamedTuple
 
 from fastapi import Request
 
-from app.service.admission import CLIENT_GONE, DEADLINE, DeadlineExceeded, Job
+from app.service.admission import CLIENT_GONE, DEADLINE, DeadlineExceeded, Job, Superseded
 from app.service.routes.decoding import decodes_inline
 from app.service.state import ServiceError, ServiceState
 
@@ -40,6 +42,8 @@ def admit(service: ServiceState, inline: bool = False) -> None:
 
 
 DEADLINE_HEADER = "X-Deadline-Ms"
+STREAM_HEADER = "X-Stream-Id"
+STREAM_ID = re.compile(r"[A-Za-z0-9._:/-]{1,64}")
 _MILLISECONDS = re.compile(r"[0-9]+(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?")  # a JSON-like number
 
 
@@ -74,6 +78,24 @@ def request_deadline(request: Request, service: ServiceState) -> Deadline:
     return Deadline(time.monotonic() + seconds, f"{seconds:g} s ({what})")
 
 
+def request_stream(request: Request) -> str | None:
+    """The client's X-Stream-Id (a sensor's stream: a newer frame of it drops its older frames
+    still queued, answered 409 superseded), or None; 400 unless 1 to 64 letters, digits or
+    ._:/- , or when given twice."""
+    values = request.headers.getlist(STREAM_HEADER)
+    if len(values) > 1:
+        raise ServiceError(400, "invalid_request", f"{STREAM_HEADER}: given more than once")
+    if not values:
+        return None
+    if not STREAM_ID.fullmatch(values[0]):
+        raise ServiceError(
+            400,
+            "invalid_request",
+            f"{STREAM_HEADER}: {values[0][:40]!r} is not 1 to 64 of A-Z a-z 0-9 . _ : / -",
+        )
+    return values[0]
+
+
 async def wait_result(request: Request, service: ServiceState, job, deadline: Deadline):
     """The job's result; 504 past the deadline; the job is cancelled (never run if it still
     waits) when the client disconnects or the deadline passes."""
@@ -91,6 +113,8 @@ async def wait_result(request: Request, service: ServiceState, job, deadline: De
             give_up(service, job, CLIENT_GONE)
             raise ServiceError(499, "client_closed_request", "the client went away")
         raise asyncio.TimeoutError
+    except Superseded as e:  # dropped from the queue by the worker already
+        raise ServiceError(409, "superseded", str(e)) from None
     except (asyncio.TimeoutError, DeadlineExceeded):
         give_up(service, job, DEADLINE)
         raise ServiceError(
