@@ -81,6 +81,7 @@ def run(app) -> int:
 
     class DrainingServer(uvicorn.Server):
         fatal: str | None = None  # ServiceState.fatal_error, once seen
+        early_handled = 0  # of stop_signals.received()
 
         def handle_exit(self, sig, frame):
             if service.draining:  # second signal: stop now
@@ -100,8 +101,10 @@ def run(app) -> int:
             self.should_exit = True
 
         async def on_tick(self, counter: int) -> bool:
-            early = stop_signals.pending()  # came after serve()'s look, before uvicorn's handlers
-            if early is not None and not service.draining:
+            # signals recorded after serve()'s look, before uvicorn's handlers: each acted on
+            # once (a second one exits at once, as through uvicorn's handler)
+            for early in stop_signals.received()[self.early_handled :]:
+                self.early_handled += 1
                 self.handle_exit(early, None)
             if self.fatal is None and service.fatal_error is not None:
                 self.fatal = service.fatal_error
@@ -118,7 +121,10 @@ def run(app) -> int:
             )  # fmt: skip
 
     server = DrainingServer(uvicorn_config(app, settings, on_reject))
-    server.run()
+    try:
+        server.run()
+    finally:  # uvicorn put back what it found, our recorder: the former handlers instead
+        stop_signals.restore()
     return 0 if server.fatal is None else 3
 
 
@@ -147,8 +153,9 @@ def serve(overrides: dict) -> int:
     for warning in unread_variables(os.environ):
         logging.getLogger("lidarseg").warning(warning)
     sys.setswitchinterval(GIL_SWITCH_S)
-    early = stop_signals.pending()
-    if early is not None:  # a pod deleted while it started: no model loaded, nothing to drain
-        logging.getLogger("lidarseg").info("%s before serving; bye", signal.Signals(early).name)
+    early = stop_signals.received()
+    if early:  # a pod deleted while it started: no model loaded, nothing to drain
+        stop_signals.restore()
+        logging.getLogger("lidarseg").info("%s before serving; bye", signal.Signals(early[0]).name)
         return 0
     return run(create_app(settings))

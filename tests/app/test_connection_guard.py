@@ -60,14 +60,15 @@ def test_the_connection_cap_admits_exactly_max_connections(srv):
 
 def test_the_header_timeout_counts_from_the_first_byte(srv):
     """guard.py: a request's line and headers get LIDARSEG_HEADER_TIMEOUT_S (3 s) from their
-    first byte, not from the connection's start: a client that connects, waits 2.5 s (a pooled
-    connection), then sends its headers over 1 s is answered (2 s to spare; counted from the
-    connection it would be cut at 3 s); headers never finished are still a 408."""
+    first byte, not from the connection's start: a client that connects, waits 2 s (a pooled
+    connection; a new one silent for 3 s is closed), then sends its headers over 1.5 s is
+    answered (1.5 s to spare; counted from the connection it would be cut at 3 s, before the
+    last header at 3.5 s); headers never finished are still a 408."""
     time.sleep(0.5)  # the previous test's connections are gone
     with _connect(srv) as s:
-        time.sleep(2.5)
+        time.sleep(2.0)
         s.sendall(b"GET /healthz HTTP/1.1\r\nHost: t\r\n")
-        time.sleep(1.0)  # 3.5 s after the connection, 1 s after the first byte
+        time.sleep(1.5)  # 3.5 s after the connection, 1.5 s after the first byte
         s.sendall(b"Connection: close\r\n\r\n")
         status, body = _status(_read_all(s))
     assert status == 200, body

@@ -250,8 +250,11 @@ def test_deterministic_cuda_pipeline_repeats_bitwise():
     points = kitti_frame()
     runs = [pipe.segment(points, keep_logits=True) for _ in range(3)]
     for r in runs[1:]:
-        assert torch.equal(r.logits, runs[0].logits)
+        assert torch.equal(r.voxel_logits, runs[0].voxel_logits)
         assert np.array_equal(r.labels, runs[0].labels)
+    served = [pipe.segment(points).labels for _ in range(3)]  # the service's path (network_stage)
+    for labels in served:
+        assert np.array_equal(labels, runs[0].labels)
 
 
 def test_the_cpu_pipeline_is_deterministic_either_way(pipeline):
