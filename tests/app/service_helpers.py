@@ -78,3 +78,17 @@ class Server:
 
 from app.client import metric_value  # noqa: E402,F401
 from app.client import server_timing as parse_server_timing  # noqa: E402,F401
+
+
+def connect(srv: Server) -> socket.socket:
+    return socket.create_connection(("127.0.0.1", srv.port), timeout=30)
+
+
+def read_until_closed(sock: socket.socket) -> bytes:
+    """Everything until the server closes the connection (the socket's timeout fails the test)."""
+    out = b""
+    while True:
+        chunk = sock.recv(65536)
+        if not chunk:
+            return out
+        out += chunk

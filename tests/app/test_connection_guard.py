@@ -5,12 +5,11 @@ byte. (From a hand-made mutation audit, 2026-12-06.)"""
 from __future__ import annotations
 
 import json
-import socket
 import time
 
 import pytest
 
-from tests.app.service_helpers import Server
+from tests.app.service_helpers import Server, connect, read_until_closed
 
 
 @pytest.fixture(scope="module")
@@ -18,19 +17,6 @@ def srv():
     s = Server(header_timeout_s=3, idle_timeout_s=5, max_connections=3)
     yield s
     assert s.stop() == 0, s.output()
-
-
-def _connect(srv: Server) -> socket.socket:
-    return socket.create_connection(("127.0.0.1", srv.port), timeout=30)
-
-
-def _read_all(sock: socket.socket) -> bytes:
-    out = b""
-    while True:
-        chunk = sock.recv(65536)
-        if not chunk:
-            return out
-        out += chunk
 
 
 def _status(raw: bytes) -> tuple[int, bytes]:
@@ -41,17 +27,17 @@ def _status(raw: bytes) -> tuple[int, bytes]:
 def test_the_connection_cap_admits_exactly_max_connections(srv):
     """guard.py: LIDARSEG_MAX_CONNECTIONS connections are served (`>`, not `>=`); the next one
     gets the 503 (test_limits.py checks only the one beyond)."""
-    idle = [_connect(srv) for _ in range(2)]
+    idle = [connect(srv) for _ in range(2)]
     try:
         time.sleep(0.3)  # the server has accepted them
-        with _connect(srv) as third:  # the 3rd of 3: served
+        with connect(srv) as third:  # the 3rd of 3: served
             third.sendall(b"GET /healthz HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
-            status, _ = _status(_read_all(third))
+            status, _ = _status(read_until_closed(third))
             assert status == 200
-        idle.append(_connect(srv))
+        idle.append(connect(srv))
         time.sleep(0.3)
-        with _connect(srv) as fourth:  # the 4th while 3 are open: refused
-            status, body = _status(_read_all(fourth))
+        with connect(srv) as fourth:  # the 4th while 3 are open: refused
+            status, body = _status(read_until_closed(fourth))
             assert status == 503 and json.loads(body)["error"] == "too_many_connections"
     finally:
         for s in idle:
@@ -65,14 +51,14 @@ def test_the_header_timeout_counts_from_the_first_byte(srv):
     answered (1.5 s to spare; counted from the connection it would be cut at 3 s, before the
     last header at 3.5 s); headers never finished are still a 408."""
     time.sleep(0.5)  # the previous test's connections are gone
-    with _connect(srv) as s:
+    with connect(srv) as s:
         time.sleep(2.0)
         s.sendall(b"GET /healthz HTTP/1.1\r\nHost: t\r\n")
         time.sleep(1.5)  # 3.5 s after the connection, 1.5 s after the first byte
         s.sendall(b"Connection: close\r\n\r\n")
-        status, body = _status(_read_all(s))
+        status, body = _status(read_until_closed(s))
     assert status == 200, body
-    with _connect(srv) as s:
+    with connect(srv) as s:
         s.sendall(b"GET /healthz HTTP/1.1\r\nHost: t\r\n")  # never finished
-        status, body = _status(_read_all(s))
+        status, body = _status(read_until_closed(s))
     assert status == 408 and json.loads(body)["error"] == "header_timeout"

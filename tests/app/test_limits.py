@@ -18,23 +18,9 @@ import numpy as np
 import pytest
 
 from app.codecs.encode import encode
-from tests.app.service_helpers import Server, metric_value
+from tests.app.service_helpers import Server, connect, metric_value, read_until_closed
 
 KEY = "limits-key-0123456789"
-
-
-def _connect(srv: Server) -> socket.socket:
-    return socket.create_connection(("127.0.0.1", srv.port), timeout=30)
-
-
-def _read_all(sock: socket.socket) -> bytes:
-    """Everything until the server closes the connection (the timeout fails the test)."""
-    out = b""
-    while True:
-        chunk = sock.recv(65536)
-        if not chunk:
-            return out
-        out += chunk
 
 
 def _status_and_body(raw: bytes) -> tuple[int, dict, bytes]:
@@ -60,22 +46,22 @@ def srv():
 
 
 def test_body_deadline_408_closes(srv):
-    with _connect(srv) as s:
+    with connect(srv) as s:
         s.sendall(
             b"POST /v1/segment?format=kitti HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer "
             + KEY.encode()
             + b"\r\nContent-Length: 1600\r\n\r\n"
             + b"\0" * 16
         )
-        status, headers, body = _status_and_body(_read_all(s))
+        status, headers, body = _status_and_body(read_until_closed(s))
     assert status == 408 and headers["connection"] == "close"
     assert json.loads(body)["error"] == "body_timeout"
 
 
 def test_header_timeout_closes(srv):
-    with _connect(srv) as s:
+    with connect(srv) as s:
         s.sendall(b"POST /v1/segment HTTP/1.1\r\nHost: t\r\n")  # headers never finish
-        status, _, body = _status_and_body(_read_all(s))
+        status, _, body = _status_and_body(read_until_closed(s))
     assert status == 408 and json.loads(body)["error"] == "header_timeout"
 
 
@@ -83,18 +69,18 @@ def test_idle_keep_alive_closes(srv):
     """Between requests the idle timeout rules, not the header timeout, and the close says
     nothing: a 408 there (the header timer, re-armed after each response) was read by the
     client as the answer to its next request."""
-    with _connect(srv) as s:
+    with connect(srv) as s:
         s.sendall(b"GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n")
         start = time.monotonic()
-        raw = _read_all(s)  # the response, then the close after the idle timeout
+        raw = read_until_closed(s)  # the response, then the close after the idle timeout
         idle = time.monotonic() - start
     assert raw.startswith(b"HTTP/1.1 200") and raw.count(b"HTTP/1.1") == 1, raw
     assert idle > 2.5  # the idle timeout (3 s), not the header timeout (2 s): seconds apart
 
 
 def test_a_connection_that_sends_nothing_is_closed_without_an_answer(srv):
-    with _connect(srv) as s:
-        assert _read_all(s) == b""  # closed at the header timeout, no 408 to misread
+    with connect(srv) as s:
+        assert read_until_closed(s) == b""  # closed at the header timeout, no 408 to misread
 
 
 def _read_one(sock: socket.socket) -> bytes:
@@ -113,17 +99,17 @@ def test_no_second_answer_after_an_answer_to_a_request_whose_body_was_not_read(s
     """A route that answers without reading the body (GET /healthz with one): the body's bytes
     after the answer are no new request, so no 408 comes for them (they drew one once), and
     garbage in place of a chunk draws no JSON 400 after the 200: the connection just closes."""
-    with _connect(srv) as s:
+    with connect(srv) as s:
         s.sendall(b"GET /healthz HTTP/1.1\r\nHost: t\r\nContent-Length: 1600\r\n\r\n")
         assert _read_one(s).startswith(b"HTTP/1.1 200")
         s.sendall(b"\0" * 1600)
-        assert _read_all(s) == b""  # closed without a word
-    with _connect(srv) as s:
+        assert read_until_closed(s) == b""  # closed without a word
+    with connect(srv) as s:
         s.sendall(b"GET /healthz HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n")
         s.sendall(b"5\r\nhello\r\n")
         assert _read_one(s).startswith(b"HTTP/1.1 200")
         s.sendall(b"ZZZ\r\n")
-        assert _read_all(s) == b""
+        assert read_until_closed(s) == b""
 
 
 def _logged(srv: Server, request_id: str) -> bool:
@@ -137,9 +123,9 @@ def _logged(srv: Server, request_id: str) -> bool:
 
 def test_unparsable_requests_get_a_json_400(srv):
     for bad in (b"Content-Length: +16", b"Content-Length: 1\r\nContent-Length: 2", b"Bad Name: 1"):
-        with _connect(srv) as s:
+        with connect(srv) as s:
             s.sendall(b"POST /v1/segment HTTP/1.1\r\nHost: t\r\n" + bad + b"\r\n\r\n")
-            status, headers, body = _status_and_body(_read_all(s))
+            status, headers, body = _status_and_body(read_until_closed(s))
         assert status == 400 and headers["content-type"] == "application/json", body
         assert json.loads(body)["error"] == "bad_request" and json.loads(body)["detail"]
         # as every answer: a Server-Timing total, and the request id in the access log
@@ -154,11 +140,11 @@ def test_a_request_with_both_lengths_is_refused(srv):
     memory hold and the inline-decode choice went by the (small) length. 400, and closed."""
     head = b"POST /v1/segment HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer " + KEY.encode()
     for length in (b"4", b"0"):  # 0: no body by the length, closed all the same
-        with _connect(srv) as s:
+        with connect(srv) as s:
             s.sendall(head + b"\r\nContent-Length: " + length + b"\r\nTransfer-Encoding: chunked")
             s.sendall(b"\r\n\r\n10\r\n" + b"\0" * 16 + b"\r\n0\r\n\r\n")
             s.sendall(b"GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n")  # never answered
-            status, headers, body = _status_and_body(_read_all(s))
+            status, headers, body = _status_and_body(read_until_closed(s))
         assert status == 400 and headers["connection"] == "close", body
         assert json.loads(body)["error"] == "ambiguous_framing" and "x-request-id" in headers
     text = httpx.get(f"{srv.url}/metrics").text
@@ -178,7 +164,7 @@ def _declare(s: socket.socket, size: int, sent: bytes = b"") -> None:
 def _answer_at_once(srv: Server, size: int) -> bytes | None:
     """What the server answers within 0.5 s to a request declaring a `size`-byte body (and then
     to its close), or None when it waits for the body (admitted)."""
-    with _connect(srv) as s:
+    with connect(srv) as s:
         _declare(s, size)
         s.settimeout(0.5)
         try:
@@ -186,7 +172,7 @@ def _answer_at_once(srv: Server, size: int) -> bytes | None:
         except TimeoutError:
             return None
         s.settimeout(30)
-        return first + _read_all(s)
+        return first + read_until_closed(s)
 
 
 def test_bodies_held_at_once_are_bounded(srv):
@@ -195,7 +181,7 @@ def test_bodies_held_at_once_are_bounded(srv):
     its client leaves), and the same body is taken again. Before, 24 connections sending 60 MB
     bodies each took the server from 618 MB to 2 GB."""
     big = 60 * 1024 * 1024
-    with _connect(srv) as first:
+    with connect(srv) as first:
         _declare(first, big, b"\0" * 65536)
         for _ in range(50):  # until the first one's route holds its declared bytes
             refused = _answer_at_once(srv, big)
@@ -217,11 +203,11 @@ def test_bodies_held_at_once_are_bounded(srv):
 
 
 def test_connection_cap(srv):
-    idle = [_connect(srv) for _ in range(6)]
+    idle = [connect(srv) for _ in range(6)]
     try:
         time.sleep(0.3)
-        with _connect(srv) as s:
-            status, headers, body = _status_and_body(_read_all(s))
+        with connect(srv) as s:
+            status, headers, body = _status_and_body(read_until_closed(s))
         assert status == 503 and headers["retry-after"]
         assert json.loads(body)["error"] == "too_many_connections"
         assert len(headers["x-request-id"]) == 32  # answered before any route: an id all the same
@@ -234,7 +220,7 @@ def test_connection_cap(srv):
 
 
 def test_401_closes_without_reading_a_chunked_body(srv):
-    with _connect(srv) as s:
+    with connect(srv) as s:
         s.sendall(b"POST /v1/segment HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n")
         sent, closed = 0, False
         try:
@@ -243,7 +229,7 @@ def test_401_closes_without_reading_a_chunked_body(srv):
                 sent += 65536
         except (BrokenPipeError, ConnectionResetError):
             closed = True
-        raw = b"" if closed else _read_all(s)
+        raw = b"" if closed else read_until_closed(s)
     if raw:
         status, headers, _ = _status_and_body(raw)
         assert status == 401 and headers["connection"] == "close"
@@ -306,14 +292,14 @@ def test_probes_answer_during_a_decode_flood(srv, tmp_path):
 def test_sigterm_answers_an_arriving_upload_and_exits_within_budget():
     srv = Server(shutdown_budget_s=8, log_level="info")
     try:
-        with _connect(srv) as s:
+        with connect(srv) as s:
             s.sendall(
                 b"POST /v1/segment?format=kitti HTTP/1.1\r\nHost: t\r\n"
                 b"Content-Length: 1600000\r\n\r\n" + b"\0" * 1600
             )
             time.sleep(0.5)
             srv.proc.send_signal(signal.SIGTERM)
-            status, headers, body = _status_and_body(_read_all(s))
+            status, headers, body = _status_and_body(read_until_closed(s))
         assert status == 503 and json.loads(body)["error"] == "draining"
         assert headers["connection"] == "close"
         assert srv.proc.wait(8 + 15) == 0

@@ -8,7 +8,7 @@ import time
 
 
 from app.service.worker import InferenceWorker, WorkerStats
-from tests.app.worker_helpers import FakePipeline, frame, wait_until_taken
+from tests.app.worker_helpers import FakePipeline, batched, frame, wait_until_taken
 
 
 def test_a_frame_submitted_while_the_first_waits_joins_its_batch():
@@ -109,27 +109,12 @@ def test_a_batch_holds_at_most_max_batch_points():
     """Four queued frames of 40 points under a 100-point bound run as batches of 2, 2 (the
     service passes LIDARSEG_MAX_POINTS: a batch's peak memory is that of one frame at the limit,
     where four 2 M-point frames in one forward took 6 GB); a frame alone over it still runs."""
-    sizes: list[int] = []
-    pipe = FakePipeline()
-    pipe.gate.clear()  # hold the first run while the rest queue up
-    w = InferenceWorker(
-        pipe, 8, max_batch=4, stats=WorkerStats(on_batch=sizes.append), max_batch_points=100
-    )
-    jobs = [w.submit(frame(0, 150), "kitti", time.monotonic() + 30)]
-    wait_until_taken(w)
-    jobs += [w.submit(frame(k, 40), "kitti", time.monotonic() + 30) for k in range(1, 5)]
-    pipe.gate.set()
-    assert [j.future.result(30) for j in jobs] == [150, 40, 40, 40, 40]
-    assert sizes == [1, 2, 2] and pipe.ran == [0, 1, 2, 3, 4]
-    w.stop(30)
-    sizes.clear()  # a first frame over the bound takes no company (it was 'no bound' before)
-    w = InferenceWorker(pipe, 8, max_batch=4, stats=WorkerStats(on_batch=sizes.append),
-                        max_batch_points=100)  # fmt: skip
-    pipe.gate.clear()
-    held = w.submit(frame(0, 10), "kitti", time.monotonic() + 30)
-    wait_until_taken(w)
-    jobs = [w.submit(frame(k, n), "kitti", time.monotonic() + 30) for k, n in ((1, 150), (2, 60))]
-    pipe.gate.set()
-    assert [j.future.result(30) for j in (held, *jobs)] == [10, 150, 60]
-    assert sizes == [1, 1, 1]
-    w.stop(30)
+    assert batched(150, [40] * 4, 100) == ([150, 40, 40, 40, 40], [1, 2, 2], [0, 1, 2, 3, 4])
+    # a first frame over the bound takes no company (it was 'no bound' before)
+    assert batched(10, [150, 60], 100)[:2] == ([10, 150, 60], [1, 1, 1])
+
+
+def test_a_batch_may_fill_max_batch_points_exactly():
+    """Frames of 50 points under a 100-point bound run two by two: a frame that fills the room
+    left to the last point joins (a `<=` there ran them one by one)."""
+    assert batched(10, [50] * 4, 100) == ([10, 50, 50, 50, 50], [1, 2, 2], [0, 1, 2, 3, 4])

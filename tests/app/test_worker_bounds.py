@@ -1,5 +1,6 @@
-"""The worker's bounds at their edges: a batch may fill max_batch_points exactly, and the idle
-trim (on_idle) never runs once a job has come in during its wait."""
+"""The worker at its edges: the idle trim (on_idle) never runs once a job has come in during its
+wait, and a queued job cancelled counts one drop and never runs (a batch filling
+max_batch_points exactly: test_worker_batching.py)."""
 
 from __future__ import annotations
 
@@ -7,24 +8,6 @@ import time
 
 from app.service.worker import InferenceWorker, WorkerStats
 from tests.app.worker_helpers import FakePipeline, frame, wait_until_taken
-
-
-def test_a_batch_may_fill_max_batch_points_exactly():
-    """Frames of 50 points under a 100-point bound run two by two: a frame that fills the room
-    left to the last point joins (a `<=` there ran them one by one)."""
-    sizes: list[int] = []
-    pipe = FakePipeline()
-    pipe.gate.clear()  # hold the first run while the rest queue up
-    w = InferenceWorker(
-        pipe, 8, max_batch=4, stats=WorkerStats(on_batch=sizes.append), max_batch_points=100
-    )
-    jobs = [w.submit(frame(0, 10), "kitti", time.monotonic() + 60)]
-    wait_until_taken(w)
-    jobs += [w.submit(frame(k, 50), "kitti", time.monotonic() + 60) for k in range(1, 5)]
-    pipe.gate.set()
-    assert [j.future.result(30) for j in jobs] == [10, 50, 50, 50, 50]
-    assert sizes == [1, 2, 2] and pipe.ran == [0, 1, 2, 3, 4]
-    w.stop(30)
 
 
 def test_a_job_that_comes_during_the_idle_wait_skips_the_trim():

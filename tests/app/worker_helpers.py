@@ -8,7 +8,7 @@ import time
 
 import numpy as np
 
-from app.service.worker import InferenceWorker
+from app.service.worker import InferenceWorker, WorkerStats
 
 
 class FakePipeline:
@@ -38,3 +38,22 @@ def wait_until_taken(w: InferenceWorker) -> None:
     while w.depth and time.monotonic() < end:
         time.sleep(0.001)
     assert w.depth == 0
+
+
+def batched(first: int, rest: list[int], max_batch_points: int) -> tuple[list, list[int], list]:
+    """Frames of `rest` points queued while a frame of `first` points runs, under
+    max_batch_points (max_batch 4): (each frame's result, the batch sizes, the run order)."""
+    sizes: list[int] = []
+    pipe = FakePipeline()
+    pipe.gate.clear()  # hold the first run while the rest queue up
+    w = InferenceWorker(
+        pipe, 8, max_batch=4, stats=WorkerStats(on_batch=sizes.append),
+        max_batch_points=max_batch_points,
+    )  # fmt: skip
+    jobs = [w.submit(frame(0, first), "kitti", time.monotonic() + 60)]
+    wait_until_taken(w)
+    jobs += [w.submit(frame(k, n), "kitti", time.monotonic() + 60) for k, n in enumerate(rest, 1)]
+    pipe.gate.set()
+    results = [j.future.result(30) for j in jobs]
+    w.stop(30)
+    return results, sizes, pipe.ran
