@@ -69,14 +69,15 @@ def test_signal_between_the_check_and_uvicorn_drains_once_serving():
     tick: the server drains and exits 0 (it would serve on, deaf to it)."""
     port = free_port()
     code = (
-        "from app import stop_signals; stop_signals.hold(); import logging, signal, os; "
+        "import signal; former = [signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)]; "
+        "from app import stop_signals; stop_signals.hold(); import logging, os; "
         "logging.basicConfig(level='INFO'); "
         "from app.service.config import Settings; from app.service.main import create_app; "
         "from app.service.server import run; "
         "app = create_app(Settings()); os.kill(os.getpid(), signal.SIGTERM); "
         "rc = run(app); "
-        "print('handlers after:', signal.getsignal(signal.SIGTERM) == signal.SIG_DFL, "
-        "signal.getsignal(signal.SIGINT) is signal.default_int_handler, flush=True); "
+        "now = [signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)]; "
+        "print('handlers after:', now == former, flush=True); "
         "raise SystemExit(rc)"
     )
     proc = started(["-c", code], {**ENV, "LIDARSEG_PORT": str(port)})
@@ -85,7 +86,7 @@ def test_signal_between_the_check_and_uvicorn_drains_once_serving():
     assert "drained; bye" in out, out
     # the former handlers back once uvicorn is done (it put back the recorder: a second
     # signal while the process ends would have been recorded, not acted on)
-    assert "handlers after: True True" in out, out
+    assert "handlers after: True" in out, out  # those it started with (CI's lanes ignore SIGINT)
 
 
 def test_other_commands_still_die_of_sigterm():
