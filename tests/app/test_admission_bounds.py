@@ -9,7 +9,6 @@ import asyncio
 import time
 from types import SimpleNamespace
 
-import numpy as np
 import pytest
 from starlette.requests import Request
 
@@ -18,17 +17,13 @@ from app.service.admission import (
     DEADLINE,
     CostModel,
     DeadlineExceeded,
-    Job,
     refuse,
     start_jobs,
 )
 from app.service.routes.waiting import Deadline, admit, request_deadline, wait_result
 from app.service.state import ServiceError
 from tests.app.inproc_helpers import asgi_request, ready_service
-
-
-def _job(deadline: float) -> Job:
-    return Job(np.zeros((10, 4), np.float32), "kitti", False, deadline)
+from tests.app.worker_helpers import queued_job
 
 
 def test_start_jobs_drops_a_job_whose_deadline_passed_while_its_batch_formed():
@@ -37,8 +32,8 @@ def test_start_jobs_drops_a_job_whose_deadline_passed_while_its_batch_formed():
     this check)."""
     drops: list[str] = []
     now = time.monotonic()
-    late, live = _job(now - 0.001), _job(now + 30)
-    on_time = _job(now)  # exactly at its deadline: too late as well
+    late, live = queued_job(now - 0.001), queued_job(now + 30)
+    on_time = queued_job(now)  # exactly at its deadline: too late as well
     started = start_jobs([late, on_time, live], now, drops.append)
     assert started == [live] and live.started and live.future.running()
     for job in (late, on_time):
@@ -52,7 +47,7 @@ def test_refuse_names_why_a_cancelled_job_was_given_up():
     """admission.py refuse: a job cancelled because its client left is counted as client_gone
     (lidarseg_dropped{reason}), not as a deadline."""
     drops: list[str] = []
-    job = _job(time.monotonic() + 30)
+    job = queued_job(time.monotonic() + 30)
     job.abandoned = CLIENT_GONE
     job.future.cancel()
     assert refuse(CostModel(), job, time.monotonic(), drops.append) is True
@@ -93,7 +88,7 @@ def test_a_frame_given_up_is_dropped_for_the_right_reason(gone):
     service = ready_service()
     reasons: list[str] = []
     service.worker = SimpleNamespace(cancel=lambda job, reason: reasons.append(reason) or True)
-    job = _job(time.monotonic() + 30)
+    job = queued_job(time.monotonic() + 30)
     request = asgi_request([]) if gone else Request({"type": "http"}, _never_disconnects)
     deadline = Deadline(time.monotonic() + (30 if gone else 0.05), "test")
     with pytest.raises(ServiceError) as e:

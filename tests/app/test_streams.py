@@ -5,7 +5,6 @@
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import time
 
 import pytest
@@ -16,7 +15,7 @@ from app.service.state import ServiceError
 from app.service.worker import InferenceWorker, WorkerStats
 from tests.app.contract_helpers import NUSCENES, WANT_BIN, frame_bytes, serving
 from tests.app.inproc_helpers import asgi_request, ready_service
-from tests.app.worker_helpers import FakePipeline, frame, wait_until_taken
+from tests.app.worker_helpers import FakePipeline, frame, queued_job, wait_until_taken
 from tests.conftest import require_real_data
 
 
@@ -56,19 +55,13 @@ def test_the_superseded_route_answers_409():
             return True
 
     service.worker = Worker()
-    job = FakeJob()
-    job.future.set_exception(Superseded("a newer frame of stream 'front' arrived"))
+    queued = queued_job(time.monotonic() + 30)
+    queued.future.set_exception(Superseded("a newer frame of stream 'front' arrived"))
     deadline = Deadline(time.monotonic() + 30, "30 s (LIDARSEG_DEADLINE_S)")
     with pytest.raises(ServiceError) as e:
-        asyncio.run(wait_result(asgi_request([]), service, job, deadline))
+        asyncio.run(wait_result(asgi_request([]), service, queued, deadline))
     assert (e.value.status, e.value.code) == (409, "superseded")
     assert "'front'" in e.value.detail and cancels == []
-
-
-class FakeJob:
-    def __init__(self):
-        self.future = concurrent.futures.Future()
-        self.started = False
 
 
 @pytest.mark.parametrize(

@@ -8,6 +8,7 @@ import time
 
 import numpy as np
 
+from app.service.admission import Job
 from app.service.worker import InferenceWorker, WorkerStats
 
 
@@ -30,6 +31,11 @@ def frame(tag: int, n: int = 20_000) -> np.ndarray:
     pts = np.zeros((n, 4), np.float32)
     pts[0, 0] = tag
     return pts
+
+
+def queued_job(deadline: float) -> Job:
+    """A job of ten points due at `deadline` (time.monotonic()), as the worker makes them."""
+    return Job(np.zeros((10, 4), np.float32), "kitti", False, deadline)
 
 
 def wait_until_taken(w: InferenceWorker) -> None:

@@ -54,24 +54,31 @@ class Deadline(NamedTuple):
     budget: str  # "0.15 s (X-Deadline-Ms)" or "30 s (LIDARSEG_DEADLINE_S)"
 
 
+def one_header(request: Request, name: str) -> str | None:
+    """The request's `name` header, None when absent; 400 when given more than once (which
+    of two would win is no contract)."""
+    values = request.headers.getlist(name)
+    if len(values) > 1:
+        raise ServiceError(400, "invalid_request", f"{name}: given more than once")
+    return values[0] if values else None
+
+
 def request_deadline(request: Request, service: ServiceState) -> Deadline:
     """From now: the client's X-Deadline-Ms (a robot's frame is worth nothing after its next
     scans: a stale one is dropped unrun or refused, not answered seconds late) when it asks for
     less than LIDARSEG_DEADLINE_S, else the setting (a number too large for a float too); 400 for
     a value that is no positive decimal number of milliseconds, or given twice."""
     setting = service.settings.deadline_s
-    values = request.headers.getlist(DEADLINE_HEADER)
-    if len(values) > 1:
-        raise ServiceError(400, "invalid_request", f"{DEADLINE_HEADER}: given more than once")
+    value = one_header(request, DEADLINE_HEADER)
     seconds, what = setting, "LIDARSEG_DEADLINE_S"
-    if values:
-        text = values[0].strip()
+    if value is not None:
+        text = value.strip()
         ms = float(text) if _MILLISECONDS.fullmatch(text) else math.nan  # inf: past any setting
         if not ms > 0:
             raise ServiceError(
                 400,
                 "invalid_request",
-                f"{DEADLINE_HEADER}: {values[0][:40]!r} is no positive number of milliseconds",
+                f"{DEADLINE_HEADER}: {value[:40]!r} is no positive number of milliseconds",
             )
         if ms / 1e3 < setting:
             seconds, what = ms / 1e3, DEADLINE_HEADER
@@ -82,18 +89,14 @@ def request_stream(request: Request) -> str | None:
     """The client's X-Stream-Id (a sensor's stream: a newer frame of it drops its older frames
     still queued, answered 409 superseded), or None; 400 unless 1 to 64 letters, digits or
     ._:/- , or when given twice."""
-    values = request.headers.getlist(STREAM_HEADER)
-    if len(values) > 1:
-        raise ServiceError(400, "invalid_request", f"{STREAM_HEADER}: given more than once")
-    if not values:
-        return None
-    if not STREAM_ID.fullmatch(values[0]):
+    value = one_header(request, STREAM_HEADER)
+    if value is not None and not STREAM_ID.fullmatch(value):
         raise ServiceError(
             400,
             "invalid_request",
-            f"{STREAM_HEADER}: {values[0][:40]!r} is not 1 to 64 of A-Z a-z 0-9 . _ : / -",
+            f"{STREAM_HEADER}: {value[:40]!r} is not 1 to 64 of A-Z a-z 0-9 . _ : / -",
         )
-    return values[0]
+    return value
 
 
 async def wait_result(request: Request, service: ServiceState, job, deadline: Deadline):
