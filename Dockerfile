@@ -90,13 +90,14 @@ LABEL org.opencontainers.image.title="lidarseg" \
       org.opencontainers.image.version="${VERSION}" \
       org.opencontainers.image.revision="${REVISION}" \
       org.opencontainers.image.licenses="${LICENSE}"
-# libgomp1: the kernels' OpenMP runtime; libusb-1.0-0, libegl1 and libgl1: Open3D (without
+# tini: PID 1 (deploy/image/pid1_check.sh); libgomp1: the kernels' OpenMP runtime;
+# libusb-1.0-0, libegl1 and libgl1: Open3D (without
 # libEGL.so.1 and libGL.so.1 it does not load, and the service voxelized with torch.unique, 75x
 # slower: /v1/model's engine.voxelizer; libgl1 brings Mesa: the image 2.42 -> 2.68 GB)
 # (99lidarseg-build-host: deploy/image/base.sh's apt setting for its build host's mirror)
 # hadolint ignore=DL3008
 RUN apt-get update \
- && apt-get install -y --no-install-recommends libgomp1 libusb-1.0-0 libegl1 libgl1 \
+ && apt-get install -y --no-install-recommends tini libgomp1 libusb-1.0-0 libegl1 libgl1 \
  && rm -rf /var/lib/apt/lists/* /etc/apt/apt.conf.d/99lidarseg-build-host \
  && useradd --system --uid 10001 --user-group --home-dir /tmp --no-create-home \
       --shell /usr/sbin/nologin lidarseg
@@ -111,8 +112,11 @@ ENV PATH=/opt/venv/bin:$PATH \
 EXPOSE 8000
 HEALTHCHECK --interval=30s --timeout=5s --start-period=120s --retries=3 \
   CMD ["python", "-c", "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:%s/healthz' % os.environ.get('LIDARSEG_PORT', '8000'), timeout=4)"]
-# exec form: python is PID 1 and gets SIGTERM itself (readiness drops, in-flight work drains)
-ENTRYPOINT ["python", "-m", "app"]
+# tini is PID 1: it passes SIGTERM on to the server (readiness drops, in-flight work drains) and
+# reaps orphans; as PID 1, python itself would drop any signal it has no handler for yet (the
+# interpreter's first milliseconds; every subcommand but serve). -s: a subreaper where tini is
+# not PID 1 (buildah run, docker run --init).
+ENTRYPOINT ["/usr/bin/tini", "-s", "--", "python", "-m", "app"]
 CMD ["serve"]
 
 FROM runtime-base AS cuda

@@ -2,8 +2,9 @@
 # Runs the built image here (buildah run --isolation chroot: podman run does not work on these
 # machines) exactly as its configuration says: the image's ENTRYPOINT + CMD, user, environment
 # and working directory. Then: wait for /readyz, POST a real frame and compare the labels with
-# the in-process pipeline's, check the server process runs as the non-root user, send it SIGTERM
-# and expect a clean exit (status 0) within the drain budget.
+# the in-process pipeline's, check the server process runs as the non-root user, send SIGTERM to
+# the entrypoint's process (tini, which passes it on) and expect a clean exit (status 0) within
+# the drain budget.
 #   bash deploy/image/smoke.sh [IMAGE] [FRAME]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -46,11 +47,19 @@ echo "server pid $PID runs as uid $uid: $(tr '\0' ' ' <"/proc/$PID/cmdline")"
 [ "$uid" != 0 ] || { echo "FAIL: the server runs as root" >&2; exit 1; }
 status=0
 "$PY" deploy/image/smoke_compare.py "http://127.0.0.1:$PORT" "$FRAME" || status=1
+# SIGTERM to the entrypoint's process, as `docker stop` sends it: the server itself, or the init
+# (tini) that runs it and must pass the signal on
+STOP=$PID
+[ "$(basename "${CMD[0]}")" = python ] || STOP=$(ps -o ppid= -p "$PID" | tr -d ' ')
+stop_cmd=$(tr '\0' ' ' <"/proc/$STOP/cmdline")
+if [ "${stop_cmd%% *}" != "${CMD[0]}" ]; then
+  echo "FAIL: the server's parent is not the entrypoint ${CMD[0]}: $stop_cmd" >&2; exit 1
+fi
 t_term=$SECONDS
-kill -TERM "$PID"
+kill -TERM "$STOP"
 rc=0
 wait "$runner" || rc=$?
-echo "SIGTERM -> exit status $rc after $((SECONDS - t_term)) s"
+echo "SIGTERM to $stop_cmd-> exit status $rc after $((SECONDS - t_term)) s"
 tail -5 "$LOG"
 if [ $rc != 0 ]; then echo "FAIL: unclean exit"; tail -40 "$LOG"; status=1; fi
 [ $status = 0 ] && echo "smoke test passed" || echo "smoke test FAILED"

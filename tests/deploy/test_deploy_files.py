@@ -18,7 +18,15 @@ from tests.conftest import REPO_ROOT
 DEPLOY = REPO_ROOT / "deploy"
 DOCKERFILES = [REPO_ROOT / "Dockerfile", DEPLOY / "jetson" / "Dockerfile"]
 MANIFESTS = sorted((DEPLOY / "k8s").rglob("*.yaml"))
-RESOURCES = [p for p in MANIFESTS if p.name != "kustomization.yaml"]
+KUSTOMIZATIONS = [p for p in MANIFESTS if p.name == "kustomization.yaml"]
+PATCHES = [  # partial objects that kustomize merges into a resource: no schema of their own
+    (k.parent / patch["path"]).resolve()
+    for k in KUSTOMIZATIONS
+    for patch in yaml.safe_load(k.read_text()).get("patches", [])
+    if "path" in patch
+]
+RESOURCES = [p for p in MANIFESTS if p not in KUSTOMIZATIONS and p.resolve() not in PATCHES]
+ORIN_PATCH = DEPLOY / "k8s" / "jetson" / "orin.yaml"
 DEPLOYMENTS = [
     DEPLOY / "k8s" / "cpu" / "deployment.yaml",
     DEPLOY / "k8s" / "gpu" / "deployment.yaml",
@@ -61,22 +69,63 @@ def test_kustomizations_list_every_resource_as_kustomize_loads_them():
                 assert path.parent == kustomization.parent, f"{kustomization}: {rel} outside"
 
 
-@pytest.mark.skipif(KUBECTL is None, reason="kubectl not installed")
-@pytest.mark.parametrize("variant", ["", "cpu", "gpu"])
-def test_kubectl_kustomize_renders_each_variant(variant):
+def _kustomize(variant: str) -> list[dict]:
     r = subprocess.run(
         [KUBECTL, "kustomize", str(DEPLOY / "k8s" / variant)], capture_output=True, text=True
     )
     assert r.returncode == 0, r.stderr
-    docs = list(yaml.safe_load_all(r.stdout))
-    assert sorted(d["kind"] for d in docs) == [
-        "Deployment",
-        "HorizontalPodAutoscaler",
-        "PodDisruptionBudget",
-        "Service",
-    ]
+    return list(yaml.safe_load_all(r.stdout))
+
+
+POOL_KINDS = ["Deployment", "HorizontalPodAutoscaler", "PodDisruptionBudget", "Service"]
+
+
+@pytest.mark.skipif(KUBECTL is None, reason="kubectl not installed")
+@pytest.mark.parametrize(
+    "variant, image, kinds",
+    [
+        ("", "lidarseg:cpu", POOL_KINDS),
+        ("cpu", "lidarseg:cpu", POOL_KINDS),
+        ("gpu", "lidarseg:cuda", POOL_KINDS),
+        ("jetson", "lidarseg:jetson", ["Deployment", "Service"]),  # one pod per Orin
+    ],
+)
+def test_kubectl_kustomize_renders_each_variant(variant, image, kinds):
+    docs = _kustomize(variant)
+    assert sorted(d["kind"] for d in docs) == kinds
     (dep,) = [d for d in docs if d["kind"] == "Deployment"]
-    assert _container(dep)["image"] == ("lidarseg:cuda" if variant == "gpu" else "lidarseg:cpu")
+    assert _container(dep)["image"] == image
+    kv = pytest.importorskip("kubernetes_validate")
+    for doc in docs:
+        kv.validate(doc, kv.utils.latest_version(), strict=True)
+
+
+@pytest.mark.skipif(KUBECTL is None, reason="kubectl not installed")
+def test_jetson_variant_is_the_gpu_pod_made_for_an_orin():
+    (dep,) = [d for d in _kustomize("jetson") if d["kind"] == "Deployment"]
+    pod, c = dep["spec"]["template"]["spec"], _container(dep)
+    assert pod["runtimeClassName"] == "nvidia"
+    assert pod["nodeSelector"] == {"kubernetes.io/arch": "arm64"}
+    assert pod["securityContext"]["supplementalGroups"] == [44]  # video: the GPU's device nodes
+    assert pod["securityContext"]["runAsUser"] == 10001  # the gpu variant's, kept
+    env = {e["name"]: e.get("value") for e in c["env"]}
+    assert env["LIDARSEG_DEVICE"] == "cuda" and env["LIDARSEG_MAX_BATCH"] == "1"
+    assert c["resources"]["limits"]["nvidia.com/gpu"] == "1"
+    assert c["resources"]["requests"] == c["resources"]["limits"]
+    assert c["readinessProbe"]["httpGet"]["path"] == "/readyz"  # the gpu variant's, kept
+
+
+def test_orin_patch_targets_the_gpu_pod_and_agrees_with_compose():
+    """orin.yaml merges into the gpu Deployment by name (a wrong one fails kustomize), and its
+    memory settings are the compose override's for the same Orin."""
+    patch = yaml.safe_load(ORIN_PATCH.read_text())
+    gpu = yaml.safe_load((DEPLOY / "k8s" / "gpu" / "deployment.yaml").read_text())
+    assert patch["metadata"]["name"] == gpu["metadata"]["name"]
+    assert _container(patch)["name"] == _container(gpu)["name"]
+    compose = yaml.safe_load((DEPLOY / "compose.jetson.yaml").read_text())["services"]["lidarseg"]
+    env = {e["name"]: e["value"] for e in _container(patch)["env"]}
+    for name, value in env.items():
+        assert compose["environment"][name] == value, name
 
 
 def _container(deployment: dict) -> dict:
@@ -181,7 +230,9 @@ def test_no_image_ships_the_build_hosts_apt_setting():
 def test_images_share_entrypoint_port_user_and_never_compile_at_start():
     for dockerfile in DOCKERFILES:
         text = dockerfile.read_text()
-        assert 'ENTRYPOINT ["python", "-m", "app"]' in text, dockerfile
+        # tini as PID 1 passes SIGTERM on (deploy/image/pid1_check.sh runs it for real)
+        assert 'ENTRYPOINT ["/usr/bin/tini", "-s", "--", "python", "-m", "app"]' in text
+        assert re.search(r"apt-get install -y --no-install-recommends tini ", text), dockerfile
         assert "EXPOSE 8000" in text and "LIDARSEG_HOST=0.0.0.0" in text
         assert "LIDARSEG_KERNEL_BUILD=never" in text
         assert re.search(r"^USER 10001:10001$", text, re.M)
