@@ -142,9 +142,9 @@ def test_a_body_at_the_overridden_limit_is_segmented(client):
 
 @pytest.mark.parametrize("path", [SEGMENT, "/v1/model"])
 def test_a_stand_in_not_ready_is_503(client, stand_in, path):
-    stand_in.ready = False
+    stand_in.ready, stand_in.load_error = False, "OSError: no weights"  # the app's: "loading"
     r = call(client, path, AUTH)
-    assert_error(r, 503, "not_ready")
+    assert "failed to load" in assert_error(r, 503, "not_ready")["detail"]
     assert r.headers["Retry-After"] == "1"
 
 
