@@ -336,7 +336,8 @@ def dashboard_queries() -> list[tuple[str, str, str]]:
 
 @pytest.mark.parametrize("where, expr, legend", dashboard_queries())
 def test_dashboard_queries_name_exported_metrics_and_labels(exported, where, expr, legend):
-    assert promql_problems(expr, exported) == [], (where, expr)
+    problems = promql_problems(expr, exported)
+    assert not problems, f"{where}: {problems} in {expr}"
     tokens = [t.group(0) for t in TOKEN.finditer(expr)]
     series = [exported[t] | TARGET_LABELS for t in tokens if t in exported]
     for label in re.findall(r"\{\{\s*(\w+)\s*\}\}", legend):  # {{stage}}: on every series
@@ -356,7 +357,8 @@ def alert_rules() -> list[tuple[str, dict]]:
 @pytest.mark.parametrize("where, rule", alert_rules())
 def test_alert_rules_name_exported_metrics_and_labels(exported, where, rule):
     expr = rule["expr"]
-    assert promql_problems(expr, exported) == [], (where, expr)
+    problems = promql_problems(expr, exported)
+    assert not problems, f"{where}: {problems} in {expr}"
     tokens = [t.group(0) for t in TOKEN.finditer(expr)]
     series = [exported[t] | TARGET_LABELS for t in tokens if t in exported]
     for note in rule.get("annotations", {}).values():
@@ -377,7 +379,8 @@ def rule_test_series() -> list[tuple[str, str]]:
 
 @pytest.mark.parametrize("where, series", rule_test_series())
 def test_rule_tests_feed_series_that_exist(exported, where, series):
-    assert promql_problems(series, exported) == [], (where, series)
+    problems = promql_problems(series, exported)
+    assert not problems, f"{where}: {problems} in {series}"
 
 
 # ---- 3. command lines: the module exists and its parser takes the options shown
@@ -399,7 +402,10 @@ def _hand_over(self, args=None, namespace=None):
 @functools.lru_cache(maxsize=None)
 def parser_of(module: str) -> argparse.ArgumentParser:
     """The parser `python -m module` builds: its main() is run until it parses (then stopped)."""
-    mod = importlib.import_module("app.cli" if module == "app" else module)
+    try:
+        mod = importlib.import_module("app.cli" if module == "app" else module)
+    except ModuleNotFoundError as e:
+        raise AssertionError(f"python -m {module}: no such module ({e})") from None
     with mock.patch.object(argparse.ArgumentParser, "parse_args", _hand_over):
         with mock.patch.object(argparse.ArgumentParser, "parse_known_args", _hand_over):
             try:
@@ -437,6 +443,7 @@ def options_problems(module: str, args: str) -> list[str]:
     tokens = code.replace("[", " ").replace("]", " ").split()
     tokens += [t for t in comment.replace("[", " ").replace("]", " ").split() if t.startswith("-")]
     parsers, problems, i, slot = [parser_of(module)], [], 0, 0
+    command = f"python -m {module}"
     while i < len(tokens):
         tok = tokens[i].rstrip(",;")
         i += 1
@@ -446,7 +453,7 @@ def options_problems(module: str, args: str) -> list[str]:
             name, _, inline = tok.partition("=")
             actions = [p._option_string_actions.get(name) for p in parsers]
             if None in actions:
-                problems.append(f"{name}: not an option of python -m {module} {tokens[:i]}")
+                problems.append(f"{name}: not an option of {command}")
                 continue
             action = actions[0]
             values = [inline] if inline else []
@@ -461,7 +468,7 @@ def options_problems(module: str, args: str) -> list[str]:
             continue
         positionals = [a for a in parsers[0]._actions if not a.option_strings]
         if slot >= len(positionals):
-            problems.append(f"{tok}: an argument python -m {module} does not take")
+            problems.append(f"{tok}: an argument {command} does not take")
             continue
         action = positionals[slot]
         if action.choices is not None and not PLACEHOLDER.fullmatch(tok):
@@ -470,6 +477,7 @@ def options_problems(module: str, args: str) -> list[str]:
             problems += [f"{n}: not one of {list(action.choices)}" for n in bad]
             if isinstance(action, argparse._SubParsersAction) and not bad:
                 parsers, slot = [action.choices[n] for n in names], 0
+                command += f" {tok}"
                 continue
         if action.nargs not in ("+", "*"):
             slot += 1
@@ -478,7 +486,8 @@ def options_problems(module: str, args: str) -> list[str]:
 
 @pytest.mark.parametrize("where, module, args", shown_commands())
 def test_shown_command_lines_parse(where, module, args):
-    assert options_problems(module, args) == [], f"{where}: python -m {module} {args}"
+    problems = options_problems(module, args)
+    assert not problems, f"{where}: python -m {module} {args}: {problems}"
 
 
 # ---- 4. HTTP paths: each one README names is a route of the app
