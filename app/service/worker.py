@@ -2,10 +2,10 @@
 
 submit() never blocks: a full queue raises QueueFull at once (the route answers 503). With
 max_wait_s (LIDARSEG_MAX_WAIT_MS), a batch taken with room left waits that long, counted from its
-first frame, for more frames to join; never past what its deadlines allow (_wait_end). The worker
-admits only work that can still finish by its deadline: the jobs, the cost model and the
-estimates live in admission.py. A route whose client gave up cancels its job, which frees the
-slot and the job never runs (if it has not started).
+first frame, for more frames to join; never past what its deadlines allow (batch_forming.py
+forms the batches). The worker admits only work that can still finish by its deadline: the jobs,
+the cost model and the estimates live in admission.py. A route whose client gave up cancels its
+job, which frees the slot and the job never runs (if it has not started).
 
 The loop is supervised: an exception outside a batch's pipeline run is logged, the jobs it held
 fail, and the loop starts again; `alive` says whether the thread runs (/readyz checks it).
@@ -30,13 +30,11 @@ from app.service.admission import (
     Job,
     QueueFull,
     WorkerStopped,
-    can_finish,
     check_at_submit,
-    estimated_end,
-    refuse,
     start_jobs,
     supersede,
 )
+from app.service.batch_forming import BatchForming
 
 log = logging.getLogger("lidarseg.worker")
 
@@ -44,12 +42,6 @@ log = logging.getLogger("lidarseg.worker")
 # responses to go out) before freeing the frame's maps (pipeline.release), unless the next
 # job is already there: freeing holds the GIL that the event loop needs to answer.
 RELEASE_DELAY_S = 0.005
-
-# A batch waiting for more frames (max_wait_s) spends at most this share of its slack: the time
-# its earliest deadline leaves beyond the estimated run. The estimate is a median and the answer
-# still has to go out, so waiting up to the last estimated moment would make the deadline a coin
-# toss for frames that would have made it without the wait.
-WAIT_SLACK_SHARE = 0.5
 
 
 @dataclass
@@ -63,7 +55,7 @@ class WorkerStats:
     on_restart: Callable[[], object] | None = None  # callback() per restart of the loop
 
 
-class InferenceWorker:
+class InferenceWorker(BatchForming):
     def __init__(
         self,
         pipeline: SegmentationPipeline,
@@ -164,84 +156,6 @@ class InferenceWorker:
     def _depth(self):
         if self.stats.on_depth:
             self.stats.on_depth(len(self._jobs))
-
-    def _take_batch(self) -> list[Job] | None:
-        """The next batch to run (None once stopping with nothing queued): the first job that
-        may run, grown by _fill."""
-        with self._cond:
-            first = self._take_first()
-            if first is None:
-                return None
-            batch = [first]
-            self._busy = batch  # while it fills too: not idle, and failed by the loop on an error
-            self._fill(batch, time.monotonic())
-            self._busy_until = estimated_end(self.cost, batch, time.monotonic())
-            self._depth()
-            return batch
-
-    def _take_first(self) -> Job | None:
-        """Pops jobs until one may run (refuse drops the others); None once stopping with an
-        empty queue."""
-        while True:
-            while not self._jobs:
-                if self._stopping:
-                    return None
-                self._cond.wait()
-            job = self._jobs.popleft()
-            contended = bool(self._jobs)  # a job alone runs whatever the estimate
-            if not refuse(self.cost, job, time.monotonic(), self._dropped, contended):
-                return job
-
-    def _fill(self, batch: list[Job], taken: float) -> None:
-        """Grows `batch` (its first job taken at `taken`) up to max_batch with the queued jobs
-        that can join, then, while the queue is empty, with jobs submitted until _wait_end. A
-        queued job that cannot join ends the wait: holding the batch would only delay it."""
-        while len(batch) < self.max_batch:
-            if self._grow(batch):
-                continue
-            if self._jobs or self.max_wait_s <= 0 or not self._wait_more(batch, taken):
-                return  # (max_wait_s 0, the default: no estimate made for a wait never taken)
-
-    def _grow(self, batch: list[Job]) -> bool:
-        """Adds one waiting job that every frame of the batch can afford and that keeps the
-        batch within max_batch_points; False when none."""
-        now = time.monotonic()
-        room = (
-            None
-            if self.max_batch_points is None
-            else self.max_batch_points - sum(j.size for j in batch)
-        )
-        for job in list(self._jobs):
-            if job.layer_timing != batch[0].layer_timing or (room is not None and room < job.size):
-                continue
-            if refuse(self.cost, job, now, self._dropped):
-                self._jobs.remove(job)
-                continue
-            if can_finish(self.cost, (*batch, job), now):
-                self._jobs.remove(job)
-                batch.append(job)
-                return True
-        return False
-
-    def _wait_end(self, batch: list[Job], taken: float) -> float:
-        """Until when `batch` may wait for more jobs (monotonic): max_wait_s after its first job
-        was taken (not reset per arrival), and no later than WAIT_SLACK_SHARE of the slack its
-        deadlines leave, so the run keeps room to finish by them. With max_wait_s = 0 it is
-        `taken` at the latest: no wait, a lone frame's latency unchanged."""
-        slack = min(j.deadline for j in batch) - estimated_end(self.cost, batch, taken)
-        return taken + min(self.max_wait_s, WAIT_SLACK_SHARE * slack)
-
-    def _wait_more(self, batch: list[Job], taken: float) -> bool:
-        """Waits for a submit, a stop or the end of the batch's wait; False, at once, when the
-        wait has ended or the worker stops (stop() wakes it: the batch runs, queued work drains)."""
-        now = time.monotonic()
-        remaining = self._wait_end(batch, taken) - now
-        if remaining <= 0 or self._stopping:
-            return False
-        # what a submit admits behind: a job that joins or ends the wait runs with it or next
-        self._busy_until = estimated_end(self.cost, batch, now)
-        self._cond.wait(remaining)
-        return True
 
     def _release_after_hand_over(self) -> None:
         """pipeline.release() once the responses have had RELEASE_DELAY_S to go out, unless a
