@@ -6,7 +6,7 @@
 One real frame goes through the pipeline (maps built by the maps stage, as the service does),
 with the service's OpenMP settings (app.threads.configure_env, before libgomp loads), twice a
 run: as the service runs it (the network stage's time) and with every leaf layer timed
-(app.inference.pipeline.layer_clock: call by call, no deferred work), the thread counts taking
+(app.inference.clocks.layer_clock: call by call, no deferred work), the thread counts taking
 turns run by run (interleaved, so a noisy machine hits them alike). Printed: the network stage's
 median per thread count and its speed-up, then every layer whose median is not faster on the
 most threads than on one (the ones that do not scale), and the layers that take the most time

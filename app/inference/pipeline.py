@@ -1,16 +1,14 @@
 """The in-process pipeline the service calls: points -> voxels -> maps -> MinkUNet -> labels.
 
 Each stage is timed (voxelize, maps, network, devoxelize), with CUDA synchronisation so GPU times
-are true; `layer_timing=True` adds a per-layer breakdown of the network time. The voxels' classes
+are true; `layer_timing=True` adds a per-layer breakdown of the network time (the clocks:
+clocks.py). The voxels' classes
 (the argmax of the logits) count to the network stage where the CPU head and argmax run as one
 pass (no logits kept), else to devoxelize, which then also holds the gather back to the points.
 """
 
 from __future__ import annotations
 
-import contextlib
-import time
-from collections import defaultdict
 from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -28,6 +26,7 @@ from models.labels import IGNORE_LABEL
 from models.minkunet import MinkUNet
 
 from app.inference.cleaning import clean_frame
+from app.inference.clocks import StageClock, layer_clock
 from app.inference.voxel_config import VoxelizeConfig, per_frame
 from app.inference.voxelize import devoxelize, voxelize
 
@@ -73,54 +72,6 @@ def voxels_per_frame(coords: torch.Tensor, frames: int) -> list[int]:
     batch_of_row = coords[:, 0].contiguous()
     frame_ids = torch.arange(frames + 1, dtype=batch_of_row.dtype)
     return torch.searchsorted(batch_of_row, frame_ids.to(batch_of_row.device)).diff().tolist()
-
-
-class StageClock:
-    """Wall-clock per stage; synchronises CUDA before each reading."""
-
-    def __init__(self, device: torch.device):
-        self.device, self.ms = device, {}  # type: torch.device, dict[str, float]
-
-    @contextlib.contextmanager
-    def stage(self, name: str):
-        self._sync()
-        start = time.perf_counter()
-        yield
-        self._sync()
-        self.ms[name] = self.ms.get(name, 0.0) + (time.perf_counter() - start) * 1e3
-
-    def _sync(self):
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
-
-
-LEAF_TYPES = ("SubMConv3d", "SparseConv3d", "SparseInverseConv3d", "BatchNorm", "ReLU", "Linear")
-
-
-@contextlib.contextmanager
-def layer_clock(model: nn.Module, device: torch.device):
-    """Times every leaf layer (forward hooks); yields the dict it fills (name -> ms)."""
-    times: dict[str, float] = defaultdict(float)
-    starts: dict[str, float] = {}
-    sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
-    handles = []
-    for name, module in model.named_modules():
-        if type(module).__name__ in LEAF_TYPES:
-
-            def pre(_m, _inp, name=name):
-                sync()
-                starts[name] = time.perf_counter()
-
-            def post(_m, _inp, _out, name=name):
-                sync()
-                times[name] += (time.perf_counter() - starts[name]) * 1e3
-
-            handles += [module.register_forward_pre_hook(pre), module.register_forward_hook(post)]
-    try:
-        yield times
-    finally:
-        for h in handles:
-            h.remove()
 
 
 class SegmentationPipeline:
