@@ -47,6 +47,7 @@ from app.inference.builder import load_model, pipeline_for  # noqa: E402
 from app.inference.scoring import iou_metrics, read_labels  # noqa: E402
 from app.inference.voxelize import voxelize  # noqa: E402
 from bench import common  # noqa: E402
+from kernels import amx  # noqa: E402
 from kernels import precision as precision_mod  # noqa: E402
 from models import SparseTensor  # noqa: E402
 from app.argtypes import positive_int  # noqa: E402
@@ -69,7 +70,7 @@ def kernels_for(name: str):
     """A context in which `name`'s kernels run: AMX tiles off for NAME-avx512, the int8 kernel
     named after KERNEL, else as set (ValueError for a kernel this CPU cannot run)."""
     if name.endswith(NO_TILES):
-        return precision_mod.tiles_off()
+        return amx.tiles_off()
     if KERNEL in name:
         return precision_mod.int8_kernel_set(name.split(KERNEL, 1)[1])
     return contextlib.nullcontext()

@@ -26,11 +26,12 @@ from __future__ import annotations
 import torch
 
 from . import backend, deferred
+from .amx import amx_tiles, tiles_fit
 from .chunking import chunks
 from .derived import derived
 from .fused import fused_output, walk_args
 from .grouping import ExecutionPlan
-from .precision import amx_tiles, fused_bf16_lanes, tiles_fit
+from .precision import fused_bf16_lanes
 from .rows import gather_rows, scatter_add_unique
 
 FP32_MAX_CIN = 8

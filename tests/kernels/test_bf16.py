@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from kernels import precision
+from kernels import amx, precision
 from kernels.bf16 import bf16_weights, rows_under_cap_bf16
 from kernels.engine import EngineConfig, sparse_conv
 from kernels.reference import conv_from_entries, map_entries
@@ -20,7 +20,7 @@ needs_bf16_cpu = pytest.mark.skipif(
     precision.fused_bf16_lanes() == 0, reason="this CPU has no AVX512_BF16"
 )
 needs_amx = pytest.mark.skipif(
-    "bf16" not in precision.amx_tiles(), reason="no AMX tiles here (CPU or Linux)"
+    "bf16" not in amx.amx_tiles(), reason="no AMX tiles here (CPU or Linux)"
 )
 
 
@@ -86,28 +86,28 @@ def test_amx_tiles_sum_the_same_bf16_products(kind, cin, cout):
     kmap, x, w, bias, res, expected = case(kind, cin, cout)
     config = EngineConfig(precision="bf16", grouping=FUSED)
     with torch.no_grad():
-        before = precision.amx_tile_convs()
+        before = amx.amx_tile_convs()
         tiles = sparse_conv(x, w, kmap, config, bias, True, res)
-        assert precision.amx_tile_convs() == before + 1  # it ran on tiles
-        with precision.tiles_off():
-            assert precision.amx_tiles() == ()
+        assert amx.amx_tile_convs() == before + 1  # it ran on tiles
+        with amx.tiles_off():
+            assert amx.amx_tiles() == ()
             vectors = sparse_conv(x, w, kmap, config, bias, True, res)
-        assert precision.amx_tile_convs() == before + 1
-    assert "bf16" in precision.amx_tiles()  # back on
+        assert amx.amx_tile_convs() == before + 1
+    assert "bf16" in amx.amx_tiles()  # back on
     for out in (tiles, vectors):
         torch.testing.assert_close(out.double(), expected, rtol=1e-5, atol=1e-5)
 
 
 def test_amx_tiles_are_reported_only_where_the_cpu_has_them():
-    on = precision.amx_tiles()
+    on = amx.amx_tiles()
     assert set(on) <= {"int8", "bf16"}
     if "AMX_TILE" not in precision.cpu_features():
         assert on == ()
     if on == ():
-        assert precision.amx_tile_convs() == 0
+        assert amx.amx_tile_convs() == 0
     with pytest.raises(ValueError, match="-1, 0 or 1"):
-        precision.amx_tiles(2)
-    assert precision.amx_tiles() == on
+        amx.amx_tiles(2)
+    assert amx.amx_tiles() == on
 
 
 @needs_bf16_cpu
@@ -216,7 +216,7 @@ def test_auto_follows_the_cpu_features():
 def test_tiles_running_names_the_running_precision_and_its_fallback(monkeypatch):
     """/v1/model's amx_tiles: on an AMX CPU int8 and its bf16 fallback, never fp32's."""
     expected = ["int8", "bf16"] if "AMX_INT8" in precision.cpu_features() else []
-    assert precision.tiles_running("int8") == [p for p in precision.amx_tiles() if p in expected]
+    assert precision.tiles_running("int8") == [p for p in amx.amx_tiles() if p in expected]
     assert precision.tiles_running("fp32") == []
     monkeypatch.setattr(precision, "amx_tiles", lambda: ("int8", "bf16"))
     monkeypatch.setattr(precision, "native_bf16", lambda: True)

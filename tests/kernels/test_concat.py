@@ -10,7 +10,7 @@ import contextlib
 import pytest
 import torch
 
-from kernels import precision
+from kernels import amx
 from kernels.concat import RowConcat, UnkeptOutput, concat_rows
 from kernels.engine import EngineConfig, sparse_conv
 from kernels.int8 import quantize_rows
@@ -129,7 +129,7 @@ def test_an_unkept_output_feeds_the_next_conv_bit_for_bit(cin, tiles, finite):
         bias[5] = float("inf")
     w2 = torch.randn(27, 48, 32, generator=torch.Generator().manual_seed(4)) / 20
     config = EngineConfig(precision="int8", grouping=INT8)
-    with torch.no_grad(), contextlib.nullcontext() if tiles else precision.tiles_off():
+    with torch.no_grad(), contextlib.nullcontext() if tiles else amx.tiles_off():
         kept = sparse_conv(x, w, kmap, config, bias, relu=True)
         want = sparse_conv(kept, w2, kmap, config, None, True)
         unkept = sparse_conv(x, w, kmap, config, bias, True, None, only_next_reads=True)
@@ -166,7 +166,7 @@ def test_an_upsampling_quantizes_itself_beside_the_rows_it_is_concatenated_with(
     square = case("subm", 64, 48, seed=37)[0]  # the same cloud: a map on the upsampled rows
     w2 = torch.randn(27, 64, 32, generator=gen) / 20
     config = EngineConfig(precision="int8", grouping=INT8)
-    with torch.no_grad(), contextlib.nullcontext() if tiles else precision.tiles_off():
+    with torch.no_grad(), contextlib.nullcontext() if tiles else amx.tiles_off():
         up = sparse_conv(x, w, kmap, config, bias, relu)
         whole = torch.cat([up, skip], dim=1)
         got = sparse_conv(x, w, kmap, config, bias, relu, None, True, skip)

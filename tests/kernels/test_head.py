@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from kernels import precision
+from kernels import amx
 from kernels.concat import ClassifiedOutput
 from kernels.engine import EngineConfig, sparse_conv
 from kernels.rows import head_columns, linear_argmax_u8
@@ -32,7 +32,7 @@ def test_the_last_conv_classifies_its_rows_as_the_head_would(tiles, extra):
     kmap, (x0, w0, b0), w, bias, shortcut = block_case(32)
     weight, head_bias = a_head(64)
     config = EngineConfig(precision="int8", grouping=INT8)
-    with torch.no_grad(), contextlib.nullcontext() if tiles else precision.tiles_off():
+    with torch.no_grad(), contextlib.nullcontext() if tiles else amx.tiles_off():
         x = sparse_conv(x0, w0, kmap, config, b0, True)  # its quantization on record
         res = sparse_conv(*shortcut[:2], shortcut[3], config, shortcut[2])
         residual = res if extra == "residual" else None

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from kernels import precision
+from kernels import amx, precision
 from kernels.engine import EngineConfig, sparse_conv
 from kernels.int8 import int8_weights, pack_weight, quantize_rows, quantize_weight
 from kernels.reference import conv_from_entries, map_entries
@@ -130,7 +130,7 @@ def test_fused_int8_is_bitwise_reproducible_across_thread_counts():
 
 
 @needs_vnni
-@pytest.mark.skipif("int8" not in precision.amx_tiles(), reason="no AMX tiles here")
+@pytest.mark.skipif("int8" not in amx.amx_tiles(), reason="no AMX tiles here")
 @pytest.mark.parametrize("kind", ["subm", "down", "up"])
 @pytest.mark.parametrize(
     "cin, cout", [(48, 16), (52, 32), (96, 48), (100, 80), (192, 128), (64, 256), (32, 32)]
@@ -143,12 +143,12 @@ def test_amx_tiles_give_the_bits_of_vnni(kind, cin, cout):
     kmap, x, w, bias, res = case(kind, cin, cout)
     config = EngineConfig(precision="int8", grouping=INT8)
     with torch.no_grad():
-        before = precision.amx_tile_convs()
+        before = amx.amx_tile_convs()
         tiles = sparse_conv(x, w, kmap, config, bias, True, res)
-        assert precision.amx_tile_convs() == before + (cin >= 48)  # ran on tiles, or not
-        with precision.tiles_off():
+        assert amx.amx_tile_convs() == before + (cin >= 48)  # ran on tiles, or not
+        with amx.tiles_off():
             vectors = sparse_conv(x, w, kmap, config, bias, True, res)
-        assert precision.amx_tile_convs() == before + (cin >= 48)
+        assert amx.amx_tile_convs() == before + (cin >= 48)
     assert torch.equal(tiles, vectors)
 
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import kernels.int8 as int8_module
-from kernels import precision
+from kernels import amx
 from kernels.engine import EngineConfig, sparse_conv
 from kernels.kmap import submanifold_map
 
@@ -39,7 +39,7 @@ def test_the_shortcut_in_the_kernel_is_the_shortcut_added(monkeypatch, tiles, ci
     real = int8_module._shortcut_args
     monkeypatch.setattr(int8_module, "_shortcut_args", lambda s: fused.append(s) or real(s))
     config = EngineConfig(precision="int8", grouping=INT8)
-    with torch.no_grad(), contextlib.nullcontext() if tiles else precision.tiles_off():
+    with torch.no_grad(), contextlib.nullcontext() if tiles else amx.tiles_off():
         x = sparse_conv(x0, w0, kmap, config, b0, True)  # its quantization on record
         res = sparse_conv(*shortcut[:2], shortcut[3], config, shortcut[2])  # records xs too
         want = sparse_conv(x, w, kmap, config, bias, True, res)
