@@ -1,4 +1,6 @@
-"""A real server for the service tests: `python -m app serve` in a subprocess on a loopback port."""
+"""A real server for the service tests: `python -m app serve` in a subprocess on a loopback port,
+raw connections to it and their responses, and the limits tests' shared server (the `srv`
+fixture)."""
 
 from __future__ import annotations
 
@@ -9,8 +11,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 
 import httpx
+import pytest
 
 from tests.conftest import REPO_ROOT
 
@@ -96,3 +100,44 @@ def read_until_closed(sock: socket.socket) -> bytes:
         if not chunk:
             return out
         out += chunk
+
+
+def status_and_body(raw: bytes) -> tuple[int, dict, bytes]:
+    """A raw HTTP response's status, headers (lower-case names) and body."""
+    head, _, body = raw.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    headers = dict(line.lower().split(": ", 1) for line in lines[1:])
+    return int(lines[0].split()[1]), headers, body
+
+
+LIMITS_KEY = "limits-key-0123456789"
+
+
+@pytest.fixture(scope="module", name="srv")
+def limits_server() -> Iterator[Server]:
+    """The `srv` fixture of the modules that import it: a server with tight limits at the HTTP
+    edge, LIMITS_KEY its API key, shared by the module's tests; at their end no route has
+    answered a 500, and it exits with status 0."""
+    s = Server(
+        body_timeout_s=2,
+        header_timeout_s=2,
+        idle_timeout_s=3,  # longer than the header timeout: it must still rule between requests
+        max_connections=6,
+        decode_concurrency=2,
+        max_bodies_bytes=100 * 1024 * 1024,
+        api_keys=LIMITS_KEY,
+    )
+    yield s
+    assert no_500_answered(s), s.output()[-2000:]
+    assert s.stop() == 0, s.output()
+
+
+def no_500_answered(srv: Server) -> bool:
+    """Whether the server's metrics count no response with status 500."""
+    return 'status="500"' not in httpx.get(f"{srv.url}/metrics").text
+
+
+def connection_rejects(srv: Server, reason: str) -> float:
+    """Connections the server turned away for `reason` before any route (its metrics)."""
+    text = httpx.get(f"{srv.url}/metrics").text
+    return metric_value(text, "lidarseg_connection_rejects_total", f'reason="{reason}"')

@@ -36,7 +36,8 @@ def test_a_body_of_exactly_max_body_bytes_is_read(declared):
 
 def test_bodies_may_fill_max_bodies_bytes_exactly():
     """state.py hold_body: bodies held at once may reach LIDARSEG_MAX_BODIES_BYTES (inclusive);
-    a byte more is 503 bodies_busy (test_limits.py checks only 60 MiB + 60 MiB against 100)."""
+    a byte more is 503 bodies_busy (test_limits_capacity.py checks only 60 MiB + 60 MiB against
+    100)."""
     service = ready_service(max_body_bytes=1024, max_bodies_bytes=2048)
     service.hold_body(1024)
     service.hold_body(1024)

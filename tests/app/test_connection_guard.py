@@ -26,7 +26,7 @@ def _status(raw: bytes) -> tuple[int, bytes]:
 
 def test_the_connection_cap_admits_exactly_max_connections(srv):
     """guard.py: LIDARSEG_MAX_CONNECTIONS connections are served (`>`, not `>=`); the next one
-    gets the 503 (test_limits.py checks only the one beyond)."""
+    gets the 503 (test_limits_capacity.py checks only the one beyond)."""
     idle = [connect(srv) for _ in range(2)]
     try:
         time.sleep(0.3)  # the server has accepted them
