@@ -1,9 +1,9 @@
-"""A kernel call's arguments: each function's parameters as csrc/api.h declares them
-(`signatures`), and each argument checked against its C type and converted for ctypes. A
-contiguous tensor of the declared dtype on the op's device becomes its pointer, None a NULL and
-an int in the C type's range itself; anything else raises TypeError or ValueError naming the op
-and the parameter before a pointer reaches C. kernels/backend.py binds the functions and makes
-the calls.
+"""A kernel call's arguments: each function's parameters as csrc/api.h (and, for the CUDA twin's own
+functions, csrc/api_cuda.h) declares them (`signatures`), and each argument checked against its C
+type and converted for ctypes. A contiguous tensor of the declared dtype on the op's device becomes
+its pointer, None a NULL and an int in the C type's range itself; anything else raises TypeError or
+ValueError naming the op and the parameter before a pointer reaches C. kernels/backend.py binds the
+functions and makes the calls.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 API_H = Path(__file__).resolve().parent / "csrc" / "api.h"
+API_CUDA_H = API_H.with_name("api_cuda.h")  # the CUDA twin's declarations
 
 # C pointee type -> the dtype of the tensor that may be passed for it (uint16_t: fp16 bits;
 # ls_bf16: bf16 bits; lidarseg::Slot: the hash table's int64 [capacity, 2] slots).
@@ -55,8 +56,8 @@ def _param(text: str) -> Param:
 
 @functools.lru_cache(maxsize=None)
 def signatures() -> dict[str, tuple[Param, ...]]:
-    """Every function api.h declares: name -> parameters in order."""
-    text = re.sub(r"//[^\n]*", "", API_H.read_text())
+    """Every function api.h and api_cuda.h declare: name -> parameters in order."""
+    text = re.sub(r"//[^\n]*", "", API_H.read_text() + API_CUDA_H.read_text())
     found = {}
     for name, params in re.findall(r"LS_API\s+int\s+(ls_\w+)\s*\(([^)]*)\)\s*;", text):
         params = params.strip()

@@ -1,6 +1,7 @@
-"""Checked ctypes binding of the kernel libraries (csrc/api.h): tensors in, status code out.
+"""Checked ctypes binding of the kernel libraries (csrc/api.h, api_cuda.h): tensors in, status
+code out.
 
-Every function's argument types come from its declaration in csrc/api.h, so a call with the wrong
+Every function's argument types come from its declaration in those headers, so a call with the wrong
 number of arguments raises TypeError, and every tensor is checked against the C type, the op's
 device and contiguity before its pointer reaches C (a CPU pointer in a CUDA kernel would kill the
 process's CUDA context): kernels/arguments.py reads the declarations and checks the arguments. CUDA
@@ -24,7 +25,16 @@ from typing import Any
 import torch
 
 from . import deferred
-from .arguments import API_H, SCALAR_TYPES, Spec, _arity_error, _c_args, _spec, signatures
+from .arguments import (
+    API_CUDA_H,
+    API_H,
+    SCALAR_TYPES,
+    Spec,
+    _arity_error,
+    _c_args,
+    _spec,
+    signatures,
+)
 
 
 class Status(enum.IntEnum):
@@ -67,7 +77,7 @@ def library(device_type: str) -> ctypes.CDLL:
 
 def bind(path, device_type: str) -> ctypes.CDLL:
     """Loads a kernel library and declares the argument and result types of every function
-    api.h declares for `device_type`."""
+    api.h or api_cuda.h declares for `device_type`."""
     lib = ctypes.CDLL(str(path))
     for name, params in signatures().items():
         if name.endswith("_" + device_type):
@@ -135,7 +145,7 @@ def _cuda_op(op: str) -> tuple[str, Any, Spec, bool]:
     name = f"ls_{op}_cuda"
     params = signatures().get(name)
     if params is None:
-        raise KernelError(f"{name} is not declared in {API_H.name}")
+        raise KernelError(f"{name} is not declared in {API_CUDA_H.name}")
     streamed = bool(params) and params[-1].name == "stream"
     spec = _spec(params[:-1] if streamed else params)
     return name, getattr(library("cuda"), name), spec, streamed

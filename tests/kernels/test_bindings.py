@@ -1,4 +1,4 @@
-"""The ctypes binding against csrc/api.h and csrc/common.h: argument types from the header,
+"""The ctypes binding against csrc/api.h, api_cuda.h and common.h: argument types from the headers,
 constants Python shares with the kernels, checks before a pointer reaches C, and errors that name
 the same row on every path."""
 
@@ -97,7 +97,7 @@ def test_key_layout_matches_the_kernels():
 
 
 def test_every_declared_function_is_bound():
-    text = (build.CSRC / "api.h").read_text()
+    text = arguments.API_H.read_text() + arguments.API_CUDA_H.read_text()
     declared = re.findall(r"LS_API\s+int\s+(ls_\w+)", text)
     sigs = arguments.signatures()
     assert sorted(declared) == sorted(sigs)

@@ -22,13 +22,13 @@ needs_nvcc = pytest.mark.skipif(toolchain.nvcc_path() is None, reason="nvcc not 
 
 
 def _declared_cuda_entry_points() -> set[str]:
-    text = (build.CSRC / "api.h").read_text()
+    text = (build.CSRC / "api_cuda.h").read_text()
     return set(re.findall(r"LS_API\s+int\s+(ls_\w+_cuda)\b", text))
 
 
 def test_cuda_sources_exist():
     assert CUDA_SOURCES, "no .cu files under kernels/csrc/cuda"
-    assert _declared_cuda_entry_points(), "api.h declares no ls_*_cuda functions"
+    assert _declared_cuda_entry_points(), "api_cuda.h declares no ls_*_cuda functions"
 
 
 @needs_nvcc

@@ -10,7 +10,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
-#include "api.h"
+#include "api_cuda.h"
 #include "launch.h"
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 600

@@ -3,7 +3,7 @@
 // and probe identical tables. One thread per row; every kernel is a grid-stride loop.
 #include <cuda_runtime.h>
 
-#include "api.h"
+#include "api_cuda.h"
 #include "launch.h"
 
 using namespace lidarseg;

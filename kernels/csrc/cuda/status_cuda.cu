@@ -1,10 +1,10 @@
 // CUDA error text for the Python side: the last failed CUDA call of each host thread, kept until
-// the next failure (api.h: ls_last_error_cuda, ls_sync_cuda).
+// the next failure (api_cuda.h: ls_last_error_cuda, ls_sync_cuda).
 #include <cuda_runtime.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "api.h"
+#include "api_cuda.h"
 #include "launch.h"
 
 namespace {
