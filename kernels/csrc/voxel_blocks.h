@@ -1,7 +1,8 @@
 // The block keys of the voxelizer's keys pass (voxel_keys_cpu.cpp), which Open3D's hash set takes
 // to find the occupied blocks of voxels: a block key's layout (BlockLayout), and the rows a part
 // of the pass gives its block keys, a block seen lately reusing its row (BlockRows, over each
-// thread's RecentBlocks). Host only.
+// thread's RecentBlocks). Host only. In an unnamed namespace, as when they lived in that file: the
+// one translation unit that includes this header keeps them to itself, none of them exported.
 #pragma once
 #include <algorithm>
 #include <cstdint>
@@ -11,6 +12,7 @@
 
 namespace lidarseg {
 namespace voxel {
+namespace {
 
 // The blocks of the keys pass: 2^shift cells per axis, each block's key the batch, then the
 // axes' cells >> shift, in widths[0..3] bits (one int32 where they fit 31 bits, else two).
@@ -63,7 +65,7 @@ struct RecentBlocks {
     return pass;
   }
 };
-inline thread_local RecentBlocks t_recent_blocks;
+thread_local RecentBlocks t_recent_blocks;
 
 // The rows of a part's block keys: a block seen again soon (the next scan line, the next sector
 // of rings) reuses its key's row, found by a hash of its key among the blocks given out lately,
@@ -95,5 +97,6 @@ class BlockRows {
   int64_t rows_ = 0;
 };
 
+}  // namespace
 }  // namespace voxel
 }  // namespace lidarseg
