@@ -1,6 +1,6 @@
 """kernels/precision.py's checks on CPUs other than this one (features and kernels stood in):
 a requested name with spaces and capitals, int8 and bf16 refused where the CPU lacks what they
-need (at start-up by the flags, at run time by the kernels), int8's fallback."""
+need (at start-up by the flags, at run time by the kernels)."""
 
 from __future__ import annotations
 
@@ -41,16 +41,3 @@ def test_bf16_is_refused_without_native_bf16(cpu):
     for check in (precision.offered, precision.resolve):
         with pytest.raises(PrecisionError, match="bf16 needs AVX512_BF16 or AMX_BF16"):
             check("bf16")
-
-
-@pytest.mark.parametrize("name", ["int8", "bf16", "auto"])
-def test_other_devices_run_fp32_whatever_the_cpu(cpu, name):
-    cpu(features=(), int8_lanes=0, bf16=False)  # nothing here runs int8 or bf16
-    assert precision.resolve(name, "cuda") == "fp32"
-
-
-@pytest.mark.parametrize("bf16, fallback", [(True, "bf16"), (False, "fp32")])
-def test_int8_falls_back_to_native_bf16_else_fp32(cpu, bf16, fallback):
-    cpu(features=("AVX2",), int8_lanes=8, bf16=bf16)
-    assert precision.fallback("int8") == fallback
-    assert precision.fallback("bf16") == "bf16" and precision.fallback("fp32") == "fp32"

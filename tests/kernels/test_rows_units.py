@@ -1,17 +1,15 @@
-"""kernels/concat.py, kernels/derived.py, kernels/rows.py and kernels/labels.py at what the
+"""kernels/concat.py, kernels/derived.py and kernels/rows.py at what the
 oracle tests never reach: a concatenation of parts with other row counts or a non-contiguous
 part, an unkept output asked for `classes`, a weight whose storage is swapped, a head whose
-features are not the rows', a head not in fp32, an empty label list."""
+features are not the rows', a head not in fp32."""
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import torch
 
 from kernels.concat import RowConcat, UnkeptOutput, concat_rows
 from kernels.derived import derived
-from kernels.labels import labels_json
 from kernels.rows import linear_argmax_u8
 
 
@@ -47,8 +45,3 @@ def test_a_head_needs_the_rows_features_and_fp32():
         assert linear_argmax_u8(x, w, b) is not None
         assert linear_argmax_u8(x[:, :7].contiguous(), w, b) is None  # 7 features, head takes 8
         assert linear_argmax_u8(x, w.double(), b.double()) is None
-
-
-def test_no_labels_are_an_empty_list():
-    assert labels_json(np.zeros(0, np.uint8)) == b"[]"
-    assert labels_json(np.full(3, 255, np.uint8)) == b"[255,255,255]"

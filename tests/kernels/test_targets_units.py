@@ -37,3 +37,9 @@ def test_machine_code_is_preferred_over_ptx():
     assert targets.best_cuda([jit, native], "x86_64", (9, 0)) is native
     assert targets.best_cuda([jit, native], "x86_64", (8, 0)) is jit
     assert targets.best_cuda([jit, native], "aarch64", (9, 0)) is None
+
+
+def test_a_cpu_library_of_another_machine_is_never_chosen():
+    arm = targets.Built(Path("arm"), {"kind": "cpu", "machine": "aarch64", "requires": []})
+    assert targets.best_cpu([arm], "x86_64", {"avx2"}) is None
+    assert targets.best_cpu([arm], "aarch64", set()) is arm

@@ -1,20 +1,16 @@
 """models/sparse_tensor.py and models/layers.py refuse what would silently give wrong rows: a
 level given other coordinates, a second downsampling to a level, an inverse conv whose kernel is
 not the downsampling's, coords or feats of the wrong shape or device, a concatenation of other
-rows or another level, an even submanifold kernel; and the map queue builds a level's maps only
-once that level exists."""
+rows or another level, an even submanifold kernel, a channel ratio leaving a stage empty."""
 
 from __future__ import annotations
-
-import threading
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import torch
 
 from models.layers import SparseConv3d, SparseInverseConv3d, SubMConv3d, cat
-from models.minkunet import MinkUNet, MinkUNetConfig
-from models.sparse_tensor import CoordinateManager, MapRequest, SparseTensor, _MapQueue
+from models.minkunet import MinkUNetConfig
+from models.sparse_tensor import SparseTensor
 from tests.kernels.test_engine import random_cloud
 
 
@@ -94,35 +90,3 @@ def test_a_channel_ratio_leaving_a_stage_empty_is_refused():
     with pytest.raises(ValueError, match="leaves a stage without channels"):
         MinkUNetConfig(cr=0.01)  # int(0.01 * 32) = 0
     assert min(MinkUNetConfig(cr=1 / 32).channels) == 1
-
-
-def test_the_map_queue_waits_for_a_submanifold_maps_level():
-    coords, _ = cloud()
-    manager = CoordinateManager()
-    manager.add_level(1, coords)
-    queue = _MapQueue(manager, [MapRequest("submanifold", 2, 3), MapRequest("submanifold", 1, 3)])
-    assert queue.take() == MapRequest("submanifold", 1, 3)  # level 2 not made yet
-    taken = []
-    waiter = threading.Thread(target=lambda: taken.append(queue.take()))
-    waiter.start()
-    waiter.join(0.2)
-    assert waiter.is_alive() and not taken  # still waiting for level 2
-    manager.downsample(1, 2, 2)
-    queue.level_made()
-    waiter.join(5)
-    assert taken == [MapRequest("submanifold", 2, 3)]
-
-
-def test_a_minkunets_requests_are_the_maps_its_forward_builds():
-    """map_requests against what a forward pass leaves cached (a wrong level in a request made
-    a map nobody used, while the one used was built inside the network)."""
-    coords, _ = cloud(400)
-    model = MinkUNet(in_channels=3, num_classes=4, cr=0.25).eval()
-    planned = CoordinateManager()
-    planned.add_level(1, coords)
-    with ThreadPoolExecutor(1) as helper:
-        planned.prepare(model.map_requests(), helper)
-    x = SparseTensor(torch.randn(len(coords), 3), coords)
-    with torch.no_grad():
-        model(x)
-    assert planned.built() == x.manager.built()
