@@ -50,7 +50,7 @@ class Param:
 def _param(text: str) -> Param:
     m = re.fullmatch(r"(?:const\s+)?([\w:]+)\s*(\*?)\s*(\w+)", text.strip())
     if m is None:
-        raise ValueError(f"api.h: cannot read parameter {text!r}")
+        raise ValueError(f"api.h / api_cuda.h: cannot read parameter {text!r}")
     return Param(m.group(3), m.group(1) + m.group(2))
 
 

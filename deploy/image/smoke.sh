@@ -50,7 +50,7 @@ status=0
 # SIGTERM to the entrypoint's process, as `docker stop` sends it: the server itself, or the init
 # (tini) that runs it and must pass the signal on
 STOP=$PID
-[ "$(basename "${CMD[0]}")" = python ] || STOP=$(ps -o ppid= -p "$PID" | tr -d ' ')
+case $(basename "${CMD[0]}") in python*) ;; *) STOP=$(ps -o ppid= -p "$PID" | tr -d ' ') ;; esac
 stop_cmd=$(tr '\0' ' ' <"/proc/$STOP/cmdline")
 if [ "${stop_cmd%% *}" != "${CMD[0]}" ]; then
   echo "FAIL: the server's parent is not the entrypoint ${CMD[0]}: $stop_cmd" >&2; exit 1
@@ -59,7 +59,7 @@ t_term=$SECONDS
 kill -TERM "$STOP"
 rc=0
 wait "$runner" || rc=$?
-echo "SIGTERM to $stop_cmd-> exit status $rc after $((SECONDS - t_term)) s"
+echo "SIGTERM to ${stop_cmd% } -> exit status $rc after $((SECONDS - t_term)) s"
 tail -5 "$LOG"
 if [ $rc != 0 ]; then echo "FAIL: unclean exit"; tail -40 "$LOG"; status=1; fi
 [ $status = 0 ] && echo "smoke test passed" || echo "smoke test FAILED"

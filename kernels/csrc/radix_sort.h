@@ -7,6 +7,7 @@
 #include <vector>
 
 namespace lidarseg {
+namespace {  // internal to the one file that includes it, as when it lived there
 
 // n PODs left uninitialized (std::vector would zero them first): for arrays whose every element
 // is written before it is read.
@@ -47,4 +48,5 @@ void radix_sort(std::unique_ptr<Item[]>& items, int64_t n, int bits, Digit digit
   }
 }
 
+}  // namespace
 }  // namespace lidarseg

@@ -116,16 +116,20 @@ def test_jetson_variant_is_the_gpu_pod_made_for_an_orin():
 
 
 def test_orin_patch_targets_the_gpu_pod_and_agrees_with_compose():
-    """orin.yaml merges into the gpu Deployment by name (a wrong one fails kustomize), and its
-    memory settings are the compose override's for the same Orin."""
+    """orin.yaml merges into the gpu Deployment by name (a wrong one fails kustomize), and the
+    pod it makes sets every LIDARSEG_* variable the compose override for the same Orin sets, to
+    the same value, and no other than the gpu pod's."""
     patch = yaml.safe_load(ORIN_PATCH.read_text())
     gpu = yaml.safe_load((DEPLOY / "k8s" / "gpu" / "deployment.yaml").read_text())
     assert patch["metadata"]["name"] == gpu["metadata"]["name"]
     assert _container(patch)["name"] == _container(gpu)["name"]
     compose = yaml.safe_load((DEPLOY / "compose.jetson.yaml").read_text())["services"]["lidarseg"]
-    env = {e["name"]: e["value"] for e in _container(patch)["env"]}
-    for name, value in env.items():
-        assert compose["environment"][name] == value, name
+    wanted = {k: v for k, v in compose["environment"].items() if k.startswith("LIDARSEG_")}
+    gpu_env = {e["name"]: e.get("value") for e in _container(gpu)["env"]}
+    orin_env = {e["name"]: e["value"] for e in _container(patch)["env"]}
+    pod_env = gpu_env | orin_env  # strategic merge: env entries merge by name
+    assert {k: pod_env.get(k) for k in wanted} == wanted
+    assert set(orin_env) <= set(wanted), "orin.yaml sets what compose.jetson.yaml does not"
 
 
 def _container(deployment: dict) -> dict:
