@@ -21,9 +21,17 @@ PORT=$("$PY" -c "import socket; s = socket.socket(); s.bind(('127.0.0.1', 0)); p
 LOG=$(mktemp)
 runner=""
 ctr=$("${B[@]}" from --pull-never -q "$IMAGE")
+child_of() { pgrep -P "$1" 2>/dev/null | head -1 || true; }
+args_of() { tr '\0' ' ' <"/proc/$1/cmdline" 2>/dev/null || true; }
 cleanup() {
-  # unshare --kill-child: the namespace's processes go with it
-  if [ -n "$runner" ]; then kill -KILL "$runner" 2>/dev/null || true; fi
+  # the namespace's PID 1 first: every process in the namespace dies with it (unshare's
+  # --kill-child alone does not reach it once chroot --userspec has changed its user)
+  if [ -n "$runner" ]; then
+    ns_init=$(child_of "$runner")
+    if [ -n "$ns_init" ]; then kill -KILL "$ns_init" 2>/dev/null || true; fi
+    kill -KILL "$runner" 2>/dev/null || true
+    wait "$runner" 2>/dev/null || true
+  fi
   "${B[@]}" umount "$ctr" >/dev/null 2>&1 || true
   "${B[@]}" rm "$ctr" >/dev/null 2>&1 || true
   rm -f "$LOG"
@@ -52,8 +60,6 @@ unshare --fork --kill-child --pid --mount --propagation private bash -c '
 ' pid1 "$ROOT" "${USER_ID:-0}" "$WORKDIR" "${ENVS[@]}" "LIDARSEG_PORT=$PORT" "${CMD[@]}" \
   >"$LOG" 2>&1 &
 runner=$!
-child_of() { pgrep -P "$1" 2>/dev/null | head -1 || true; }
-args_of() { tr '\0' ' ' <"/proc/$1/cmdline" 2>/dev/null || true; }
 # PID 1 runs bash, chroot and env before the image's command: wait until it is that command, and
 # until that command has a child (an init blocks the signals it passes on before it starts one,
 # at once: 5 s is plenty)
