@@ -90,10 +90,10 @@ LABEL org.opencontainers.image.title="lidarseg" \
       org.opencontainers.image.version="${VERSION}" \
       org.opencontainers.image.revision="${REVISION}" \
       org.opencontainers.image.licenses="${LICENSE}"
-# tini: PID 1 (deploy/image/pid1_check.sh); libgomp1: the kernels' OpenMP runtime;
-# libusb-1.0-0, libegl1 and libgl1: Open3D (without
-# libEGL.so.1 and libGL.so.1 it does not load, and the service voxelized with torch.unique, 75x
-# slower: /v1/model's engine.voxelizer; libgl1 brings Mesa: the image 2.42 -> 2.68 GB)
+# tini: PID 1 (below); libgomp1: the kernels' OpenMP runtime; libusb-1.0-0, libegl1 and libgl1:
+# Open3D (without libEGL.so.1 and libGL.so.1 it does not load, and the service voxelized with
+# torch.unique, 75x slower: /v1/model's engine.voxelizer; libgl1 brings Mesa: the image 2.42 ->
+# 2.68 GB)
 # (99lidarseg-build-host: deploy/image/base.sh's apt setting for its build host's mirror)
 # hadolint ignore=DL3008
 RUN apt-get update \
