@@ -12,6 +12,7 @@ from app.inference.pipeline import IGNORE_LABEL, SegmentationPipeline
 from app.inference.voxel_config import VoxelizeConfig, valid_mask
 from app.inference.voxelize import voxelize
 from models.minkunet import MinkUNet
+from tests.app.frame_helpers import kitti_frame
 from tests.conftest import FRAMES, REAL_DATA, frame_id, require_real_data
 
 
@@ -19,13 +20,6 @@ from tests.conftest import FRAMES, REAL_DATA, frame_id, require_real_data
 def pipeline():
     torch.manual_seed(0)
     return SegmentationPipeline(MinkUNet(cr=0.25))
-
-
-def kitti_frame():
-    path = REAL_DATA / "semantickitti" / "seq00_000000.bin"
-    if not path.exists():
-        pytest.skip(f"real frame missing: {path}")
-    return read_frame(path)[0]
 
 
 def oracle_voxelize(frames, config):

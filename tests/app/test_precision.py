@@ -20,16 +20,10 @@ from app.inference.builder import load_model, pipeline_for
 from app.inference.scoring import iou_metrics, read_labels
 from kernels import precision as precision_mod
 from kernels.precision import fused_int8_lanes, native_bf16
-from tests.conftest import REAL_DATA, frame_id, require_real_data
+from tests.app.frame_helpers import read, real_frames
+from tests.conftest import frame_id, require_real_data
 
 VALIDATION = ("seq00_000000", "spvnas_000000")
-
-
-def real_frames() -> list[str]:
-    """Every point-cloud frame in shared/data/real (relative paths; pcap captures excluded)."""
-    if not REAL_DATA.is_dir():
-        return []
-    return sorted(str(p.relative_to(REAL_DATA)) for p in REAL_DATA.rglob("*.bin"))
 
 
 @pytest.fixture(scope="module")
@@ -39,16 +33,6 @@ def pipelines():
     offered = [p for p, here in runs.items() if here]
     pipes = {p: pipeline_for(model, meta, "cpu", precision=p) for p in offered}
     return pipes, meta["class_names"]
-
-
-def read(rel: str) -> tuple[np.ndarray, str]:
-    path = require_real_data() / rel
-    fields = 5 if rel.endswith(".pcd.bin") else 4
-    points = np.fromfile(path, dtype=np.float32).reshape(-1, fields)
-    # each frame with its sensor's intensity convention (Ouster's 0..255 read as KITTI's 0..1
-    # would feed the network intensities 255x out of its range)
-    sensor = rel.split("/")[0]
-    return points, sensor if sensor in ("nuscenes", "ouster") else "kitti"
 
 
 def test_every_real_frame_is_covered():

@@ -12,7 +12,7 @@ from kernels.engine import EngineConfig, sparse_conv
 from kernels.reference import conv_from_entries, map_entries
 from kernels.tuning import GroupingTable
 
-from tests.kernels.test_engine import maps_for, random_cloud
+from tests.kernels.kernel_helpers import maps_for, random_cloud
 
 FUSED = GroupingTable(defaults={"cpu/bf16": (0.0, 0.0, "fused")})
 GROUPED = GroupingTable(defaults={"cpu/bf16": (0.3, math.inf, "grouped")})

@@ -10,7 +10,8 @@ from kernels.chunking import chunks, default_cap, rows_under_cap
 from kernels.engine import EngineConfig, sparse_conv
 from kernels.grouping import build_plan
 from kernels.tuning import GroupingTable
-from tests.kernels.test_engine import DEVICES, maps_for, random_cloud
+from tests.conftest import DEVICES
+from tests.kernels.kernel_helpers import maps_for, random_cloud
 
 SEPARATE = GroupingTable(defaults={"cpu": (0.0, 0.0), "cuda": (0.0, 0.0)})
 DENSE = GroupingTable(defaults={"cpu": (1.0, math.inf), "cuda": (1.0, math.inf)})

@@ -10,7 +10,7 @@ import torch
 
 from kernels.chunking import chunks, rows_under_cap
 from kernels.grouping import build_plan
-from tests.kernels.test_engine import maps_for, random_cloud
+from tests.kernels.kernel_helpers import maps_for, random_cloud
 
 
 def test_rows_under_cap_count_the_dtypes_bytes():

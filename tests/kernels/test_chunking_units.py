@@ -10,7 +10,7 @@ import torch
 from kernels import chunking
 from kernels.chunking import MIN_CAP, Workspace, chunks, default_cap
 from kernels.grouping import build_plan
-from tests.kernels.test_engine import maps_for, random_cloud
+from tests.kernels.kernel_helpers import maps_for, random_cloud
 
 GIB = 1 << 30
 CUDA = torch.device("cuda", 0)

@@ -15,7 +15,7 @@ from kernels.concat import RowConcat, UnkeptOutput, concat_rows
 from kernels.engine import EngineConfig, sparse_conv
 from kernels.int8 import quantize_rows
 
-from tests.kernels.test_int8 import INT8, case, needs_vnni
+from tests.kernels.kernel_helpers import INT8, case, needs_vnni
 
 
 def parts(n=400, ca=48, cb=16, seed=3):
@@ -86,7 +86,7 @@ def test_a_minkunet_in_int8_gives_the_same_logits_with_its_stand_ins(monkeypatch
     from models import SparseTensor
     from models.minkunet import MinkUNet
 
-    from tests.kernels.test_engine import random_cloud
+    from tests.kernels.kernel_helpers import random_cloud
 
     torch.manual_seed(0)
     net = fold.fold_batchnorm(MinkUNet(4, 19, cr=0.5))

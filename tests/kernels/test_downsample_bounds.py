@@ -8,7 +8,7 @@ import torch
 
 from kernels import DuplicateCoordinateError, downsample
 from kernels.reference import brute_force_map, map_entries, unique_floor
-from tests.kernels.test_kmap import coords_tensor
+from tests.kernels.kernel_helpers import coords_tensor
 
 
 @pytest.mark.parametrize("kernel_size", [2, 3])

@@ -5,7 +5,6 @@ import math
 import pytest
 import torch
 
-from kernels import CoordHashTable, downsample, submanifold_map
 from kernels.engine import EngineConfig, sparse_conv
 from kernels.rows import gather_rows, scatter_add_rows
 from kernels.grouping import (
@@ -19,26 +18,12 @@ from kernels.reference import conv_from_entries, map_entries
 from kernels import reference
 from kernels.tuning import GroupingTable
 from tests.conftest import DEVICES
+from tests.kernels.kernel_helpers import maps_for, random_cloud
 
 SEPARATE = GroupingTable(defaults={"cpu": (0.0, 0.0), "cuda": (0.0, 0.0)})
 DENSE = GroupingTable(defaults={"cpu": (1.0, math.inf), "cuda": (1.0, math.inf)})
 ADAPTIVE = GroupingTable(defaults={"cpu": (0.3, 1e9), "cuda": (0.3, 1e9)})
 FUSED = GroupingTable(defaults={"cpu": (0.0, 0.0, "fused"), "cuda": (0.0, 0.0, "grouped")})
-
-
-def random_cloud(n, span, seed, batches=2):
-    gen = torch.Generator().manual_seed(seed)
-    pts = torch.randint(-span, span, (n, 4), generator=gen, dtype=torch.int32)
-    pts[:, 0] = pts[:, 0].abs() % batches
-    pts = torch.unique(pts, dim=0)
-    return pts[torch.randperm(len(pts), generator=gen)].contiguous()
-
-
-def maps_for(coords):
-    table = CoordHashTable.build(coords)
-    sub = submanifold_map(coords, table, 3)
-    _, _, down = downsample(coords, table, 2, 2)
-    return {"subm": sub, "down": down, "up": down.transposed}
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -16,13 +16,7 @@ from kernels.concat import ClassifiedOutput
 from kernels.engine import EngineConfig, sparse_conv
 from kernels.rows import head_columns, linear_argmax_u8
 
-from tests.kernels.test_int8 import INT8, case, needs_vnni
-from tests.kernels.test_shortcut import block_case
-
-
-def a_head(features: int, classes: int = 19, seed: int = 5):
-    gen = torch.Generator().manual_seed(seed)
-    return torch.randn(classes, features, generator=gen), torch.randn(classes, generator=gen)
+from tests.kernels.kernel_helpers import INT8, a_head, block_case, case, needs_vnni
 
 
 @needs_vnni
@@ -74,7 +68,7 @@ def test_the_pipeline_takes_its_classes_from_the_last_conv(monkeypatch):
     import app.inference.pipeline as pipeline_module
     from app.inference.builder import build_pipeline
 
-    from tests.app.test_pipeline import kitti_frame
+    from tests.app.frame_helpers import kitti_frame
 
     pipeline = build_pipeline("synthetic", precision="int8")
     marked = [m for m in pipeline.network.modules() if getattr(m, "feeds_head", False)]

@@ -9,8 +9,7 @@ import torch
 
 from kernels.engine import EngineConfig, sparse_conv
 from kernels.rows import head_columns
-from tests.kernels.test_head import a_head
-from tests.kernels.test_int8 import INT8, case, needs_vnni
+from tests.kernels.kernel_helpers import INT8, a_head, case, needs_vnni
 
 
 @needs_vnni

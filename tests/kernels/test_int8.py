@@ -2,8 +2,6 @@
 quantized rows and weights, the per-row quantizer against numpy, and where int8 gives way to its
 fallback precision (negative inputs, the tuned choice), and the int8 kernels against each other."""
 
-import math
-
 import numpy as np
 import pytest
 import torch
@@ -14,12 +12,7 @@ from kernels.int8 import int8_weights, pack_weight, quantize_rows, quantize_weig
 from kernels.reference import conv_from_entries, map_entries
 from kernels.tuning import GroupingTable
 
-from tests.kernels.test_engine import maps_for, random_cloud
-
-INT8 = GroupingTable(defaults={"cpu/int8": (0.0, 0.0, "int8"), "cpu/bf16": (0.0, 0.0, "fused")})
-needs_vnni = pytest.mark.skipif(
-    precision.fused_int8_lanes() == 0, reason="this CPU has no int8 kernel (AVX2)"
-)
+from tests.kernels.kernel_helpers import INT8, case, needs_vnni
 
 
 def quantized(x: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
@@ -79,16 +72,6 @@ def test_weights_pack_as_the_kernels_read_them(group):
     values = packed if group == 4 else packed.view(torch.int16)  # little-endian pairs
     for k, g, o, j in [(0, 0, 0, 0), (1, 1, 5, 1), (2, 8 // group - 1, 15, group - 1)]:
         assert values[k, g, o, j] == q[k, group * g + j, o]
-
-
-def case(kind, cin, cout, seed=21):
-    kmap = maps_for(random_cloud(500, 6, seed=seed))[kind]
-    gen = torch.Generator().manual_seed(seed + 1)
-    x = torch.randn(kmap.num_in, cin, generator=gen).relu()  # ReLU outputs, as int8 reads
-    w = torch.randn(kmap.kernel_volume, cin, cout, generator=gen) / math.sqrt(cin * 8)
-    bias = torch.randn(cout, generator=gen)
-    res = torch.randn(kmap.num_out, cout, generator=gen)
-    return kmap, x, w, bias, res
 
 
 def oracle(kmap, x, w, bias, res):

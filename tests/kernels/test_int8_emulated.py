@@ -47,7 +47,7 @@ def compare(lib_path: str) -> None:
     lib = backend.bind(lib_path, "cpu")
     backend.library = lambda device_type: lib
     from kernels.engine import EngineConfig, sparse_conv
-    from tests.kernels.test_int8 import INT8, case
+    from tests.kernels.kernel_helpers import INT8, case
 
     assert precision.int8_kernel("avx_vnni") == "avx_vnni"
     config = EngineConfig(precision="int8", grouping=INT8)
@@ -64,7 +64,7 @@ def compare(lib_path: str) -> None:
             assert torch.equal(outs[0], outs[1]), (kind, cin, cout)
             equal += 1
     print(f"convs equal: {equal}")
-    from tests.app.test_precision import read, real_frames
+    from tests.app.frame_helpers import read, real_frames
 
     if "semantickitti/seq00_000000.bin" not in real_frames():
         print("no real frame: the network was not compared")

@@ -13,10 +13,7 @@ from kernels import (
 )
 from kernels.reference import brute_force_map, map_entries, unique_floor
 from tests.conftest import DEVICES
-
-
-def coords_tensor(rows, device="cpu"):
-    return torch.tensor(rows, dtype=torch.int32, device=device).reshape(-1, 4)
+from tests.kernels.kernel_helpers import clouds, coords_tensor
 
 
 def sub_map(coords, k=3):
@@ -36,25 +33,6 @@ def test_seed_five_point_example(device):
     ins, outs = kmap.entries(0 * 9 + 0 * 3 + 1)  # d = (-1, -1, 0) -> position (0, 0, 1)
     assert sorted(zip(ins.tolist(), outs.tolist())) == [(0, 1), (3, 4)]
     assert kmap.identity == 13 and kmap.bounds[13] == kmap.bounds[14]  # not materialised
-
-
-@st.composite
-def clouds(draw, max_points=40, span=4):
-    n = draw(st.integers(0, max_points))
-    pts = draw(
-        st.lists(
-            st.tuples(
-                st.integers(0, 2),
-                st.integers(-span, span),
-                st.integers(-span, span),
-                st.integers(-span, span),
-            ),
-            min_size=n,
-            max_size=n,
-            unique=True,
-        )
-    )
-    return coords_tensor(pts) if pts else torch.zeros(0, 4, dtype=torch.int32)
 
 
 @pytest.mark.parametrize("device", DEVICES)

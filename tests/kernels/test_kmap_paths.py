@@ -12,7 +12,7 @@ from kernels.downsampling import _sorted_downsample_cpu
 from kernels.kmap import _sorted_submanifold_map_cpu
 from kernels.reference import brute_force_map, map_entries, unique_floor
 from tests.conftest import FRAMES, frame_id, ours_threads, voxelized_frame
-from tests.kernels.test_kmap import clouds, coords_tensor
+from tests.kernels.kernel_helpers import clouds, coords_tensor
 
 
 def sort_rows(coords: torch.Tensor) -> torch.Tensor:

@@ -15,7 +15,7 @@ from kernels.hashtable import ERROR_ROW_BITS, raise_for_status
 from kernels.kmap import kernel_offsets
 from kernels.reference import brute_force_map, map_entries, unique_floor
 from tests.conftest import DEVICES
-from tests.kernels.test_engine import random_cloud
+from tests.kernels.kernel_helpers import random_cloud
 
 
 def test_dilated_offsets_are_scaled_around_the_centre():

@@ -12,22 +12,8 @@ import torch
 import kernels.int8 as int8_module
 from kernels import amx
 from kernels.engine import EngineConfig, sparse_conv
-from kernels.kmap import submanifold_map
 
-from tests.kernels.test_engine import random_cloud
-from tests.kernels.test_int8 import INT8, case, needs_vnni
-
-
-def block_case(cin_sc: int):
-    """conv2's map and weights, its input made by an int8 conv (so on record), and a shortcut
-    input, weight, bias and 1x1 map on the same rows."""
-    kmap, x0, w0, b0, _ = case("subm", 48, 48, seed=41)
-    gen = torch.Generator().manual_seed(2)
-    w, bias = torch.randn(27, 48, 64, generator=gen) / 20, torch.randn(64, generator=gen)
-    xs = torch.rand(kmap.num_in, cin_sc, generator=gen)
-    ws, bs = torch.randn(1, cin_sc, 64, generator=gen) / 10, torch.randn(64, generator=gen)
-    one = submanifold_map(random_cloud(500, 6, seed=41), None, 1)
-    return kmap, (x0, w0, b0), w, bias, (xs, ws, bs, one)
+from tests.kernels.kernel_helpers import INT8, block_case, needs_vnni
 
 
 @needs_vnni

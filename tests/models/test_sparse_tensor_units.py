@@ -11,7 +11,7 @@ import torch
 from models.layers import SparseConv3d, SparseInverseConv3d, SubMConv3d, cat
 from models.minkunet import MinkUNetConfig
 from models.sparse_tensor import SparseTensor
-from tests.kernels.test_engine import random_cloud
+from tests.kernels.kernel_helpers import random_cloud
 
 
 def cloud(n=200, seed=1):
