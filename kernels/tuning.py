@@ -16,7 +16,8 @@ nearest Cin * Cout, then the device default.
 Precision (kernels/precision.py) is part of the device: fp32 entries and defaults are keyed by
 the device type alone ("cpu/k27/64x64", "cpu"), the others by device type and precision
 ("cpu/bf16/k27/64x64", "cpu/bf16"); a precision with no default of its own takes the built-in
-one (cpu/int8: the int8 kernel), else the device's.
+one (cpu/int8: the int8 kernel), else the device's. An entry without a dataflow takes the one of
+its precision's default, else its device's (a cpu/int8 entry: "int8"; cpu/bf16: "fused").
 """
 
 from __future__ import annotations
@@ -117,10 +118,12 @@ class GroupingTable:
                 for k, v in data.get("defaults", {}).items()
             }
         )
-        entries = {
-            k: _setting(v, defaults.get(k.split("/")[0], ("", "", "grouped"))[2])
-            for k, v in data["entries"].items()
-        }
+
+        def dataflow_default(key: str) -> str:  # the entry's precision's, else its device's
+            precision_key, device = key.rsplit("/", 2)[0], key.split("/")[0]
+            return defaults.get(precision_key, defaults.get(device, ("", "", "grouped")))[2]
+
+        entries = {k: _setting(v, dataflow_default(k)) for k, v in data["entries"].items()}
         return cls(MappingProxyType(entries), MappingProxyType(defaults))
 
     @classmethod

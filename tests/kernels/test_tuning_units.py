@@ -50,6 +50,19 @@ def test_an_entry_without_its_dataflow_takes_its_device_defaults():
     assert t.choose("cpu", 8, 4, 4) == (0.0, 0.0, "fused")
 
 
+def test_an_entry_without_its_dataflow_takes_its_precisions_default_first():
+    """An int8 entry without a dataflow runs the int8 kernel (cpu/int8's default), not the
+    device's fp32 one; a precision with no default of its own (bf16) takes the device's."""
+    t = table(
+        {
+            "cpu/int8/k27/4x4": {"epsilon": 0.1, "S": 0},
+            "cpu/bf16/k27/4x4": {"epsilon": 0.2, "S": 0},
+        }
+    )
+    assert t.choose("cpu", 27, 4, 4, "int8") == (0.1, 0.0, "int8")
+    assert t.choose("cpu", 27, 4, 4, "bf16") == (0.2, 0.0, "fused")
+
+
 def test_s_may_be_inf_or_null():
     t = table({"cpu/k27/4x4": {"epsilon": 0.1, "S": None, "dataflow": "grouped"}})
     assert t.choose("cpu", 27, 4, 4) == (0.1, math.inf, "grouped")
