@@ -8,6 +8,9 @@ and never copied into the repository.
 from __future__ import annotations
 
 import functools
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -32,6 +35,24 @@ def frame_id(name: str) -> str:
     """A short pytest id for a frame file: 'semantickitti/seq00_000000.bin' -> 'seq00_000000'."""
     stem = Path(name).name.split(".")[0]
     return "nuscenes" if name.startswith("nuscenes/") else stem
+
+
+def run_app(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    """`python -m app ARGS` as a user runs it, from the repository root; exit status 0."""
+    out = subprocess.run(
+        [sys.executable, "-m", "app", *args],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    assert out.returncode == 0, out.stderr
+    return out
+
+
+def last_json_line(text: str) -> dict:
+    """The JSON object a command prints as its last line (evaluate, client --repeat)."""
+    return json.loads(text.strip().splitlines()[-1])
 
 
 def require_real_data() -> Path:

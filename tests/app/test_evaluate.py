@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
 from app.inference.scoring import iou_metrics, map_raw_labels
-from tests.conftest import REPO_ROOT, require_real_data
+from tests.conftest import last_json_line, require_real_data, run_app
 
 
 def test_iou_against_hand_computed_values():
@@ -38,28 +35,18 @@ def test_evaluate_real_frame():
     frame, labels = d / "seq00_000000_subset50.bin", d / "seq00_000000_subset50.label"
     if not (frame.is_file() and labels.is_file()):
         pytest.skip(f"missing {frame} / {labels}")
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "app",
-            "evaluate",
-            str(frame),
-            str(labels),
-            "--weights",
-            "random",
-            "--cr",
-            "0.25",
-            "--device",
-            "cpu",
-        ],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
+    out = run_app(
+        "evaluate",
+        str(frame),
+        str(labels),
+        "--weights",
+        "random",
+        "--cr",
+        "0.25",
+        "--device",
+        "cpu",
     )
-    assert out.returncode == 0, out.stderr
-    result = json.loads(out.stdout.strip().splitlines()[-1])
+    result = last_json_line(out.stdout)
     assert 0.0 <= result["miou"] <= 1.0 and 0.0 <= result["accuracy"] <= 1.0
     assert result["num_points"] == 50 and result["per_class_iou"]
     assert all(0.0 <= v <= 1.0 for v in result["per_class_iou"].values())

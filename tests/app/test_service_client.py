@@ -11,7 +11,7 @@ import httpx
 import numpy as np
 import pytest
 
-from tests.conftest import load_frame, require_real_data
+from tests.conftest import last_json_line, load_frame, require_real_data, run_app
 
 from tests.app.contract_helpers import NUSCENES, WANT_BIN
 from tests.app.service_helpers import Server, parse_server_timing
@@ -29,47 +29,16 @@ def server():
 
 
 def test_client_command(server):
-    import subprocess
-    import sys
-
-    from tests.conftest import REPO_ROOT
-
     frame = str(require_real_data() / NUSCENES)
-    one = subprocess.run(
-        [sys.executable, "-m", "app", "client", frame, "--url", server.url],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert one.returncode == 0, one.stderr
+    one = run_app("client", frame, "--url", server.url)
     assert "34688 points" in one.stdout
     assert (
         sum(int(ln.split()[-1]) for ln in one.stdout.splitlines() if ln.startswith("  ")) == 34688
     )
     timing = json.loads(one.stdout.split("timing_ms ", 1)[1].splitlines()[0])
     assert STAGES <= set(timing)
-    load = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "app",
-            "client",
-            frame,
-            "--url",
-            server.url,
-            "--repeat",
-            "4",
-            "--concurrency",
-            "2",
-        ],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert load.returncode == 0, load.stderr
-    report = json.loads(load.stdout.strip().splitlines()[-1])
+    load = run_app("client", frame, "--url", server.url, "--repeat", "4", "--concurrency", "2")
+    report = last_json_line(load.stdout)
     assert report["statuses"] == {"200": 4} and report["p50"] > 0 and report["throughput_rps"] > 0
 
 

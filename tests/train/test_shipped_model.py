@@ -4,8 +4,6 @@ size, names, licences, and the metrics recorded when they were shipped."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import time
 
 import numpy as np
@@ -17,7 +15,7 @@ from app.inference.pipeline import SegmentationPipeline
 from app.inference.scoring import iou_metrics, read_labels
 from app.service.config import Settings
 from models.weights import DEFAULT_WEIGHTS, MODEL_CARD, WEIGHTS, metrics_path, resolve_weights
-from tests.conftest import REPO_ROOT, require_real_data
+from tests.conftest import last_json_line, require_real_data, run_app
 from train.evaluate import FIXED_FRAME_SEED, fixed_frame_miou
 from train.state import REAL_LICENCE, SYNTHETIC_LICENCE
 
@@ -91,24 +89,15 @@ def test_synthetic_weights_reproduce_recorded_synthetic_miou():
 def test_cli_evaluate_defaults_to_the_default_model():
     """`python -m app evaluate` without --weights scores the default model."""
     d = require_real_data() / "semantickitti"
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "app",
-            "evaluate",
-            str(d / "spvnas_000000.bin"),
-            str(d / "spvnas_000000.label"),
-            "--device",
-            "cpu",
-        ],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
+    out = run_app(
+        "evaluate",
+        str(d / "spvnas_000000.bin"),
+        str(d / "spvnas_000000.label"),
+        "--device",
+        "cpu",
         timeout=600,
     )
-    assert out.returncode == 0, out.stderr
-    result = json.loads(out.stdout.strip().splitlines()[-1])
+    result = last_json_line(out.stdout)
     assert (
         abs(result["miou"] - recorded("default")["real_semantickitti"]["spvnas_000000.bin"]["miou"])
         <= 0.01

@@ -23,9 +23,8 @@ class ClassInfo(BaseModel):
 class EngineInfo(BaseModel):
     device: str
     grouping_plan_file: str | None  # file name (never a path); None: built-in defaults
-    deterministic: (
-        bool  # labels bitwise repeatable: the CPU always, CUDA with LIDARSEG_DETERMINISTIC
-    )
+    # labels bitwise repeatable: the CPU always, CUDA with LIDARSEG_DETERMINISTIC
+    deterministic: bool
     precision: str  # what the network runs in: fp32, bf16 or int8 (CPU), fp32 / fp16
     precision_requested: str  # LIDARSEG_PRECISION: auto, fp32, bf16 or int8
     cpu_features: list[str]  # the CPU features auto chose from
